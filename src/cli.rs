@@ -1,0 +1,101 @@
+//! The command line, in one place.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use wasmspy::wasi_host::{DirMount, UnknownImports};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "wasmspy",
+    version,
+    about = "A sampling profiler for WebAssembly programs running on Wasmtime"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a WASI program as `wasmtime run` would, and write a CPU profile of it.
+    Record(RecordArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(arg_required_else_help = true)]
+pub struct RecordArgs {
+    /// Where to write the profile (gzipped pprof).
+    #[arg(short, long, value_name = "PATH", default_value = "wasmspy.pb.gz")]
+    pub output: PathBuf,
+
+    /// Samples per second.
+    #[arg(long, value_name = "HZ", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub rate: u32,
+
+    /// Give the guest access to a host directory, at GUEST (default: the same path).
+    #[arg(long = "dir", value_name = "HOST[::GUEST]")]
+    pub dirs: Vec<DirMount>,
+
+    /// Set an environment variable for the guest; NAME alone passes on the host's value.
+    #[arg(long = "env", value_name = "NAME[=VALUE]")]
+    pub env: Vec<String>,
+
+    /// Give the guest all of the host's environment variables.
+    #[arg(long)]
+    pub inherit_env: bool,
+
+    /// Define imports nothing provides as functions that return zeros (e.g. Sightglass's
+    /// `bench.start`/`bench.end`).
+    #[arg(long, conflicts_with = "trap_unknown_imports")]
+    pub default_values_unknown_imports: bool,
+
+    /// Define imports nothing provides as functions that fail when called.
+    #[arg(long)]
+    pub trap_unknown_imports: bool,
+
+    /// The WebAssembly module to run (binary or text).
+    #[arg(value_name = "MODULE")]
+    pub module: PathBuf,
+
+    /// Arguments for the guest.
+    #[arg(
+        value_name = "ARGS",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub args: Vec<String>,
+}
+
+impl RecordArgs {
+    pub fn unknown_imports(&self) -> UnknownImports {
+        if self.default_values_unknown_imports {
+            UnknownImports::DefaultValues
+        } else if self.trap_unknown_imports {
+            UnknownImports::Trap
+        } else {
+            UnknownImports::Reject
+        }
+    }
+
+    /// The guest's environment: the host's with `--inherit-env`, then each `--env`.
+    pub fn guest_env(&self) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = if self.inherit_env {
+            std::env::vars().collect()
+        } else {
+            Vec::new()
+        };
+        for spec in &self.env {
+            let (name, value) = match spec.split_once('=') {
+                Some((name, value)) => (name.to_string(), Some(value.to_string())),
+                None => (spec.clone(), std::env::var(spec).ok()),
+            };
+            env.retain(|(n, _)| *n != name);
+            if let Some(value) = value {
+                env.push((name, value));
+            }
+        }
+        env
+    }
+}

@@ -1,0 +1,243 @@
+//! pprof output: gzipped `profile.proto`, as `go tool pprof` reads it.
+//!
+//! Samples with the same stack are merged (their values added); model ids become pprof ids
+//! by adding one, since pprof reserves id 0.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+
+use anyhow::{Context, Result};
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use prost::Message;
+
+use super::pprof_proto as proto;
+use crate::profile::{Profile, ValueType};
+
+#[derive(Default)]
+struct StringTable {
+    strings: Vec<String>,
+    ids: HashMap<String, i64>,
+}
+
+impl StringTable {
+    fn new() -> Self {
+        let mut table = StringTable::default();
+        table.id(""); // pprof requires string 0 to be empty
+        table
+    }
+
+    fn id(&mut self, s: &str) -> i64 {
+        if let Some(&id) = self.ids.get(s) {
+            return id;
+        }
+        let id = self.strings.len() as i64;
+        self.strings.push(s.to_string());
+        self.ids.insert(s.to_string(), id);
+        id
+    }
+
+    fn value_type(&mut self, vt: &ValueType) -> proto::ValueType {
+        proto::ValueType {
+            r#type: self.id(&vt.kind),
+            unit: self.id(&vt.unit),
+        }
+    }
+}
+
+/// The profile as a pprof message.
+pub fn to_proto(profile: &Profile) -> proto::Profile {
+    let mut strings = StringTable::new();
+    let mut out = proto::Profile {
+        sample_type: profile
+            .sample_types
+            .iter()
+            .map(|vt| strings.value_type(vt))
+            .collect(),
+        period_type: Some(strings.value_type(&profile.period_type)),
+        period: profile.period,
+        time_nanos: profile.start_unix_ns,
+        duration_nanos: profile.duration_ns,
+        ..Default::default()
+    };
+    if let Some(default) = profile.sample_types.get(profile.default_sample_type) {
+        out.default_sample_type = strings.id(&default.kind);
+    }
+    out.comment = profile.comments.iter().map(|c| strings.id(c)).collect();
+    out.mapping = profile
+        .mappings
+        .iter()
+        .enumerate()
+        .map(|(i, m)| proto::Mapping {
+            id: i as u64 + 1,
+            memory_start: 0,
+            memory_limit: m.size,
+            filename: strings.id(&m.file_name),
+            build_id: strings.id(&m.build_id),
+            has_functions: true,
+            has_filenames: profile.functions.iter().any(|f| !f.file.is_empty()),
+            has_line_numbers: profile
+                .frames
+                .iter()
+                .any(|f| f.lines.iter().any(|l| l.line != 0)),
+            has_inline_frames: profile.frames.iter().any(|f| f.lines.len() > 1),
+            ..Default::default()
+        })
+        .collect();
+    out.function = profile
+        .functions
+        .iter()
+        .enumerate()
+        .map(|(i, f)| proto::Function {
+            id: i as u64 + 1,
+            name: strings.id(&f.name),
+            system_name: strings.id(&f.system_name),
+            filename: strings.id(&f.file),
+            start_line: i64::from(f.start_line),
+        })
+        .collect();
+    out.location = profile
+        .frames
+        .iter()
+        .enumerate()
+        .map(|(i, f)| proto::Location {
+            id: i as u64 + 1,
+            mapping_id: f.mapping.map_or(0, |m| m as u64 + 1),
+            address: f.address,
+            line: f
+                .lines
+                .iter()
+                .map(|l| proto::Line {
+                    function_id: l.function as u64 + 1,
+                    line: i64::from(l.line),
+                    column: i64::from(l.column),
+                })
+                .collect(),
+            is_folded: false,
+        })
+        .collect();
+    let mut merged: HashMap<usize, usize> = HashMap::new();
+    for sample in &profile.samples {
+        match merged.get(&sample.stack) {
+            Some(&i) => {
+                let values: &mut Vec<i64> = &mut out.sample[i].value;
+                for (total, v) in values.iter_mut().zip(&sample.values) {
+                    *total += v;
+                }
+            }
+            None => {
+                merged.insert(sample.stack, out.sample.len());
+                out.sample.push(proto::Sample {
+                    location_id: profile.stacks[sample.stack]
+                        .iter()
+                        .map(|&f| f as u64 + 1)
+                        .collect(),
+                    value: sample.values.clone(),
+                    label: Vec::new(),
+                });
+            }
+        }
+    }
+    out.string_table = strings.strings;
+    out
+}
+
+/// The profile as a gzipped pprof file's bytes.
+pub fn encode(profile: &Profile) -> Result<Vec<u8>> {
+    let mut gz = GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&to_proto(profile).encode_to_vec())?;
+    Ok(gz.finish()?)
+}
+
+/// Reads a pprof file's bytes, gzipped or not.
+pub fn decode(bytes: &[u8]) -> Result<proto::Profile> {
+    let raw = if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut raw = Vec::new();
+        GzDecoder::new(bytes)
+            .read_to_end(&mut raw)
+            .context("corrupt gzip stream")?;
+        raw
+    } else {
+        bytes.to_vec()
+    };
+    proto::Profile::decode(raw.as_slice()).context("not a pprof profile")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{Frame, Function, Line, Mapping, ProfileBuilder, ProfileHeader};
+
+    #[test]
+    fn round_trip_merges_equal_stacks() {
+        let mut b = ProfileBuilder::default();
+        let m = b.add_mapping(Mapping {
+            file_name: "app.wasm".into(),
+            build_id: "abcd".into(),
+            size: 100,
+        });
+        let frame = |b: &mut ProfileBuilder, name: &str, addr| {
+            let function = b.function(&Function {
+                name: name.into(),
+                system_name: format!("_{name}"),
+                file: String::new(),
+                start_line: 0,
+            });
+            b.frame(&Frame {
+                mapping: Some(m),
+                address: addr,
+                lines: vec![Line {
+                    function,
+                    line: 0,
+                    column: 0,
+                }],
+            })
+        };
+        let leaf = frame(&mut b, "leaf", 40);
+        let root = frame(&mut b, "root", 10);
+        let s1 = b.stack(&[leaf, root]);
+        let s2 = b.stack(&[root]);
+        b.sample(s1, 0, vec![1, 100]);
+        b.sample(s2, 1, vec![1, 50]);
+        b.sample(s1, 2, vec![1, 70]);
+        let profile = b.build(ProfileHeader {
+            sample_types: vec![
+                ValueType::new("samples", "count"),
+                ValueType::new("cpu", "nanoseconds"),
+            ],
+            default_sample_type: 1,
+            period_type: ValueType::new("cpu", "nanoseconds"),
+            period: 1_000_000,
+            start_unix_ns: 5,
+            duration_ns: 9,
+            comments: vec!["hello".into()],
+        });
+
+        let p = decode(&encode(&profile).unwrap()).unwrap();
+        let s = |i: i64| p.string_table[i as usize].as_str();
+        assert_eq!(s(0), "");
+        assert_eq!(p.sample.len(), 2);
+        assert_eq!(p.sample[0].value, vec![2, 170]);
+        assert_eq!(p.sample[1].value, vec![1, 50]);
+        let leaf_loc = &p.location[(p.sample[0].location_id[0] - 1) as usize];
+        assert_eq!(leaf_loc.address, 40);
+        assert_eq!(leaf_loc.mapping_id, 1);
+        let f = &p.function[(leaf_loc.line[0].function_id - 1) as usize];
+        assert_eq!((s(f.name), s(f.system_name)), ("leaf", "_leaf"));
+        assert_eq!(s(p.default_sample_type), "cpu");
+        assert_eq!(s(p.period_type.as_ref().unwrap().r#type), "cpu");
+        assert_eq!(
+            (p.period, p.time_nanos, p.duration_nanos),
+            (1_000_000, 5, 9)
+        );
+        assert_eq!(s(p.mapping[0].filename), "app.wasm");
+        assert_eq!(s(p.mapping[0].build_id), "abcd");
+        assert!(p.mapping[0].has_functions);
+        assert_eq!(s(p.comment[0]), "hello");
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        assert!(decode(&[0x1f, 0x8b, 1, 2, 3]).is_err());
+    }
+}

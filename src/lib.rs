@@ -1,0 +1,22 @@
+//! wasmspy: a sampling profiler for WebAssembly programs running on Wasmtime.
+//!
+//! The pieces, each in its own module:
+//! - [`wasi_host`] runs a WASI preview 1 command as `wasmtime run` does;
+//! - [`sampler`] takes samples of the guest's stack (one file per sampling strategy);
+//! - [`symbolize`] names the sampled code (name section, demangling);
+//! - [`collector`] turns raw samples into the format-neutral [`profile`] model;
+//! - [`export`] writes the model in a file format (pprof).
+//!
+//! Embedders with their own `Engine`/`Store` use [`Profiler`]: see its documentation.
+
+pub mod collector;
+pub mod cpu_clock;
+pub mod demangle;
+pub mod export;
+pub mod profile;
+pub mod profiler;
+pub mod sampler;
+pub mod symbolize;
+pub mod wasi_host;
+
+pub use profiler::{Profiler, ProfilerHandle, ProfilerOptions};

@@ -1,0 +1,39 @@
+mod cli;
+mod interrupt;
+mod record;
+
+use clap::error::ErrorKind;
+use clap::Parser;
+
+fn main() {
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => match e.kind() {
+            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+                let _ = e.print();
+                std::process::exit(0);
+            }
+            ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                let _ = e.print();
+                std::process::exit(2);
+            }
+            _ => {
+                let text = e.to_string();
+                let first = text.lines().next().unwrap_or_default();
+                let first = first.strip_prefix("error: ").unwrap_or(first);
+                eprintln!("wasmspy: error: {first} (see `wasmspy --help`)");
+                std::process::exit(2);
+            }
+        },
+    };
+    let code = match cli.command {
+        cli::Command::Record(args) => record::record(args),
+    };
+    let code = code.unwrap_or_else(|e| {
+        eprintln!("wasmspy: error: {e:#}");
+        1
+    });
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    std::process::exit(code);
+}

@@ -1,0 +1,249 @@
+//! The format-neutral profile model: samples of interned stacks, each sample carrying several
+//! values (one per sample type). Samplers and the collector build it; exporters only read it.
+
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::hash::Hash;
+
+pub type MappingId = usize;
+pub type FunctionId = usize;
+pub type FrameId = usize;
+pub type StackId = usize;
+
+/// What a sample value measures, e.g. `cpu`/`nanoseconds`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ValueType {
+    pub kind: String,
+    pub unit: String,
+}
+
+impl ValueType {
+    pub fn new(kind: &str, unit: &str) -> Self {
+        ValueType {
+            kind: kind.to_string(),
+            unit: unit.to_string(),
+        }
+    }
+}
+
+/// A loaded Wasm module: the "binary" that frame addresses are offsets into.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub file_name: String,
+    /// Hex digest of the module's bytes, so a profile names exactly the module it was taken of.
+    pub build_id: String,
+    pub size: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Function {
+    /// Demangled name.
+    pub name: String,
+    /// Name as it appears in the module (mangled).
+    pub system_name: String,
+    pub file: String,
+    pub start_line: u32,
+}
+
+/// One source position of a frame; a frame has several when calls were inlined.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Line {
+    pub function: FunctionId,
+    pub line: u32,
+    pub column: u32,
+}
+
+/// A code address with its symbolization.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub mapping: Option<MappingId>,
+    /// Offset of the instruction in the module's bytes.
+    pub address: u64,
+    /// Innermost (most deeply inlined) first; never empty.
+    pub lines: Vec<Line>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sample {
+    pub stack: StackId,
+    /// Since the start of the profile.
+    pub time_ns: u64,
+    /// One per [`Profile::sample_types`] entry.
+    pub values: Vec<i64>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Profile {
+    pub sample_types: Vec<ValueType>,
+    /// Index into `sample_types` of the type a viewer shows first.
+    pub default_sample_type: usize,
+    pub period_type: ValueType,
+    pub period: i64,
+    pub start_unix_ns: i64,
+    pub duration_ns: i64,
+    pub mappings: Vec<Mapping>,
+    pub functions: Vec<Function>,
+    pub frames: Vec<Frame>,
+    /// Each stack lists frames leaf first, root last.
+    pub stacks: Vec<Vec<FrameId>>,
+    pub samples: Vec<Sample>,
+    pub comments: Vec<String>,
+}
+
+impl Profile {
+    /// Sum of one value over all samples.
+    pub fn total(&self, value_index: usize) -> i64 {
+        self.samples.iter().map(|s| s.values[value_index]).sum()
+    }
+
+    /// Name of the function a frame shows (its innermost line's function).
+    pub fn frame_name(&self, frame: FrameId) -> &str {
+        &self.functions[self.frames[frame].lines[0].function].name
+    }
+}
+
+/// Gives equal values one id, so each distinct function, frame and stack is stored once.
+#[derive(Debug)]
+struct Interner<T> {
+    items: Vec<T>,
+    ids: HashMap<T, usize>,
+}
+
+impl<T> Default for Interner<T> {
+    fn default() -> Self {
+        Interner {
+            items: Vec::new(),
+            ids: HashMap::new(),
+        }
+    }
+}
+
+impl<T: Clone + Eq + Hash> Interner<T> {
+    fn intern<Q>(&mut self, item: &Q) -> usize
+    where
+        T: Borrow<Q>,
+        Q: ToOwned<Owned = T> + Eq + Hash + ?Sized,
+    {
+        if let Some(&id) = self.ids.get(item) {
+            return id;
+        }
+        let id = self.items.len();
+        self.items.push(item.to_owned());
+        self.ids.insert(item.to_owned(), id);
+        id
+    }
+}
+
+/// Builds a [`Profile`] incrementally; the header fields are supplied when it is built.
+#[derive(Debug, Default)]
+pub struct ProfileBuilder {
+    mappings: Vec<Mapping>,
+    functions: Interner<Function>,
+    frames: Interner<Frame>,
+    stacks: Interner<Vec<FrameId>>,
+    samples: Vec<Sample>,
+}
+
+/// The parts of a profile that describe the whole recording rather than its samples.
+#[derive(Clone, Debug, Default)]
+pub struct ProfileHeader {
+    pub sample_types: Vec<ValueType>,
+    pub default_sample_type: usize,
+    pub period_type: ValueType,
+    pub period: i64,
+    pub start_unix_ns: i64,
+    pub duration_ns: i64,
+    pub comments: Vec<String>,
+}
+
+impl ProfileBuilder {
+    pub fn add_mapping(&mut self, mapping: Mapping) -> MappingId {
+        self.mappings.push(mapping);
+        self.mappings.len() - 1
+    }
+
+    pub fn function(&mut self, function: &Function) -> FunctionId {
+        self.functions.intern(function)
+    }
+
+    pub fn frame(&mut self, frame: &Frame) -> FrameId {
+        self.frames.intern(frame)
+    }
+
+    /// `frames` leaf first.
+    pub fn stack(&mut self, frames: &[FrameId]) -> StackId {
+        self.stacks.intern(frames)
+    }
+
+    pub fn sample(&mut self, stack: StackId, time_ns: u64, values: Vec<i64>) {
+        self.samples.push(Sample {
+            stack,
+            time_ns,
+            values,
+        });
+    }
+
+    pub fn sample_count(&self) -> usize {
+        self.samples.len()
+    }
+
+    pub fn build(&self, header: ProfileHeader) -> Profile {
+        Profile {
+            sample_types: header.sample_types,
+            default_sample_type: header.default_sample_type,
+            period_type: header.period_type,
+            period: header.period,
+            start_unix_ns: header.start_unix_ns,
+            duration_ns: header.duration_ns,
+            mappings: self.mappings.clone(),
+            functions: self.functions.items.clone(),
+            frames: self.frames.items.clone(),
+            stacks: self.stacks.items.clone(),
+            samples: self.samples.clone(),
+            comments: header.comments,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn function(name: &str) -> Function {
+        Function {
+            name: name.into(),
+            system_name: name.into(),
+            file: String::new(),
+            start_line: 0,
+        }
+    }
+
+    #[test]
+    fn equal_items_share_one_id() {
+        let mut b = ProfileBuilder::default();
+        let f = b.function(&function("a"));
+        assert_eq!(b.function(&function("a")), f);
+        assert_ne!(b.function(&function("b")), f);
+        let frame = Frame {
+            mapping: None,
+            address: 7,
+            lines: vec![Line {
+                function: f,
+                line: 0,
+                column: 0,
+            }],
+        };
+        let fr = b.frame(&frame);
+        assert_eq!(b.frame(&frame.clone()), fr);
+        let s = b.stack(&[fr]);
+        assert_eq!(b.stack(&[fr]), s);
+        assert_ne!(b.stack(&[fr, fr]), s);
+        b.sample(s, 0, vec![1, 10]);
+        b.sample(s, 5, vec![1, 30]);
+        let p = b.build(ProfileHeader::default());
+        assert_eq!(p.functions.len(), 2);
+        assert_eq!(p.stacks, vec![vec![fr], vec![fr, fr]]);
+        assert_eq!(p.total(1), 40);
+        assert_eq!(p.frame_name(fr), "a");
+    }
+}

@@ -1,0 +1,131 @@
+//! `wasmspy record`: run the guest under the profiler and write its profile, whatever way the
+//! guest ends.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result};
+use wasmspy::collector::{CPU, SAMPLES};
+use wasmspy::export::pprof;
+use wasmspy::profile::Profile;
+use wasmspy::wasi_host::{self, Exit, WasiConfig};
+use wasmspy::{Profiler, ProfilerOptions};
+use wasmtime::{Engine, Module};
+
+use crate::cli::RecordArgs;
+use crate::interrupt;
+
+/// `wasmtime run`'s exit code for a trap: that of an abort.
+const TRAP_EXIT_CODE: i32 = 128 + libc::SIGABRT;
+
+pub fn record(args: RecordArgs) -> Result<i32> {
+    // Created before the guest runs, so a bad path fails fast rather than after a long run.
+    let output = Arc::new(Output::create(&args.output)?);
+    let wasm = wasi_host::read_module(&args.module)?;
+    let name = file_name(&args.module);
+
+    let mut config = wasi_host::engine_config();
+    Profiler::configure(&mut config);
+    let engine = Engine::new(&config)?;
+    let module = Module::new(&engine, &wasm)
+        .map_err(anyhow::Error::from)
+        .with_context(|| format!("cannot compile `{}`", args.module.display()))?;
+
+    let mut profiler = Profiler::new(&engine, ProfilerOptions { rate_hz: args.rate });
+    if let Some(warning) = profiler.add_module(&name, &module, &wasm)? {
+        eprintln!("wasmspy: warning: {warning}");
+    }
+    let wasi = WasiConfig {
+        argv: std::iter::once(name.clone())
+            .chain(args.args.iter().cloned())
+            .collect(),
+        env: args.guest_env(),
+        dirs: args.dirs.clone(),
+        unknown_imports: args.unknown_imports(),
+    };
+    let mut store = wasi_host::new_store(&engine, &wasi)?;
+    profiler.attach(&mut store);
+    let on_interrupt = output.clone();
+    interrupt::stop_guest_on_ctrl_c(profiler.handle(), move |profile| {
+        let _ = std::io::stdout().flush();
+        if let Err(e) = on_interrupt.save(profile) {
+            eprintln!("wasmspy: error: {e:#}");
+        }
+    })?;
+
+    profiler.start()?;
+    let exit = wasi_host::run(&mut store, &module, wasi.unknown_imports);
+    let profile = profiler.stop();
+    let _ = std::io::stdout().flush();
+
+    let guest_code = match exit {
+        Exit::Code(code) => code,
+        Exit::Trap(e) => {
+            eprintln!(
+                "Error: {:?}",
+                e.context(format!("failed to run main module `{name}`"))
+            );
+            TRAP_EXIT_CODE
+        }
+        Exit::Interrupted => {
+            eprintln!("wasmspy: interrupted");
+            interrupt::EXIT_CODE
+        }
+        Exit::Error(e) => {
+            eprintln!("wasmspy: error: {e:#}");
+            1
+        }
+    };
+    match output.save(&profile) {
+        Ok(_) => Ok(guest_code),
+        Err(e) => {
+            eprintln!("wasmspy: error: {e:#}");
+            Ok(if guest_code == 0 { 1 } else { guest_code })
+        }
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+/// The profile's destination, written exactly once: by the main thread when the guest ends,
+/// or by the Ctrl-C thread when the guest cannot be stopped.
+struct Output {
+    path: PathBuf,
+    file: Mutex<Option<File>>,
+}
+
+impl Output {
+    fn create(path: &Path) -> Result<Self> {
+        let file = File::create(path)
+            .with_context(|| format!("cannot create output `{}`", path.display()))?;
+        Ok(Output {
+            path: path.to_path_buf(),
+            file: Mutex::new(Some(file)),
+        })
+    }
+
+    /// Writes `profile` and reports it on stderr, unless it was saved already.
+    fn save(&self, profile: &Profile) -> Result<()> {
+        let mut slot = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(mut file) = slot.take() else {
+            return Ok(());
+        };
+        let bytes = pprof::encode(profile)?;
+        file.write_all(&bytes)
+            .and_then(|()| file.sync_all())
+            .with_context(|| format!("cannot write profile `{}`", self.path.display()))?;
+        let path = self.path.display();
+        eprintln!(
+            "wasmspy: wrote {path} ({} samples, {:.3} s CPU); view it with: go tool pprof -http=: {path}",
+            profile.total(SAMPLES),
+            profile.total(CPU) as f64 / 1e9,
+        );
+        Ok(())
+    }
+}

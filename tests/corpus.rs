@@ -1,0 +1,128 @@
+//! Every WASI preview 1 program of the Sightglass corpus (`../shared/corpus/sightglass`) runs
+//! under `wasmspy record` with its expected output, and leaves a profile.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+
+fn corpus() -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/sightglass/benchmarks");
+    if root.is_dir() {
+        return Some(root);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must have the corpus at {}",
+        root.display()
+    );
+    eprintln!(
+        "the Sightglass corpus is absent ({}): not testing it",
+        root.display()
+    );
+    None
+}
+
+/// The corpus's preview 1 modules (components are skipped), sorted.
+fn modules(root: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for dir in std::fs::read_dir(root).unwrap() {
+        let dir = dir.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        for file in std::fs::read_dir(&dir).unwrap() {
+            let file = file.unwrap().path();
+            if file.extension().is_some_and(|e| e == "wasm") {
+                let bytes = std::fs::read(&file).unwrap();
+                if !wasmparser::Parser::is_component(&bytes) {
+                    found.push(file);
+                }
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// `<name>.<stream>.expected` next to the module, else `default.<stream>.expected`. Like
+/// Sightglass, trailing white space does not count (some files lack the final newline).
+fn expected(module: &Path, stream: &str) -> Option<String> {
+    let dir = module.parent().unwrap();
+    let stem = module.file_stem().unwrap().to_str().unwrap();
+    [stem, "default"]
+        .iter()
+        .map(|name| dir.join(format!("{name}.{stream}.expected")))
+        .find(|p| p.exists())
+        .map(|p| std::fs::read_to_string(p).unwrap().trim_end().to_string())
+}
+
+#[test]
+fn every_sightglass_module_runs_and_profiles() {
+    let Some(root) = corpus() else { return };
+    let modules = modules(&root);
+    assert!(modules.len() >= 40, "found only {} modules", modules.len());
+    let out_dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for module in &modules {
+        let name = module.strip_prefix(&root).unwrap().display().to_string();
+        let out = out_dir
+            .path()
+            .join(format!("{}.pb.gz", name.replace('/', "_")));
+        let result = wasmspy()
+            .current_dir(module.parent().unwrap())
+            // 10 kHz, so that the programs that finish within milliseconds are sampled too.
+            .args([
+                "record",
+                "--rate",
+                "10000",
+                "--default-values-unknown-imports",
+                "--dir",
+                ".",
+                "-o",
+            ])
+            .arg(&out)
+            .arg("--")
+            .arg(module.file_name().unwrap())
+            .output()
+            .unwrap();
+        let err = stderr(&result);
+        let guest_err: String = err
+            .lines()
+            .filter(|l| !l.starts_with("wasmspy: "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        if result.status.code() != Some(0) {
+            failures.push(format!("{name}: exit {:?}: {err}", result.status.code()));
+            continue;
+        }
+        if let Some(want) = expected(module, "stdout") {
+            if stdout(&result).trim_end() != want {
+                failures.push(format!("{name}: stdout differs from the expected"));
+            }
+        }
+        if let Some(want) = expected(module, "stderr") {
+            if guest_err.trim_end() != want {
+                failures.push(format!("{name}: stderr differs: {guest_err:?}"));
+            }
+        }
+        let p = Decoded::load(&out);
+        let samples = p.total("samples");
+        assert_eq!(p.0.mapping.len(), 1, "{name}");
+        // noop does nothing at all; everything else runs long enough to be sampled.
+        if samples == 0 && !name.starts_with("noop/") {
+            failures.push(format!("{name}: no samples"));
+        }
+        eprintln!(
+            "{name}: {samples} samples, {:.3} s CPU",
+            p.total("cpu") as f64 / 1e9
+        );
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}

@@ -1,0 +1,444 @@
+//! `wasmspy record` end to end: the guest runs as under `wasmtime run`, and the profile shows
+//! the hot path the fixtures are known to have.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+const C: &str = "c/cprog.wasm";
+const RUST: &str = "rust/hotspot.wasm";
+
+#[test]
+fn c_hot_function_has_its_known_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, path) = record(dir.path(), &[], &fixture(C), &["spin", "80"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with("spin done: 80 rounds"),
+        "{}",
+        stdout(&out)
+    );
+    let p = Decoded::load(&path);
+
+    // hot_function runs 4x the iterations of cold_function: 80% / 20% of the guest's time.
+    let top = p.top_self("cpu");
+    assert_eq!(top[0].0, "hot_function", "top: {top:?}");
+    let hot = p.self_share("cpu", "hot_function");
+    let cold = p.self_share("cpu", "cold_function");
+    assert!(
+        (0.72..=0.88).contains(&hot),
+        "hot share {hot:.3}, top: {top:?}"
+    );
+    assert!(
+        (0.12..=0.28).contains(&cold),
+        "cold share {cold:.3}, top: {top:?}"
+    );
+
+    let stacks = p.stacks();
+    assert!(stacks.len() >= 2);
+    for (names, _) in &stacks {
+        assert_rooted_at_start(names);
+    }
+    let hot_stack = &stacks
+        .iter()
+        .find(|(n, _)| n[0] == "hot_function")
+        .unwrap()
+        .0;
+    let pos = |f: &str| hot_stack.iter().position(|n| n == f).unwrap_or(usize::MAX);
+    assert!(
+        pos("run_spin") < pos("main") && pos("main") < pos("_start"),
+        "{hot_stack:?}"
+    );
+}
+
+#[test]
+fn rust_hot_path_is_demangled_and_has_its_known_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, path) = record(dir.path(), &[], &fixture(RUST), &["120"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with("hotspot done: 120 rounds"),
+        "{}",
+        stdout(&out)
+    );
+    let p = Decoded::load(&path);
+    let top = p.top_self("cpu");
+    assert_eq!(top[0].0, "hotspot::engine::hot_path", "top: {top:?}");
+    let hot = p.self_share("cpu", "hotspot::engine::hot_path");
+    let warm = p.self_share("cpu", "hotspot::engine::warm_path");
+    assert!(
+        (0.67..=0.83).contains(&hot),
+        "hot share {hot:.3}, top: {top:?}"
+    );
+    assert!(
+        (0.17..=0.33).contains(&warm),
+        "warm share {warm:.3}, top: {top:?}"
+    );
+
+    let hot_fn =
+        p.0.function
+            .iter()
+            .find(|f| p.str(f.name) == "hotspot::engine::hot_path")
+            .unwrap();
+    let mangled = p.str(hot_fn.system_name);
+    assert!(
+        mangled.starts_with("_ZN7hotspot6engine8hot_path17h"),
+        "{mangled}"
+    );
+    for (names, _) in p.stacks() {
+        assert_rooted_at_start(&names);
+        assert!(names.iter().any(|n| n == "hotspot::main"), "{names:?}");
+    }
+}
+
+/// The root is the exported `_start`; wasm-ld names the export wrapper it generates for C
+/// programs `_start.command_export`, and that wrapper calls wasi-libc's `_start`.
+fn assert_rooted_at_start(names: &[String]) {
+    match names.last().unwrap().as_str() {
+        "_start" => {}
+        "_start.command_export" => assert_eq!(names[names.len() - 2], "_start", "{names:?}"),
+        _ => panic!("stack not rooted at _start: {names:?}"),
+    }
+}
+
+#[test]
+fn profile_header_describes_the_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, path) = record(dir.path(), &["--rate", "500"], &fixture(C), &["spin", "20"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let p = Decoded::load(&path);
+    let types: Vec<_> =
+        p.0.sample_type
+            .iter()
+            .map(|vt| format!("{}/{}", p.str(vt.r#type), p.str(vt.unit)))
+            .collect();
+    assert_eq!(types, ["samples/count", "cpu/nanoseconds"]);
+    let period_type = p.0.period_type.as_ref().unwrap();
+    assert_eq!(
+        (
+            p.str(period_type.r#type),
+            p.str(period_type.unit),
+            p.0.period
+        ),
+        ("cpu", "nanoseconds", 2_000_000)
+    );
+    assert_eq!(p.str(p.0.default_sample_type), "cpu");
+    assert!(p.0.duration_nanos > 0 && p.0.time_nanos > 1_600_000_000_000_000_000);
+
+    assert_eq!(p.0.mapping.len(), 1);
+    let m = &p.0.mapping[0];
+    let wasm = std::fs::read(fixture(C)).unwrap();
+    assert_eq!(p.str(m.filename), "cprog.wasm");
+    assert_eq!(p.str(m.build_id).len(), 64);
+    assert_eq!(m.memory_limit, wasm.len() as u64);
+    assert!(m.has_functions);
+
+    // Every location is a code offset inside the module, in its code section.
+    for loc in &p.0.location {
+        assert_eq!(loc.mapping_id, 1);
+        assert!(
+            loc.address > 0 && loc.address < wasm.len() as u64,
+            "{loc:?}"
+        );
+    }
+    // The samples and cpu columns agree with the summary line.
+    let summary = stderr(&out);
+    let samples = p.total("samples");
+    assert!(samples > 10, "{summary}");
+    assert!(
+        summary.contains(&format!("({samples} samples,")),
+        "{summary}"
+    );
+    assert!(summary.contains("go tool pprof"), "{summary}");
+}
+
+/// The profile's CPU column adds up to the CPU time the process used, less what Wasmtime
+/// spends outside the guest (engine setup, compiling), measured by a run that does no work.
+#[test]
+fn cpu_values_add_up_to_the_cpu_time_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.pb.gz");
+    let run = |rounds: &str| {
+        let mut cmd = wasmspy();
+        cmd.args(["record", "-o"])
+            .arg(&out)
+            .arg("--")
+            .arg(fixture(C));
+        cmd.args(["spin", rounds])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let (code, cpu_ns) = run_measuring_cpu(&mut cmd);
+        assert_eq!(code, 0);
+        cpu_ns
+    };
+    let fixed_cost_ns = run("0");
+    let process_cpu_ns = run("150");
+    let profiled = Decoded::load(&out).total("cpu") as f64;
+    let guest_cpu_ns = process_cpu_ns.saturating_sub(fixed_cost_ns) as f64;
+    let ratio = profiled / guest_cpu_ns;
+    eprintln!(
+        "profiled {profiled} ns; process {process_cpu_ns} ns, of which {fixed_cost_ns} ns fixed cost: {ratio:.3}"
+    );
+    assert!((0.92..=1.05).contains(&ratio), "ratio {ratio:.3}");
+}
+
+/// Waits for the child with wait4, which reports the CPU time of that child alone (tests run
+/// concurrently, so RUSAGE_CHILDREN would mix their children).
+#[allow(clippy::zombie_processes)] // reaped by the wait4 below
+fn run_measuring_cpu(cmd: &mut Command) -> (i32, u64) {
+    let child = cmd.spawn().unwrap();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: the pid is our unwaited child; status and usage are valid out-pointers.
+    let rc = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(rc, child.id() as i32);
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    (
+        libc::WEXITSTATUS(status),
+        ns(usage.ru_utime) + ns(usage.ru_stime),
+    )
+}
+
+#[test]
+fn guest_exit_code_and_stdout_pass_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, path) = record(dir.path(), &[], &fixture(C), &["exit", "3"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "exiting with 3\n");
+    Decoded::load(&path);
+    let (out, _) = record(dir.path(), &[], &fixture(C), &["no-such-mode"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(
+        stderr(&out).starts_with("unknown mode no-such-mode\n"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn trap_prints_the_guest_backtrace_and_keeps_the_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, path) = record(dir.path(), &[], &fixture(C), &["trap"]);
+    let err = stderr(&out);
+    // As `wasmtime run`: the abort exit code, the trap, and the backtrace with function names.
+    assert_eq!(out.status.code(), Some(134), "{err}");
+    assert_eq!(stdout(&out), "about to trap\n");
+    assert!(
+        err.starts_with("Error: failed to run main module `cprog.wasm`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("wasm `unreachable` instruction executed"),
+        "{err}"
+    );
+    let inner = err.find("trap_inner").expect("backtrace names trap_inner");
+    let outer = err.find("trap_outer").expect("backtrace names trap_outer");
+    assert!(inner < outer, "{err}");
+    assert!(
+        err.lines().last().unwrap().starts_with("wasmspy: wrote "),
+        "{err}"
+    );
+    Decoded::load(&path);
+}
+
+#[test]
+fn argv_env_and_dirs_as_in_wasmtime_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, _) = record(dir.path(), &[], &fixture(C), &["args", "a b", "-x", "--y"]);
+    assert_eq!(
+        stdout(&out),
+        "argv[0]=cprog.wasm\nargv[1]=args\nargv[2]=a b\nargv[3]=-x\nargv[4]=--y\n"
+    );
+
+    let env_run = |flags: &[&str]| {
+        let out = wasmspy()
+            .args(["record", "-o"])
+            .arg(dir.path().join("env.pb.gz"))
+            .args(flags)
+            .arg(fixture(C))
+            .args(["env", "WASMSPY_TEST_VAR"])
+            .env("WASMSPY_TEST_VAR", "from-host")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        stdout(&out)
+    };
+    assert_eq!(env_run(&[]), "WASMSPY_TEST_VAR=(unset)\n");
+    assert_eq!(
+        env_run(&["--env", "WASMSPY_TEST_VAR=set"]),
+        "WASMSPY_TEST_VAR=set\n"
+    );
+    assert_eq!(
+        env_run(&["--env", "WASMSPY_TEST_VAR"]),
+        "WASMSPY_TEST_VAR=from-host\n"
+    );
+    assert_eq!(env_run(&["--inherit-env"]), "WASMSPY_TEST_VAR=from-host\n");
+    assert_eq!(
+        env_run(&["--inherit-env", "--env", "WASMSPY_TEST_VAR=over"]),
+        "WASMSPY_TEST_VAR=over\n"
+    );
+
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("hello.txt"), "hello from the host\n").unwrap();
+    let mount = format!("{}::/mnt", data.display());
+    let (out, _) = record(
+        dir.path(),
+        &["--dir", &mount],
+        &fixture(C),
+        &["cat", "/mnt/hello.txt"],
+    );
+    assert_eq!(stdout(&out), "hello from the host\n", "{}", stderr(&out));
+    let (out, _) = record(dir.path(), &[], &fixture(C), &["cat", "/mnt/hello.txt"]);
+    assert_eq!(out.status.code(), Some(2), "no --dir, no access");
+}
+
+#[test]
+fn bad_input_gets_one_line_and_a_nonzero_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "just some text\n").unwrap();
+    let wasm = std::fs::read(fixture(C)).unwrap();
+    let truncated = dir.path().join("truncated.wasm");
+    std::fs::write(&truncated, &wasm[..wasm.len() / 2]).unwrap();
+    let component = dir.path().join("component.wasm");
+    std::fs::write(&component, wat::parse_str("(component)").unwrap()).unwrap();
+    let missing = dir.path().join("missing.wasm");
+    let out_ok = dir.path().join("out.pb.gz");
+    let unwritable = dir.path().join("no/such/dir/out.pb.gz");
+
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec![missing.display().to_string()], "cannot read"),
+        (
+            vec![text.display().to_string()],
+            "is not a WebAssembly module",
+        ),
+        (vec![truncated.display().to_string()], "cannot compile"),
+        (
+            vec![component.display().to_string()],
+            "is a WebAssembly component",
+        ),
+        (
+            vec!["--bogus-flag".into(), fixture(C).display().to_string()],
+            "--bogus-flag",
+        ),
+        (
+            vec![
+                "--rate".into(),
+                "0".into(),
+                fixture(C).display().to_string(),
+            ],
+            "--rate",
+        ),
+    ];
+    for (args, expect) in cases {
+        let out = wasmspy()
+            .args(["record", "-o"])
+            .arg(&out_ok)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_one_line_error(&out, expect, &args);
+    }
+    let out = wasmspy()
+        .args(["record", "-o"])
+        .arg(&unwritable)
+        .arg(fixture(C))
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, "cannot create output", &["unwritable output"]);
+    assert!(stdout(&out).is_empty(), "the guest must not run");
+
+    // A module importing what nobody provides: the error says how to run it anyway.
+    let bench = dir.path().join("bench.wat");
+    std::fs::write(
+        &bench,
+        r#"(module (import "bench" "start" (func)) (memory (export "memory") 1) (func (export "_start")))"#,
+    )
+    .unwrap();
+    let (out, _) = record(dir.path(), &[], &bench, &[]);
+    assert_one_line_error(&out, "--default-values-unknown-imports", &["bench import"]);
+    let (out, _) = record(
+        dir.path(),
+        &["--default-values-unknown-imports"],
+        &bench,
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+fn assert_one_line_error(out: &std::process::Output, expect: &str, what: &dyn std::fmt::Debug) {
+    let err = stderr(out);
+    let errors: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.starts_with("wasmspy: wrote"))
+        .collect();
+    assert!(!out.status.success(), "{what:?} succeeded");
+    assert_eq!(errors.len(), 1, "{what:?}: not one line: {err}");
+    assert!(errors[0].starts_with("wasmspy: error: "), "{what:?}: {err}");
+    assert!(
+        errors[0].contains(expect),
+        "{what:?}: expected `{expect}` in {err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+fn sigint(child: &std::process::Child) {
+    // SAFETY: plain kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+}
+
+#[test]
+fn ctrl_c_stops_the_guest_and_writes_the_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.pb.gz");
+    let child = wasmspy()
+        .args(["record", "-o"])
+        .arg(&out)
+        .arg(fixture(C))
+        .args(["spin", "1000000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    sigint(&child);
+    let result = child.wait_with_output().unwrap();
+    assert_eq!(result.status.code(), Some(130), "{}", stderr(&result));
+    let p = Decoded::load(&out);
+    assert!(p.total("samples") > 100);
+    assert_eq!(p.top_self("cpu")[0].0, "hot_function");
+}
+
+#[test]
+fn ctrl_c_while_blocked_in_a_host_call_still_writes_the_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.pb.gz");
+    // stdin stays open and empty: the guest blocks in fd_read and never reaches an epoch check.
+    let mut child = wasmspy()
+        .args(["record", "-o"])
+        .arg(&out)
+        .arg(fixture(C))
+        .arg("stdin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take(); // held open until the child is gone
+    std::thread::sleep(Duration::from_millis(1000));
+    sigint(&child);
+    let result = child.wait_with_output().unwrap();
+    drop(stdin);
+    assert_eq!(result.status.code(), Some(130), "{}", stderr(&result));
+    assert!(
+        stderr(&result).contains("wasmspy: wrote "),
+        "{}",
+        stderr(&result)
+    );
+    Decoded::load(&out);
+}
