@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use wasmspy::clock::Clock;
+use wasmspy::sampler::SamplerKind;
 use wasmspy::wasi_host::{DirMount, UnknownImports};
 
 #[derive(Parser, Debug)]
@@ -33,6 +35,21 @@ pub struct RecordArgs {
     #[arg(long, value_name = "HZ", default_value_t = 1000,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub rate: u32,
+
+    /// How to sample: `signal` (wherever the guest is, host calls included; Linux x86_64 and
+    /// aarch64), `epoch` (where compiled code checks Wasmtime's epoch: function entries and
+    /// loop headers), or `auto` (signal where available).
+    #[arg(long, value_name = "SAMPLER", default_value = "auto")]
+    pub sampler: SamplerKind,
+
+    /// What the sampling rate counts: `cpu` (the guest thread's CPU time) or `wall` (wall time,
+    /// so time the guest spends blocked, e.g. sleeping or reading, is sampled too).
+    #[arg(long, value_name = "CLOCK", default_value = "cpu")]
+    pub clock: Clock,
+
+    /// Print where the samples landed (guest code, host calls, the runtime, lost).
+    #[arg(short, long)]
+    pub verbose: bool,
 
     /// Give the guest access to a host directory, at GUEST (default: the same path).
     #[arg(long = "dir", value_name = "HOST[::GUEST]")]

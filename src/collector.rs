@@ -2,57 +2,102 @@
 //! symbolized once; stacks and functions are interned.
 
 use std::collections::HashMap;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Result;
 use sha2::{Digest, Sha256};
-use wasmtime::Module;
+use wasmtime::{Module, WasmBacktrace};
 
+use crate::clock::{monotonic_ns, Clock};
+use crate::code_map::{CodeLocation, CodeMap};
 use crate::profile::{
     Frame, FrameId, Function, Line, Mapping, MappingId, Profile, ProfileBuilder, ProfileHeader,
-    ValueType,
+    Sample, ValueType,
 };
-use crate::sampler::RawFrame;
+use crate::sampler::{RawFrame, SampleValues};
 use crate::symbolize::{FunctionName, ModuleSymbols};
 
-/// Value indices of a CPU sample.
+/// Value indices of a sample: `samples`, `cpu`, and in wall-clock mode `wall`.
 pub const SAMPLES: usize = 0;
 pub const CPU: usize = 1;
+pub const WALL: usize = 2;
+
+/// A sample as a native-code sampler took it: program counters, leaf first.
+pub enum NativeSample<'a> {
+    /// The interrupted PC is in a module's code; the rest are return addresses.
+    Guest(&'a [usize]),
+    /// The interrupted PC is in Wasmtime's own code; the rest are return addresses.
+    Runtime(&'a [usize]),
+    /// Taken inside host call number `n` (see [`CallTracker`](crate::sampler::call_tracker::CallTracker)).
+    HostCall(u32),
+}
+
+/// How many samples landed where; `lost` ones never reached the collector.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KindCounts {
+    pub guest: u64,
+    pub host_call: u64,
+    pub runtime: u64,
+    pub lost: u64,
+}
 
 struct RegisteredModule {
     module: Module,
     symbols: ModuleSymbols,
     mapping: MappingId,
+    /// The module's bytes, to read which function a call instruction calls.
+    wasm: Arc<[u8]>,
+}
+
+/// A host call's guest stack (import frame first), and how many of its samples may still come.
+struct HostStack {
+    frames: Vec<RawFrame>,
+    samples_to_come: u32,
 }
 
 pub struct Collector {
     modules: Vec<RegisteredModule>,
+    code_map: CodeMap,
     builder: ProfileBuilder,
     frame_ids: HashMap<RawFrame, FrameId>,
+    frames: Vec<RawFrame>,
     stack: Vec<FrameId>,
+    host_stacks: HashMap<u32, HostStack>,
+    /// Host-call samples whose call has not returned yet: (call, values, time).
+    unresolved: Vec<(u32, SampleValues, u64)>,
+    counts: KindCounts,
     rate_hz: u32,
+    clock: Clock,
     sampler: &'static str,
-    started: Instant,
+    started_ns: u64,
     started_unix_ns: i64,
-    stopped: Option<Instant>,
+    stopped_ns: Option<u64>,
 }
 
 impl Collector {
-    pub fn new(rate_hz: u32, sampler: &'static str) -> Self {
+    pub fn new(rate_hz: u32, clock: Clock, sampler: &'static str) -> Self {
         let started_unix_ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as i64)
             .unwrap_or(0);
         Collector {
             modules: Vec::new(),
+            code_map: CodeMap::default(),
             builder: ProfileBuilder::default(),
             frame_ids: HashMap::new(),
+            frames: Vec::new(),
             stack: Vec::new(),
+            host_stacks: HashMap::new(),
+            unresolved: Vec::new(),
+            counts: KindCounts::default(),
             rate_hz,
+            clock,
             sampler,
-            started: Instant::now(),
+            started_ns: monotonic_ns(),
             started_unix_ns,
-            stopped: None,
+            stopped_ns: None,
         }
     }
 
@@ -71,10 +116,12 @@ impl Collector {
             build_id: hex(&Sha256::digest(wasm)),
             size: wasm.len() as u64,
         });
+        self.code_map.add(self.modules.len() as u32, module);
         self.modules.push(RegisteredModule {
             module: module.clone(),
             symbols,
             mapping,
+            wasm: wasm.into(),
         });
         Ok(warning)
     }
@@ -86,32 +133,194 @@ impl Collector {
             .map(|i| i as u32)
     }
 
-    /// Adds a sample of `frames` (leaf first) charged `cpu_ns`.
-    pub fn add_sample(&mut self, frames: &[RawFrame], cpu_ns: u64, at: Instant) {
+    /// A backtrace Wasmtime captured, as raw frames, leaf first.
+    pub fn backtrace_frames(&self, backtrace: &WasmBacktrace) -> Vec<RawFrame> {
+        backtrace
+            .frames()
+            .iter()
+            .map(|f| RawFrame::Wasm {
+                module: self.module_index(f.module()),
+                func_index: f.func_index(),
+                offset: f.module_offset().unwrap_or(0) as u32,
+            })
+            .collect()
+    }
+
+    /// The native code of every registered module.
+    pub fn code_ranges(&self) -> Vec<Range<usize>> {
+        self.code_map.text_ranges().collect()
+    }
+
+    /// Adds a sample of Wasm `frames` (leaf first).
+    pub fn add_sample(&mut self, frames: &[RawFrame], values: SampleValues, time_ns: u64) {
+        self.counts.guest += 1;
+        self.push_sample(frames, values, time_ns);
+    }
+
+    pub fn add_native_sample(
+        &mut self,
+        sample: NativeSample<'_>,
+        values: SampleValues,
+        time_ns: u64,
+    ) {
+        let mut frames = std::mem::take(&mut self.frames);
+        frames.clear();
+        match sample {
+            NativeSample::Guest(pcs) => {
+                let leaf = self.code_map.lookup(pcs[0]);
+                if let CodeLocation::Wasm { .. } = leaf {
+                    self.counts.guest += 1;
+                } else {
+                    self.counts.runtime += 1;
+                    frames.push(RawFrame::Runtime);
+                }
+                frames.extend(pcs.iter().enumerate().filter_map(|(i, &pc)| {
+                    // A return address follows its call instruction.
+                    let pc = if i == 0 { pc } else { pc - 1 };
+                    self.wasm_frame(pc)
+                }));
+            }
+            NativeSample::Runtime(pcs) => {
+                self.counts.runtime += 1;
+                frames.push(RawFrame::Runtime);
+                frames.extend(pcs.iter().skip(1).filter_map(|&pc| self.wasm_frame(pc - 1)));
+            }
+            NativeSample::HostCall(call) => {
+                self.counts.host_call += 1;
+                let Some(host) = self.host_stacks.get_mut(&call) else {
+                    self.unresolved.push((call, values, time_ns));
+                    self.frames = frames;
+                    return;
+                };
+                frames.extend_from_slice(&host.frames);
+                host.samples_to_come -= 1;
+                if host.samples_to_come == 0 {
+                    self.host_stacks.remove(&call);
+                }
+            }
+        }
+        self.push_sample(&frames, values, time_ns);
+        self.frames = frames;
+    }
+
+    fn wasm_frame(&self, pc: usize) -> Option<RawFrame> {
+        match self.code_map.lookup(pc) {
+            CodeLocation::Wasm {
+                module,
+                func_index,
+                offset,
+            } => Some(RawFrame::Wasm {
+                module: Some(module),
+                func_index,
+                offset,
+            }),
+            CodeLocation::Trampoline | CodeLocation::Elsewhere => None,
+        }
+    }
+
+    /// Host call `call` returned after receiving `samples` samples; `guest` is the guest stack
+    /// that made it, leaf (the caller of the import) first.
+    pub fn resolve_host_call(&mut self, call: u32, guest: &[RawFrame], samples: u32) {
+        let mut frames = Vec::with_capacity(guest.len() + 1);
+        frames.push(self.called_import(guest.first()));
+        frames.extend_from_slice(guest);
+        let mut remaining = samples;
+        let unresolved = std::mem::take(&mut self.unresolved);
+        for (c, values, time_ns) in unresolved {
+            if c == call && remaining > 0 {
+                remaining -= 1;
+                self.push_sample(&frames, values, time_ns);
+            } else {
+                self.unresolved.push((c, values, time_ns));
+            }
+        }
+        if remaining > 0 {
+            self.host_stacks.insert(
+                call,
+                HostStack {
+                    frames,
+                    samples_to_come: remaining,
+                },
+            );
+        }
+    }
+
+    /// The import that the call instruction at `caller` calls.
+    fn called_import(&self, caller: Option<&RawFrame>) -> RawFrame {
+        let Some(&RawFrame::Wasm {
+            module: Some(module),
+            offset,
+            ..
+        }) = caller
+        else {
+            return RawFrame::UnknownHostCall;
+        };
+        let m = &self.modules[module as usize];
+        let Some(code) = m.wasm.get(offset as usize..) else {
+            return RawFrame::UnknownHostCall;
+        };
+        let mut reader = wasmparser::BinaryReader::new(code, offset as usize);
+        // `call` and `return_call` name their callee; indirect calls do not.
+        match (reader.read_u8(), reader.read_var_u32()) {
+            (Ok(0x10 | 0x12), Ok(func_index))
+                if func_index < m.symbols.imported_function_count() =>
+            {
+                RawFrame::HostCall {
+                    module: Some(module),
+                    func_index,
+                }
+            }
+            _ => RawFrame::UnknownHostCall,
+        }
+    }
+
+    pub fn add_lost(&mut self, lost: u64) {
+        self.counts.lost += lost;
+    }
+
+    pub fn counts(&self) -> KindCounts {
+        self.counts
+    }
+
+    fn values(&self, v: SampleValues) -> Vec<i64> {
+        let clamp = |ns: u64| ns.min(i64::MAX as u64) as i64;
+        let mut values = vec![1, clamp(v.cpu_ns)];
+        if self.clock == Clock::Wall {
+            values.push(clamp(v.wall_ns));
+        }
+        values
+    }
+
+    fn push_sample(&mut self, frames: &[RawFrame], values: SampleValues, time_ns: u64) {
         let mut stack = std::mem::take(&mut self.stack);
         stack.clear();
         stack.extend(frames.iter().map(|raw| self.frame_id(raw)));
         let stack_id = self.builder.stack(&stack);
         self.stack = stack;
-        let time_ns = at.saturating_duration_since(self.started).as_nanos() as u64;
-        self.builder.sample(
-            stack_id,
-            time_ns,
-            vec![1, cpu_ns.min(i64::MAX as u64) as i64],
-        );
+        let values = self.values(values);
+        self.builder
+            .sample(stack_id, time_ns.saturating_sub(self.started_ns), values);
     }
 
     fn frame_id(&mut self, raw: &RawFrame) -> FrameId {
         if let Some(&id) = self.frame_ids.get(raw) {
             return id;
         }
-        let registered = raw.module.and_then(|m| self.modules.get(m as usize));
-        let name = match registered {
-            Some(m) => m.symbols.function_name(raw.func_index),
-            None => FunctionName {
-                name: format!("wasm-function[{}]", raw.func_index),
-                system_name: format!("wasm-function[{}]", raw.func_index),
-            },
+        let (module, func_index, address) = match *raw {
+            RawFrame::Wasm {
+                module,
+                func_index,
+                offset,
+            } => (module, Some(func_index), u64::from(offset)),
+            RawFrame::HostCall { module, func_index } => (module, Some(func_index), 0),
+            RawFrame::UnknownHostCall | RawFrame::Runtime => (None, None, 0),
+        };
+        let registered = module.and_then(|m| self.modules.get(m as usize));
+        let name = match (registered, func_index, raw) {
+            (Some(m), Some(index), _) => m.symbols.function_name(index),
+            (None, Some(index), _) => plain_name(&format!("wasm-function[{index}]")),
+            (_, None, RawFrame::Runtime) => plain_name(RUNTIME_FRAME),
+            (_, None, _) => plain_name(UNKNOWN_HOST_CALL_FRAME),
         };
         let function = self.builder.function(&Function {
             name: name.name,
@@ -121,7 +330,7 @@ impl Collector {
         });
         let id = self.builder.frame(&Frame {
             mapping: registered.map(|m| m.mapping),
-            address: u64::from(raw.offset),
+            address,
             lines: vec![Line {
                 function,
                 line: 0,
@@ -138,27 +347,77 @@ impl Collector {
 
     /// Marks the end of the recording: the profile's duration stops here.
     pub fn stop(&mut self) {
-        self.stopped.get_or_insert_with(Instant::now);
+        self.stopped_ns.get_or_insert_with(monotonic_ns);
     }
 
-    /// The profile so far (complete once [`stop`](Self::stop) was called).
+    /// The profile so far (complete once [`stop`](Self::stop) was called). Samples of a host
+    /// call still in progress, whose guest stack is not known yet, show as `[host call]` alone.
     pub fn profile(&self) -> Profile {
-        let end = self.stopped.unwrap_or_else(Instant::now);
+        let end = self.stopped_ns.unwrap_or_else(monotonic_ns);
         let cpu = ValueType::new("cpu", "nanoseconds");
-        self.builder.build(ProfileHeader {
-            sample_types: vec![ValueType::new("samples", "count"), cpu.clone()],
-            default_sample_type: CPU,
-            period_type: cpu,
+        let wall = ValueType::new("wall", "nanoseconds");
+        let mut sample_types = vec![ValueType::new("samples", "count"), cpu.clone()];
+        let (default_sample_type, period_type) = match self.clock {
+            Clock::Cpu => (CPU, cpu),
+            Clock::Wall => {
+                sample_types.push(wall.clone());
+                (WALL, wall)
+            }
+        };
+        let mut profile = self.builder.build(ProfileHeader {
+            sample_types,
+            default_sample_type,
+            period_type,
             period: 1_000_000_000 / i64::from(self.rate_hz.max(1)),
             start_unix_ns: self.started_unix_ns,
-            duration_ns: end.saturating_duration_since(self.started).as_nanos() as i64,
+            duration_ns: end.saturating_sub(self.started_ns) as i64,
             comments: vec![format!(
-                "wasmspy {}: {} sampler at {} Hz",
+                "wasmspy {}: {} sampler at {} Hz on the {} clock",
                 env!("CARGO_PKG_VERSION"),
                 self.sampler,
-                self.rate_hz
+                self.rate_hz,
+                self.clock
             )],
-        })
+        });
+        if !self.unresolved.is_empty() {
+            let function = profile.functions.len();
+            profile.functions.push(Function {
+                name: UNKNOWN_HOST_CALL_FRAME.into(),
+                system_name: UNKNOWN_HOST_CALL_FRAME.into(),
+                file: String::new(),
+                start_line: 0,
+            });
+            profile.frames.push(Frame {
+                mapping: None,
+                address: 0,
+                lines: vec![Line {
+                    function,
+                    line: 0,
+                    column: 0,
+                }],
+            });
+            profile.stacks.push(vec![profile.frames.len() - 1]);
+            for &(_, values, time_ns) in &self.unresolved {
+                profile.samples.push(Sample {
+                    stack: profile.stacks.len() - 1,
+                    time_ns: time_ns.saturating_sub(self.started_ns),
+                    values: self.values(values),
+                });
+            }
+        }
+        profile
+    }
+}
+
+/// The frame of samples in Wasmtime's own code.
+pub const RUNTIME_FRAME: &str = "[wasmtime]";
+/// The frame of samples in a host function reached other than by a direct call.
+pub const UNKNOWN_HOST_CALL_FRAME: &str = "[host call]";
+
+fn plain_name(name: &str) -> FunctionName {
+    FunctionName {
+        name: name.to_string(),
+        system_name: name.to_string(),
     }
 }
 

@@ -9,8 +9,9 @@
 //!
 //! Embedders with their own `Engine`/`Store` use [`Profiler`]: see its documentation.
 
+pub mod clock;
+pub mod code_map;
 pub mod collector;
-pub mod cpu_clock;
 pub mod demangle;
 pub mod export;
 pub mod profile;

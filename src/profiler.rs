@@ -9,10 +9,10 @@
 //! let wasm = std::fs::read("app.wasm")?;
 //! let module = wasmtime::Module::new(&engine, &wasm)?;
 //!
-//! let mut profiler = Profiler::new(&engine, ProfilerOptions::default());
+//! let mut profiler = Profiler::new(&engine, ProfilerOptions::default())?;
 //! profiler.add_module("app.wasm", &module, &wasm)?;
 //! let mut store = wasmtime::Store::new(&engine, ());
-//! profiler.attach(&mut store);
+//! profiler.attach(&mut store)?; // on the thread that will run the guest
 //! profiler.start()?;
 //! // ... instantiate and call into the guest ...
 //! let profile = profiler.stop();
@@ -25,14 +25,14 @@ use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use anyhow::Result;
-use wasmtime::{Config, Engine, Module, Store, UpdateDeadline};
+use anyhow::{bail, Result};
+use wasmtime::{CallHook, Config, Engine, Module, Store, UpdateDeadline, WasmBacktrace};
 
-use crate::collector::Collector;
-use crate::cpu_clock::thread_cpu_ns;
+use crate::clock::{monotonic_ns, thread_cpu_ns, Clock};
+use crate::collector::{Collector, KindCounts};
 use crate::profile::Profile;
 use crate::sampler::epoch::{self, EpochSampler};
-use crate::sampler::Sampler;
+use crate::sampler::{SampleValues, Sampler, SamplerKind, SIGNALS_AVAILABLE};
 
 /// The innermost frames a sample keeps; deeper stacks lose their outermost frames.
 pub const MAX_STACK_DEPTH: usize = 512;
@@ -41,11 +41,17 @@ pub const MAX_STACK_DEPTH: usize = 512;
 pub struct ProfilerOptions {
     /// Samples per second.
     pub rate_hz: u32,
+    pub sampler: SamplerKind,
+    pub clock: Clock,
 }
 
 impl Default for ProfilerOptions {
     fn default() -> Self {
-        ProfilerOptions { rate_hz: 1000 }
+        ProfilerOptions {
+            rate_hz: 1000,
+            sampler: SamplerKind::Auto,
+            clock: Clock::Cpu,
+        }
     }
 }
 
@@ -75,30 +81,54 @@ pub struct ProfilerHandle {
 }
 
 impl Profiler {
-    /// Sets what the profiler needs in an engine's configuration: epoch interruption, and
-    /// backtraces deep enough for real stacks (Wasmtime keeps only the 20 innermost frames by
-    /// default, which would cut the roots off deep stacks).
+    /// Sets what the profiler needs in an engine's configuration: epoch interruption (epoch
+    /// sampling, and stopping the guest), and backtraces deep enough for real stacks (Wasmtime
+    /// keeps only the 20 innermost frames by default).
     pub fn configure(config: &mut Config) {
         config.epoch_interruption(true);
         config.wasm_backtrace_max_frames(NonZeroUsize::new(MAX_STACK_DEPTH));
     }
 
     /// `engine` must have been configured with [`Profiler::configure`].
-    pub fn new(engine: &Engine, options: ProfilerOptions) -> Self {
-        let sampler = EpochSampler::new(engine, options.rate_hz);
-        let collector = Collector::new(options.rate_hz, sampler.name());
-        Profiler {
+    pub fn new(engine: &Engine, options: ProfilerOptions) -> Result<Self> {
+        let signals = SIGNALS_AVAILABLE && !engine.is_pulley();
+        let use_signals = match options.sampler {
+            SamplerKind::Auto => signals,
+            SamplerKind::Signal if signals => true,
+            SamplerKind::Signal => bail!(
+                "the signal sampler needs Linux on x86_64 or aarch64 and natively compiled code; use the epoch sampler"
+            ),
+            SamplerKind::Epoch => false,
+        };
+        let name = if use_signals { "signal" } else { "epoch" };
+        let collector = Arc::new(Mutex::new(Collector::new(
+            options.rate_hz,
+            options.clock,
+            name,
+        )));
+        let sampler: Box<dyn Sampler> = if use_signals {
+            new_signal_sampler(&options, collector.clone())
+        } else {
+            Box::new(EpochSampler::new(engine, options.rate_hz, options.clock))
+        };
+        Ok(Profiler {
             handle: ProfilerHandle {
                 engine: engine.clone(),
-                collector: Arc::new(Mutex::new(collector)),
+                collector,
                 interrupt: Arc::new(AtomicBool::new(false)),
             },
-            sampler: Box::new(sampler),
-        }
+            sampler,
+        })
     }
 
-    /// Registers a module so its frames are named and attributed to it. `wasm` is the module's
-    /// binary (not text) form. Returns a warning when its names could not all be read.
+    /// The sampler in use, e.g. `signal (task-clock)` or `epoch`.
+    pub fn sampler_name(&self) -> String {
+        self.sampler.describe()
+    }
+
+    /// Registers a module so its frames are named and attributed to it; register every module
+    /// before [`start`](Self::start). `wasm` is the module's binary (not text) form. Returns a
+    /// warning when its names could not all be read.
     pub fn add_module(
         &self,
         file_name: &str,
@@ -108,22 +138,53 @@ impl Profiler {
         self.handle.lock().add_module(file_name, module, wasm)
     }
 
-    /// Installs the profiler in `store`, on the thread that will run the guest. This replaces
-    /// the store's epoch-deadline callback and deadline.
-    pub fn attach<T: 'static>(&self, store: &mut Store<T>) {
+    /// Installs the profiler in `store`, on the thread that will run the guest (the one that is
+    /// sampled). This replaces the store's epoch-deadline callback, its deadline and its call
+    /// hook.
+    pub fn attach<T: 'static>(&mut self, store: &mut Store<T>) -> Result<()> {
+        self.sampler.bind_to_current_thread()?;
         let collector = self.handle.collector.clone();
         let interrupt = self.handle.interrupt.clone();
+        let samples_at_epochs = self.sampler.samples_at_epochs();
         let mut last_cpu = thread_cpu_ns();
+        let mut last_wall = monotonic_ns();
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(move |ctx| {
             if interrupt.load(Ordering::Relaxed) {
                 return Err(Interrupted.into());
             }
-            let cpu = thread_cpu_ns();
-            epoch::take_sample(&ctx, &collector, cpu.saturating_sub(last_cpu));
-            last_cpu = cpu;
+            if samples_at_epochs {
+                let (cpu, wall) = (thread_cpu_ns(), monotonic_ns());
+                let values = SampleValues {
+                    cpu_ns: cpu.saturating_sub(last_cpu),
+                    wall_ns: wall.saturating_sub(last_wall),
+                };
+                (last_cpu, last_wall) = (cpu, wall);
+                epoch::take_sample(&ctx, &collector, values);
+            }
             Ok(UpdateDeadline::Continue(1))
         });
+        if let Some(calls) = self.sampler.call_tracker() {
+            let collector = self.handle.collector.clone();
+            store.call_hook(move |ctx, hook| {
+                match hook {
+                    CallHook::CallingWasm => calls.enter_wasm(),
+                    CallHook::ReturningFromWasm => calls.leave_wasm(),
+                    CallHook::CallingHost => calls.enter_host_call(),
+                    CallHook::ReturningFromHost => {
+                        let (call, samples) = calls.leave_host_call();
+                        if samples > 0 {
+                            let backtrace = WasmBacktrace::capture(&ctx);
+                            let mut collector = collector.lock().unwrap_or_else(|e| e.into_inner());
+                            let frames = collector.backtrace_frames(&backtrace);
+                            collector.resolve_host_call(call, &frames, samples);
+                        }
+                    }
+                }
+                Ok(())
+            });
+        }
+        Ok(())
     }
 
     pub fn start(&mut self) -> Result<()> {
@@ -141,6 +202,29 @@ impl Profiler {
     pub fn handle(&self) -> ProfilerHandle {
         self.handle.clone()
     }
+}
+
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+fn new_signal_sampler(
+    options: &ProfilerOptions,
+    collector: Arc<Mutex<Collector>>,
+) -> Box<dyn Sampler> {
+    Box::new(crate::sampler::signal::SignalSampler::new(
+        options.rate_hz,
+        options.clock,
+        collector,
+    ))
+}
+
+#[cfg(not(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+)))]
+fn new_signal_sampler(_: &ProfilerOptions, _: Arc<Mutex<Collector>>) -> Box<dyn Sampler> {
+    unreachable!("SIGNALS_AVAILABLE is false on this platform")
 }
 
 impl ProfilerHandle {
@@ -161,5 +245,10 @@ impl ProfilerHandle {
 
     pub fn sample_count(&self) -> usize {
         self.lock().sample_count()
+    }
+
+    /// Samples by where they landed, and how many were lost (a full buffer).
+    pub fn counts(&self) -> KindCounts {
+        self.lock().counts()
     }
 }

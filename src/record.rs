@@ -33,7 +33,12 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         .map_err(anyhow::Error::from)
         .with_context(|| format!("cannot compile `{}`", args.module.display()))?;
 
-    let mut profiler = Profiler::new(&engine, ProfilerOptions { rate_hz: args.rate });
+    let options = ProfilerOptions {
+        rate_hz: args.rate,
+        sampler: args.sampler,
+        clock: args.clock,
+    };
+    let mut profiler = Profiler::new(&engine, options)?;
     if let Some(warning) = profiler.add_module(&name, &module, &wasm)? {
         eprintln!("wasmspy: warning: {warning}");
     }
@@ -46,7 +51,7 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         unknown_imports: args.unknown_imports(),
     };
     let mut store = wasi_host::new_store(&engine, &wasi)?;
-    profiler.attach(&mut store);
+    profiler.attach(&mut store)?;
     let on_interrupt = output.clone();
     interrupt::stop_guest_on_ctrl_c(profiler.handle(), move |profile| {
         let _ = std::io::stdout().flush();
@@ -59,6 +64,19 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     let exit = wasi_host::run(&mut store, &module, wasi.unknown_imports);
     let profile = profiler.stop();
     let _ = std::io::stdout().flush();
+    if args.verbose {
+        let c = profiler.handle().counts();
+        eprintln!(
+            "wasmspy: {} sampler at {} Hz on the {} clock: {} guest, {} host call, {} runtime, {} lost samples",
+            profiler.sampler_name(),
+            args.rate,
+            args.clock,
+            c.guest,
+            c.host_call,
+            c.runtime,
+            c.lost
+        );
+    }
 
     let guest_code = match exit {
         Exit::Code(code) => code,

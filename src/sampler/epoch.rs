@@ -1,5 +1,6 @@
-//! Epoch sampling: a ticker thread advances Wasmtime's epoch at the sampling rate, and the
-//! store's epoch-deadline callback, running on the guest thread, captures the guest's stack.
+//! Epoch sampling: a ticker thread advances Wasmtime's epoch at the sampling rate (of the guest
+//! thread's CPU time, or of wall time), and the store's epoch-deadline callback, running on the
+//! guest thread, captures the guest's stack.
 //!
 //! Compiled code only checks the epoch at function entries and loop headers, so a sample lands
 //! at the next such point after the tick, not where the tick happened; time in host calls is
@@ -8,25 +9,31 @@
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::Mutex;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use wasmtime::{AsContext, Engine, WasmBacktrace};
 
-use super::{RawFrame, Sampler};
+use super::{SampleValues, Sampler};
+use crate::clock::{clock_ns, monotonic_ns, Clock};
 use crate::collector::Collector;
 
 pub struct EpochSampler {
     engine: Engine,
     period: Duration,
+    clock: Clock,
+    /// The guest thread's CPU clock, once bound.
+    guest_cpu_clock: Option<libc::clockid_t>,
     ticker: Option<(Sender<()>, JoinHandle<()>)>,
 }
 
 impl EpochSampler {
-    pub fn new(engine: &Engine, rate_hz: u32) -> Self {
+    pub fn new(engine: &Engine, rate_hz: u32, clock: Clock) -> Self {
         EpochSampler {
             engine: engine.clone(),
             period: Duration::from_nanos(1_000_000_000 / u64::from(rate_hz.max(1))),
+            clock,
+            guest_cpu_clock: None,
             ticker: None,
         }
     }
@@ -37,6 +44,20 @@ impl Sampler for EpochSampler {
         "epoch"
     }
 
+    fn bind_to_current_thread(&mut self) -> Result<()> {
+        let mut clock: libc::clockid_t = 0;
+        // SAFETY: a query about the calling thread with a valid out-pointer.
+        let rc = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) };
+        if rc != 0 {
+            anyhow::bail!(
+                "cannot read the thread's CPU clock: {}",
+                std::io::Error::from_raw_os_error(rc)
+            );
+        }
+        self.guest_cpu_clock = Some(clock);
+        Ok(())
+    }
+
     fn start(&mut self) -> Result<()> {
         if self.ticker.is_some() {
             return Ok(());
@@ -44,10 +65,24 @@ impl Sampler for EpochSampler {
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let engine = self.engine.clone();
         let period = self.period;
+        // On the CPU clock, tick each time the guest thread has used another period of CPU.
+        let cpu_clock = match self.clock {
+            Clock::Cpu => self.guest_cpu_clock,
+            Clock::Wall => None,
+        };
         let thread = std::thread::Builder::new()
             .name("wasmspy-epoch".into())
             .spawn(move || {
+                let period_ns = period.as_nanos() as u64;
+                let mut next_cpu = cpu_clock.map_or(0, clock_ns) + period_ns;
                 while let Err(RecvTimeoutError::Timeout) = stop_rx.recv_timeout(period) {
+                    if let Some(clock) = cpu_clock {
+                        let used = clock_ns(clock);
+                        if used < next_cpu {
+                            continue;
+                        }
+                        next_cpu = used + period_ns;
+                    }
                     engine.increment_epoch();
                 }
             })
@@ -62,6 +97,10 @@ impl Sampler for EpochSampler {
             let _ = thread.join();
         }
     }
+
+    fn samples_at_epochs(&self) -> bool {
+        true
+    }
 }
 
 impl Drop for EpochSampler {
@@ -70,19 +109,11 @@ impl Drop for EpochSampler {
     }
 }
 
-/// Records the store's current guest stack, charged `cpu_ns`. Runs on the guest thread.
-pub fn take_sample(store: impl AsContext, collector: &Mutex<Collector>, cpu_ns: u64) {
-    let now = Instant::now();
+/// Records the store's current guest stack. Runs on the guest thread.
+pub fn take_sample(store: impl AsContext, collector: &Mutex<Collector>, values: SampleValues) {
+    let now = monotonic_ns();
     let backtrace = WasmBacktrace::capture(store);
     let mut collector = collector.lock().unwrap_or_else(|e| e.into_inner());
-    let frames: Vec<RawFrame> = backtrace
-        .frames()
-        .iter()
-        .map(|f| RawFrame {
-            module: collector.module_index(f.module()),
-            func_index: f.func_index(),
-            offset: f.module_offset().unwrap_or(0) as u32,
-        })
-        .collect();
-    collector.add_sample(&frames, cpu_ns, now);
+    let frames = collector.backtrace_frames(&backtrace);
+    collector.add_sample(&frames, values, now);
 }

@@ -1,27 +1,102 @@
 //! Samplers capture the guest's call stack on a timer and hand each sample to the
-//! [`Collector`](crate::collector::Collector). One file per strategy, behind [`Sampler`].
+//! [`Collector`](crate::collector::Collector). One file per strategy, behind [`Sampler`]:
+//! - [`signal`]: a POSIX timer sends SIGPROF to the guest thread, whose handler walks the stack
+//!   wherever the guest is (the default on Linux x86_64 and aarch64);
+//! - [`epoch`]: Wasmtime's epoch interruption, where compiled code checks for it (everywhere).
 
+pub mod call_tracker;
 pub mod epoch;
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+pub mod signal;
+
+use std::sync::Arc;
 
 use anyhow::Result;
 
-/// One captured Wasm frame, before symbolization.
+use call_tracker::CallTracker;
+
+/// Whether this build can sample with signals.
+pub const SIGNALS_AVAILABLE: bool = cfg!(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+));
+
+/// One captured frame, before symbolization.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct RawFrame {
-    /// Index of the module in the collector's registry; `None` for a module nobody registered.
-    pub module: Option<u32>,
-    /// Index in the module's function index space (imports first).
-    pub func_index: u32,
-    /// Offset of the instruction in the module's bytes.
-    pub offset: u32,
+pub enum RawFrame {
+    /// An instruction of a Wasm function: the sampled one for the leaf, the call for callers.
+    Wasm {
+        /// Index in the collector's registry; `None` for a module nobody registered.
+        module: Option<u32>,
+        /// Index in the module's function index space (imports first).
+        func_index: u32,
+        /// Offset of the instruction in the module's bytes.
+        offset: u32,
+    },
+    /// Inside the host function that import `func_index` resolved to.
+    HostCall {
+        module: Option<u32>,
+        func_index: u32,
+    },
+    /// Inside a host function the guest reached other than by a direct call.
+    UnknownHostCall,
+    /// Inside Wasmtime's own code: trampolines, libcalls such as `memory.grow`.
+    Runtime,
 }
 
-/// A sampling strategy. Starting and stopping happen on the thread that owns the profiler;
-/// where the samples are taken is the strategy's business.
+/// What a sample measured since the previous one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampleValues {
+    pub cpu_ns: u64,
+    pub wall_ns: u64,
+}
+
+/// Which sampler to use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SamplerKind {
+    /// Signals where available, else epochs.
+    #[default]
+    Auto,
+    Signal,
+    Epoch,
+}
+
+impl std::str::FromStr for SamplerKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(SamplerKind::Auto),
+            "signal" => Ok(SamplerKind::Signal),
+            "epoch" => Ok(SamplerKind::Epoch),
+            _ => Err(format!("expected auto, signal or epoch, got `{s}`")),
+        }
+    }
+}
+
+/// A sampling strategy.
 pub trait Sampler: Send {
-    /// Short name recorded in the profile, e.g. `epoch`.
+    /// Short name recorded in the profile, e.g. `signal`.
     fn name(&self) -> &'static str;
+    /// The name, with what drives the sampling once started.
+    fn describe(&self) -> String {
+        self.name().to_string()
+    }
+    /// Makes the calling thread the one sampled; called on the thread that will run the guest.
+    fn bind_to_current_thread(&mut self) -> Result<()>;
     fn start(&mut self) -> Result<()>;
     /// After `stop` returns no more samples arrive.
     fn stop(&mut self);
+    /// True when samples are taken in the store's epoch-deadline callback.
+    fn samples_at_epochs(&self) -> bool {
+        false
+    }
+    /// The host-call tracker the store's call hook must drive, for samplers that sample inside
+    /// host calls.
+    fn call_tracker(&self) -> Option<Arc<CallTracker>> {
+        None
+    }
 }

@@ -1,0 +1,136 @@
+//! Maps native code addresses of compiled modules back to Wasm functions and Wasm code offsets,
+//! using what Wasmtime keeps for each module: its functions' ranges in the executable text and
+//! its address map (native offset → Wasm offset).
+
+use std::ops::Range;
+
+use wasmtime::Module;
+
+/// Where a native code address is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CodeLocation {
+    /// In a Wasm function; `offset` is the Wasm code offset of the instruction.
+    Wasm {
+        module: u32,
+        func_index: u32,
+        offset: u32,
+    },
+    /// In a module's text, outside its Wasm functions: Wasmtime's trampolines.
+    Trampoline,
+    /// Not in any registered module's code.
+    Elsewhere,
+}
+
+struct ModuleCode {
+    module: u32,
+    text: Range<usize>,
+    /// (start, end, function index), by start; text offsets.
+    functions: Vec<(u32, u32, u32)>,
+    /// (text offset, Wasm offset), by text offset.
+    address_map: Vec<(u32, u32)>,
+}
+
+#[derive(Default)]
+pub struct CodeMap {
+    modules: Vec<ModuleCode>,
+}
+
+impl CodeMap {
+    pub fn add(&mut self, module_index: u32, module: &Module) {
+        let text = module.text().as_ptr_range();
+        let mut functions: Vec<(u32, u32, u32)> = module
+            .functions()
+            .map(|f| (f.offset as u32, (f.offset + f.len) as u32, f.index.as_u32()))
+            .collect();
+        functions.sort_unstable();
+        let mut address_map: Vec<(u32, u32)> = module
+            .address_map()
+            .into_iter()
+            .flatten()
+            .filter_map(|(text_offset, wasm)| Some((text_offset as u32, wasm?)))
+            .collect();
+        address_map.sort_unstable();
+        self.modules.push(ModuleCode {
+            module: module_index,
+            text: text.start as usize..text.end as usize,
+            functions,
+            address_map,
+        });
+    }
+
+    /// The executable text of every registered module.
+    pub fn text_ranges(&self) -> impl Iterator<Item = Range<usize>> + '_ {
+        self.modules.iter().map(|m| m.text.clone())
+    }
+
+    pub fn lookup(&self, pc: usize) -> CodeLocation {
+        let Some(m) = self.modules.iter().find(|m| m.text.contains(&pc)) else {
+            return CodeLocation::Elsewhere;
+        };
+        let offset = (pc - m.text.start) as u32;
+        let i = m
+            .functions
+            .partition_point(|&(start, _, _)| start <= offset);
+        let Some(&(start, end, func_index)) = i.checked_sub(1).map(|i| &m.functions[i]) else {
+            return CodeLocation::Trampoline;
+        };
+        if offset >= end {
+            return CodeLocation::Trampoline;
+        }
+        // The closest mapped instruction at or before the address, within this function; in
+        // the prologue, before any, the function's first mapped instruction.
+        let j = m.address_map.partition_point(|&(text, _)| text <= offset);
+        let before = j.checked_sub(1).map(|j| m.address_map[j]);
+        let after = m.address_map.get(j).copied();
+        let wasm = before
+            .filter(|&(text, _)| text >= start)
+            .or(after.filter(|&(text, _)| text < end))
+            .map_or(0, |(_, wasm)| wasm);
+        CodeLocation::Wasm {
+            module: m.module,
+            func_index,
+            offset: wasm,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmtime::{Config, Engine};
+
+    #[test]
+    fn addresses_in_a_function_map_to_its_wasm_code() {
+        let wasm = wat::parse_str(
+            r#"(module
+                (import "env" "f" (func))
+                (func $a (result i32) i32.const 1 i32.const 2 i32.add)
+                (func $b (result i32) i32.const 3))"#,
+        )
+        .unwrap();
+        let engine = Engine::new(&Config::new()).unwrap();
+        let module = Module::new(&engine, &wasm).unwrap();
+        let mut map = CodeMap::default();
+        map.add(7, &module);
+        let text = module.text().as_ptr() as usize;
+        let funcs: Vec<_> = module.functions().collect();
+        assert_eq!(funcs.len(), 2);
+        for f in &funcs {
+            match map.lookup(text + f.offset + f.len / 2) {
+                CodeLocation::Wasm {
+                    module,
+                    func_index,
+                    offset,
+                } => {
+                    assert_eq!(module, 7);
+                    assert_eq!(func_index, f.index.as_u32());
+                    assert!(offset > 0 && (offset as usize) < wasm.len());
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(funcs[0].index.as_u32(), 1, "index space counts the import");
+        assert_eq!(map.lookup(text.wrapping_sub(1)), CodeLocation::Elsewhere);
+        assert_eq!(map.text_ranges().count(), 1);
+    }
+}

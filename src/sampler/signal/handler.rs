@@ -1,0 +1,421 @@
+//! The SIGPROF handler: all of wasmspy's code that runs inside a signal handler is here.
+//!
+//! Invariants, which every change must keep:
+//! - **Async-signal-safe**: no allocation, no locks, no panics; only atomics, `clock_gettime`
+//!   (async-signal-safe per POSIX) and reads of memory proven mapped (below). `errno` is saved
+//!   and restored.
+//! - **Bounded**: at most [`MAX_FRAMES`] frame records followed, at most [`SCAN_WORDS`] stack
+//!   words scanned, each probed at most [`PROBE_WORDS`] times.
+//! - **Reads only mapped memory**: stack reads stay in `[sp, stack_top)` of the guest thread
+//!   (live frames; the sampled thread is the one the handler runs on), and are skipped entirely
+//!   when `sp` is not on that stack (e.g. on Wasmtime's alternate signal stack). Code reads
+//!   (instruction bytes at the PC) happen only for a PC inside a registered module's text.
+//! - **Lifetime**: the handler reaches its state only through [`STATE`], after counting itself
+//!   in [`RUNNING`]; [`detach`] clears `STATE` and waits for `RUNNING` to drop to zero before
+//!   the state may be freed.
+//!
+//! Frame walking: Cranelift keeps a frame record (saved frame pointer, return address) in every
+//! Wasm function and trampoline. From a PC in Wasm code the handler follows the chain, keeping
+//! each return address while it points into known code. The first instructions of a function
+//! (before its frame record is set up) and its final `ret` (after the record is popped) leave
+//! the frame pointer naming the caller's frame; there the caller's return address is read from
+//! the stack (x86_64) or the link register (aarch64), so the caller is neither lost nor misplaced.
+
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+
+use super::ring::Ring;
+use crate::clock::clock_ns;
+use crate::sampler::call_tracker::CallTracker;
+
+pub const MAX_FRAMES: usize = crate::profiler::MAX_STACK_DEPTH;
+pub const MAX_CODE_RANGES: usize = 64;
+/// Stack words scanned above a runtime PC for a return address into Wasm code: the runtime's
+/// frames between a libcall and the Wasm code that called it are a few hundred bytes.
+const SCAN_WORDS: usize = 1024;
+/// Words probed above such a return address for the frame record of the frame it returns to.
+const PROBE_WORDS: usize = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Kind {
+    /// The PC is in a module's code; `pcs` is the walked stack.
+    Guest = 0,
+    /// The guest is in a host call; `pcs` is empty, `host_call` numbers the call.
+    HostCall = 1,
+    /// The PC is in Wasmtime's own code; `pcs[0]` is that PC, then the guest frames found.
+    Runtime = 2,
+}
+
+/// One sample as the handler records it.
+pub struct RawSample {
+    pub kind: Kind,
+    pub host_call: u32,
+    pub depth: usize,
+    pub cpu_delta_ns: u64,
+    pub wall_delta_ns: u64,
+    pub time_ns: u64,
+    /// Leaf first: the interrupted PC, then return addresses.
+    pub pcs: [usize; MAX_FRAMES],
+}
+
+impl RawSample {
+    pub fn empty() -> Self {
+        RawSample {
+            kind: Kind::Guest,
+            host_call: 0,
+            depth: 0,
+            cpu_delta_ns: 0,
+            wall_delta_ns: 0,
+            time_ns: 0,
+            pcs: [0; MAX_FRAMES],
+        }
+    }
+
+    pub fn pcs(&self) -> &[usize] {
+        &self.pcs[..self.depth]
+    }
+}
+
+/// Everything the handler reads or writes. Built, and never changed afterwards except through
+/// its atomics, before it is published in [`STATE`].
+pub struct HandlerState {
+    pub ring: Ring<RawSample>,
+    pub calls: std::sync::Arc<CallTracker>,
+    code: [(usize, usize); MAX_CODE_RANGES],
+    code_len: usize,
+    stack_low: usize,
+    stack_top: usize,
+    last_cpu_ns: AtomicU64,
+    last_wall_ns: AtomicU64,
+    pub lost: AtomicU64,
+}
+
+impl HandlerState {
+    /// `stack` is the guest thread's stack; `code`, the text of every module it may run.
+    pub fn new(
+        ring: Ring<RawSample>,
+        calls: std::sync::Arc<CallTracker>,
+        stack: std::ops::Range<usize>,
+        code: impl Iterator<Item = std::ops::Range<usize>>,
+    ) -> Self {
+        let mut ranges = [(0, 0); MAX_CODE_RANGES];
+        let mut len = 0;
+        for (slot, r) in ranges.iter_mut().zip(code) {
+            *slot = (r.start, r.end);
+            len += 1;
+        }
+        HandlerState {
+            ring,
+            calls,
+            code: ranges,
+            code_len: len,
+            stack_low: stack.start,
+            stack_top: stack.end,
+            last_cpu_ns: AtomicU64::new(0),
+            last_wall_ns: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+        }
+    }
+
+    /// Starts the CPU and wall deltas of the first sample here. Call on the guest thread.
+    pub fn reset_clocks(&self) {
+        self.last_cpu_ns
+            .store(clock_ns(libc::CLOCK_THREAD_CPUTIME_ID), Ordering::Relaxed);
+        self.last_wall_ns
+            .store(clock_ns(libc::CLOCK_MONOTONIC), Ordering::Relaxed);
+    }
+
+    fn in_code(&self, pc: usize) -> bool {
+        self.code[..self.code_len]
+            .iter()
+            .any(|&(start, end)| pc >= start && pc < end)
+    }
+
+    fn on_stack(&self, sp: usize, addr: usize) -> bool {
+        addr >= sp && addr < self.stack_top && addr.is_multiple_of(WORD)
+    }
+
+    fn take_sample(&self, regs: &Registers) {
+        let cpu = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+        let wall = clock_ns(libc::CLOCK_MONOTONIC);
+        let cpu_delta = cpu.saturating_sub(self.last_cpu_ns.swap(cpu, Ordering::Relaxed));
+        let wall_delta = wall.saturating_sub(self.last_wall_ns.swap(wall, Ordering::Relaxed));
+        let pushed = self.ring.push_with(|s| {
+            s.cpu_delta_ns = cpu_delta;
+            s.wall_delta_ns = wall_delta;
+            s.time_ns = wall;
+            s.host_call = 0;
+            s.depth = 0;
+            let stack_ok = regs.sp >= self.stack_low && regs.sp < self.stack_top;
+            if self.in_code(regs.pc) {
+                s.kind = Kind::Guest;
+                s.pcs[0] = regs.pc;
+                s.depth = 1;
+                if stack_ok {
+                    self.walk(regs, s);
+                }
+            } else if let Some(call) = self.calls.sample_host_call() {
+                s.kind = Kind::HostCall;
+                s.host_call = call;
+            } else {
+                s.kind = Kind::Runtime;
+                s.pcs[0] = regs.pc;
+                s.depth = 1;
+                if stack_ok && self.calls.wasm_active() {
+                    self.scan(regs.sp, s);
+                }
+            }
+        });
+        if !pushed {
+            self.lost.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Appends the callers of a PC in Wasm code to `s`.
+    fn walk(&self, regs: &Registers, s: &mut RawSample) {
+        // SAFETY: regs.pc is inside a registered module's text, which is mapped and readable.
+        let state = unsafe { prologue_state(regs.pc) };
+        let caller = match state {
+            Prologue::Entry => caller_at_entry(regs, self),
+            Prologue::FramePushed => caller_after_push(regs, self),
+            Prologue::Body => None,
+        };
+        if let Some(ra) = caller {
+            if !self.in_code(ra) {
+                return;
+            }
+            push(s, ra);
+        }
+        self.follow_chain(regs.sp, regs.fp, s);
+    }
+
+    /// Follows frame records from `fp`, appending return addresses into known code.
+    fn follow_chain(&self, sp: usize, mut fp: usize, s: &mut RawSample) {
+        while s.depth < MAX_FRAMES && self.on_stack(sp, fp) && self.on_stack(sp, fp + WORD) {
+            // SAFETY: fp and fp + word are on the guest thread's live stack (checked above).
+            let (next, ra) = unsafe { (read(fp), read(fp + WORD)) };
+            if !self.in_code(ra) {
+                break;
+            }
+            push(s, ra);
+            if next <= fp {
+                break;
+            }
+            fp = next;
+        }
+    }
+
+    /// From a PC in Wasmtime's own code (whose frames need not keep frame records), finds the
+    /// return address into Wasm code that the runtime was called from, and the frame record of
+    /// the frame it returns to, then follows the chain from there.
+    fn scan(&self, sp: usize, s: &mut RawSample) {
+        let end = self.stack_top.min(sp.saturating_add(SCAN_WORDS * WORD));
+        let mut addr = sp;
+        while addr + WORD <= end {
+            // SAFETY: addr is in [sp, stack_top): the live part of the guest thread's stack.
+            let word = unsafe { read(addr) };
+            if self.in_code(word) {
+                for k in 1..=PROBE_WORDS {
+                    let fp = addr + k * WORD;
+                    if !self.on_stack(sp, fp + WORD) {
+                        break;
+                    }
+                    // SAFETY: fp and fp + word are on the live stack (checked above).
+                    let (next, ra) = unsafe { (read(fp), read(fp + WORD)) };
+                    if next > fp && self.on_stack(sp, next) && self.in_code(ra) {
+                        push(s, word);
+                        self.follow_chain(sp, fp, s);
+                        return;
+                    }
+                }
+            }
+            addr += WORD;
+        }
+    }
+}
+
+const WORD: usize = std::mem::size_of::<usize>();
+
+fn push(s: &mut RawSample, pc: usize) {
+    if s.depth < MAX_FRAMES {
+        s.pcs[s.depth] = pc;
+        s.depth += 1;
+    }
+}
+
+/// # Safety
+/// `addr` must be mapped, readable and aligned.
+unsafe fn read(addr: usize) -> usize {
+    // SAFETY: the caller's contract.
+    unsafe { std::ptr::read_volatile(addr as *const usize) }
+}
+
+/// The interrupted thread's registers that the walk needs.
+struct Registers {
+    pc: usize,
+    fp: usize,
+    sp: usize,
+    #[cfg(target_arch = "aarch64")]
+    lr: usize,
+}
+
+impl Registers {
+    /// # Safety
+    /// `uc` must be the ucontext the kernel passed to a SA_SIGINFO handler.
+    unsafe fn from_ucontext(uc: *const libc::ucontext_t) -> Self {
+        // SAFETY: the caller's contract; the kernel's ucontext is valid for the handler's run.
+        let mc = unsafe { &(*uc).uc_mcontext };
+        #[cfg(target_arch = "x86_64")]
+        return Registers {
+            pc: mc.gregs[libc::REG_RIP as usize] as usize,
+            fp: mc.gregs[libc::REG_RBP as usize] as usize,
+            sp: mc.gregs[libc::REG_RSP as usize] as usize,
+        };
+        #[cfg(target_arch = "aarch64")]
+        return Registers {
+            pc: mc.pc as usize,
+            fp: mc.regs[29] as usize,
+            sp: mc.sp as usize,
+            lr: mc.regs[30] as usize,
+        };
+    }
+}
+
+/// Where a PC is relative to its function's frame record.
+#[derive(Debug, PartialEq, Eq)]
+enum Prologue {
+    /// No frame record of this function exists: at its first instruction, or at its `ret`.
+    Entry,
+    /// The saved frame pointer is pushed but the frame pointer not yet set.
+    FramePushed,
+    /// The frame pointer names this function's frame record.
+    Body,
+}
+
+/// # Safety
+/// `pc` must point at readable code.
+#[cfg(target_arch = "x86_64")]
+unsafe fn prologue_state(pc: usize) -> Prologue {
+    // SAFETY: the caller's contract; instructions are at least as long as the bytes read,
+    // except `push %rbp` and `ret`, which are recognized from their first byte.
+    let b = |i: usize| unsafe { std::ptr::read_volatile((pc + i) as *const u8) };
+    match b(0) {
+        0x55 => Prologue::Entry,                                       // push %rbp
+        0xc3 | 0xc2 => Prologue::Entry, // ret, ret $imm16 (after pop %rbp)
+        0x48 if b(1) == 0x89 && b(2) == 0xe5 => Prologue::FramePushed, // mov %rsp, %rbp
+        _ => Prologue::Body,
+    }
+}
+
+/// # Safety
+/// `pc` must point at readable code.
+#[cfg(target_arch = "aarch64")]
+unsafe fn prologue_state(pc: usize) -> Prologue {
+    // SAFETY: the caller's contract; aarch64 instructions are 4 aligned bytes.
+    match unsafe { std::ptr::read_volatile(pc as *const u32) } {
+        0xa9bf7bfd => Prologue::Entry,       // stp x29, x30, [sp, #-16]!
+        0xd65f03c0 => Prologue::Entry,       // ret (after ldp x29, x30, [sp], #16)
+        0x910003fd => Prologue::FramePushed, // mov x29, sp
+        _ => Prologue::Body,
+    }
+}
+
+/// The caller's return address when the frame record is not set up yet or already popped.
+fn caller_at_entry(regs: &Registers, state: &HandlerState) -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: sp is read only after checking it is on the live stack.
+        state
+            .on_stack(regs.sp, regs.sp)
+            .then(|| unsafe { read(regs.sp) })
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        let _ = state;
+        Some(regs.lr)
+    }
+}
+
+/// The caller's return address when only the old frame pointer has been pushed.
+fn caller_after_push(regs: &Registers, state: &HandlerState) -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: sp + word is read only after checking it is on the live stack.
+        state
+            .on_stack(regs.sp, regs.sp.wrapping_add(WORD))
+            .then(|| unsafe { read(regs.sp + WORD) })
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        let _ = state;
+        Some(regs.lr)
+    }
+}
+
+/// The state the handler samples into; null when no sampler is active.
+static STATE: AtomicPtr<HandlerState> = AtomicPtr::new(std::ptr::null_mut());
+/// Handlers currently running (and possibly using the state they loaded).
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// Makes the handler sample into `state`, which must stay alive until [`detach`] returns.
+/// False when another state is attached: one signal sampler runs per process at a time.
+pub fn attach(state: &HandlerState) -> bool {
+    STATE
+        .compare_exchange(
+            std::ptr::null_mut(),
+            state as *const _ as *mut _,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        )
+        .is_ok()
+}
+
+/// Stops the handler from using the attached state; on return no handler uses it any more.
+pub fn detach() {
+    STATE.store(std::ptr::null_mut(), Ordering::SeqCst);
+    while RUNNING.load(Ordering::SeqCst) != 0 {
+        std::hint::spin_loop();
+    }
+}
+
+/// Installs the SIGPROF handler, once per process. It stays installed: a SIGPROF arriving when
+/// no sampler is attached is ignored rather than killing the process.
+pub fn install() -> std::io::Result<()> {
+    static INSTALLED: std::sync::OnceLock<std::io::Result<()>> = std::sync::OnceLock::new();
+    let result = INSTALLED.get_or_init(|| {
+        // SAFETY: a zeroed sigaction is valid; the handler has the SA_SIGINFO signature.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_sigprof as *const () as usize;
+            // SA_RESTART: system calls the guest's host calls make resume after a sample.
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            if libc::sigaction(libc::SIGPROF, &action, std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    });
+    match result {
+        Ok(()) => Ok(()),
+        Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+    }
+}
+
+extern "C" fn on_sigprof(_signal: libc::c_int, _info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    let errno = unsafe { *libc::__errno_location() };
+    RUNNING.fetch_add(1, Ordering::SeqCst);
+    let state = STATE.load(Ordering::SeqCst);
+    if !state.is_null() {
+        // SAFETY: `detach` waits for RUNNING to reach zero before the state can be freed, and
+        // we counted ourselves in RUNNING before loading the pointer.
+        let state = unsafe { &*state };
+        // SAFETY: the kernel passes a valid ucontext to SA_SIGINFO handlers.
+        let regs = unsafe { Registers::from_ucontext(uc as *const libc::ucontext_t) };
+        state.take_sample(&regs);
+    }
+    RUNNING.fetch_sub(1, Ordering::SeqCst);
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}

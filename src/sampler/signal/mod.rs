@@ -1,0 +1,221 @@
+//! Signal-driven sampling: a POSIX timer (`timer_create` with `SIGEV_THREAD_ID`) on the guest
+//! thread's CPU clock, or on the monotonic clock, sends SIGPROF to the guest thread. The handler
+//! ([`handler`]) records raw PCs into a ring; a drain thread turns them into samples in the
+//! collector. Unlike epoch sampling, a sample lands wherever the guest is: in loop-free code,
+//! in a host call, in Wasmtime itself.
+
+pub mod handler;
+mod ring;
+mod timer;
+
+use std::ops::Range;
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+use super::call_tracker::CallTracker;
+use super::{SampleValues, Sampler};
+use crate::clock::Clock;
+use crate::collector::{Collector, NativeSample};
+use handler::{HandlerState, Kind, RawSample};
+use ring::Ring;
+use timer::SignalTimer;
+
+/// How often the drain thread empties the ring.
+const DRAIN_PERIOD: Duration = Duration::from_millis(10);
+/// Ring slots: at 100 kHz, ten drain periods' worth.
+const RING_SLOTS: usize = 1024;
+
+/// The sampled thread.
+struct GuestThread {
+    tid: libc::pid_t,
+    cpu_clock: libc::clockid_t,
+    stack: Range<usize>,
+}
+
+struct Running {
+    state: Arc<HandlerState>,
+    timer: SignalTimer,
+    stop_drain: Sender<()>,
+    drain: JoinHandle<()>,
+}
+
+pub struct SignalSampler {
+    period: Duration,
+    clock: Clock,
+    collector: Arc<Mutex<Collector>>,
+    calls: Arc<CallTracker>,
+    guest: Option<GuestThread>,
+    running: Option<Running>,
+    /// What sends the signals, once started.
+    source: Option<&'static str>,
+}
+
+impl SignalSampler {
+    pub fn new(rate_hz: u32, clock: Clock, collector: Arc<Mutex<Collector>>) -> Self {
+        SignalSampler {
+            period: Duration::from_nanos(1_000_000_000 / u64::from(rate_hz.max(1))),
+            clock,
+            collector,
+            calls: Arc::new(CallTracker::default()),
+            guest: None,
+            running: None,
+            source: None,
+        }
+    }
+}
+
+impl Sampler for SignalSampler {
+    fn name(&self) -> &'static str {
+        "signal"
+    }
+
+    fn describe(&self) -> String {
+        match self.source {
+            Some(source) => format!("signal ({source})"),
+            None => "signal".to_string(),
+        }
+    }
+
+    fn bind_to_current_thread(&mut self) -> Result<()> {
+        // SAFETY: plain queries about the calling thread, with valid out-pointers.
+        unsafe {
+            let mut cpu_clock: libc::clockid_t = 0;
+            let rc = libc::pthread_getcpuclockid(libc::pthread_self(), &mut cpu_clock);
+            if rc != 0 {
+                bail!(
+                    "cannot read the thread's CPU clock: {}",
+                    std::io::Error::from_raw_os_error(rc)
+                );
+            }
+            self.guest = Some(GuestThread {
+                tid: libc::gettid(),
+                cpu_clock,
+                stack: current_thread_stack()?,
+            });
+        }
+        Ok(())
+    }
+
+    fn start(&mut self) -> Result<()> {
+        if self.running.is_some() {
+            return Ok(());
+        }
+        let Some(guest) = &self.guest else {
+            bail!("the signal sampler was not bound to the guest thread (Profiler::attach)");
+        };
+        handler::install().context("cannot install the SIGPROF handler")?;
+        let code: Vec<Range<usize>> = lock(&self.collector).code_ranges();
+        let state = Arc::new(HandlerState::new(
+            Ring::new(RING_SLOTS, RawSample::empty),
+            self.calls.clone(),
+            guest.stack.clone(),
+            code.into_iter(),
+        ));
+        state.reset_clocks();
+        if !handler::attach(&state) {
+            bail!("another signal sampler is running in this process; use the epoch sampler");
+        }
+        let timer = match SignalTimer::start(self.clock, guest.tid, guest.cpu_clock, self.period) {
+            Ok(timer) => timer,
+            Err(e) => {
+                handler::detach();
+                return Err(e).context("cannot create the sampling timer");
+            }
+        };
+        self.source = Some(timer.source());
+        let (stop_drain, stopped) = mpsc::channel::<()>();
+        let drain = {
+            let state = state.clone();
+            let collector = self.collector.clone();
+            std::thread::Builder::new()
+                .name("wasmspy-drain".into())
+                .spawn(move || loop {
+                    let stopping = !matches!(
+                        stopped.recv_timeout(DRAIN_PERIOD),
+                        Err(RecvTimeoutError::Timeout)
+                    );
+                    drain(&state, &collector);
+                    if stopping {
+                        break;
+                    }
+                })
+                .context("cannot start the drain thread")?
+        };
+        self.running = Some(Running {
+            state,
+            timer,
+            stop_drain,
+            drain,
+        });
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        let Some(running) = self.running.take() else {
+            return;
+        };
+        drop(running.timer);
+        handler::detach();
+        drop(running.stop_drain);
+        let _ = running.drain.join();
+        let lost = running
+            .state
+            .lost
+            .load(std::sync::atomic::Ordering::Relaxed);
+        lock(&self.collector).add_lost(lost);
+    }
+
+    fn call_tracker(&self) -> Option<Arc<CallTracker>> {
+        Some(self.calls.clone())
+    }
+}
+
+impl Drop for SignalSampler {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn lock(collector: &Mutex<Collector>) -> std::sync::MutexGuard<'_, Collector> {
+    collector.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn drain(state: &HandlerState, collector: &Mutex<Collector>) {
+    let mut collector = lock(collector);
+    while state.ring.pop_with(|s| {
+        let values = SampleValues {
+            cpu_ns: s.cpu_delta_ns,
+            wall_ns: s.wall_delta_ns,
+        };
+        let sample = match s.kind {
+            Kind::Guest => NativeSample::Guest(s.pcs()),
+            Kind::Runtime => NativeSample::Runtime(s.pcs()),
+            Kind::HostCall => NativeSample::HostCall(s.host_call),
+        };
+        collector.add_native_sample(sample, values, s.time_ns);
+    }) {}
+}
+
+/// The calling thread's stack, as [lowest address, top).
+fn current_thread_stack() -> Result<Range<usize>> {
+    // SAFETY: pthread_getattr_np fills the zeroed attr, which is destroyed after use; the out
+    // pointers are valid.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            bail!("cannot find the thread's stack");
+        }
+        let mut addr: *mut libc::c_void = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+        if rc != 0 {
+            bail!("cannot find the thread's stack");
+        }
+        Ok(addr as usize..addr as usize + size)
+    }
+}

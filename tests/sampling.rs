@@ -1,0 +1,201 @@
+//! The samplers against ground truth: where the time goes in programs whose split is known or
+//! measured by the program itself; host calls and the runtime attributed under the guest stack.
+
+mod common;
+
+use common::*;
+
+const C: &str = "c/cprog.wasm";
+
+/// The `wasmspy: … sampler …: N guest, N host call, N runtime, N lost samples` line.
+fn counts(err: &str) -> [u64; 4] {
+    let line = err
+        .lines()
+        .find(|l| l.contains(" lost samples"))
+        .unwrap_or_else(|| panic!("no counts line in {err}"));
+    let numbers: Vec<u64> = line
+        .rsplit(": ")
+        .next()
+        .unwrap()
+        .split(", ")
+        .map(|part| part.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    numbers.try_into().unwrap()
+}
+
+/// (the program's own straight_line fraction, the profile's, the profile's small_after share).
+fn split_shares(sampler: &str) -> (f64, f64, f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, path) = record(
+        dir.path(),
+        &["--sampler", sampler, "--rate", "2000"],
+        &fixture("c/split.wasm"),
+        &["6000"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let own: f64 = stdout(&out)
+        .strip_prefix("straight_line ")
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{}", stdout(&out)));
+    let p = Decoded::load(&path);
+    let self_of = |f: &str| p.self_share("cpu", f);
+    let (straight, after, looping) = (
+        self_of("straight_line"),
+        self_of("small_after"),
+        self_of("looping"),
+    );
+    let measured = straight / (straight + after + looping);
+    let after_share = after / (straight + after + looping);
+    (own, measured, after_share)
+}
+
+#[test]
+fn signal_sampler_matches_the_programs_own_time_split() {
+    let (own, signal, after) = split_shares("signal");
+    eprintln!(
+        "straight_line: program {own:.4}, signal sampler {signal:.4} (small_after {after:.4})"
+    );
+    assert!(
+        (signal - own).abs() <= 0.03,
+        "program {own:.4} vs signal {signal:.4}"
+    );
+
+    // The epoch sampler cannot sample inside the loop-free body: it charges it to small_after.
+    let (own, epoch, after) = split_shares("epoch");
+    eprintln!("straight_line: program {own:.4}, epoch sampler {epoch:.4} (small_after {after:.4})");
+    assert!(
+        epoch < 0.05 && after > own - 0.1,
+        "epoch {epoch:.4}, small_after {after:.4}"
+    );
+}
+
+#[test]
+fn a_caller_is_kept_when_its_callee_is_sampled_in_its_prologue_or_epilogue() {
+    let dir = tempfile::tempdir().unwrap();
+    // `tiny` is a few instructions between its frame setup and teardown, so many samples land
+    // where the frame pointer still (or again) names call_tiny's frame.
+    let (out, path) = record(
+        dir.path(),
+        &["--rate", "5000"],
+        &fixture(C),
+        &["calls", "200000000"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let p = Decoded::load(&path);
+    let mut tiny = 0;
+    for (names, values) in p.stacks() {
+        let expected_parent = match names[0].as_str() {
+            "tiny" => "call_tiny",
+            "call_tiny" => "main",
+            _ => continue,
+        };
+        assert_eq!(names[1], expected_parent, "{names:?}");
+        if names[0] == "tiny" {
+            tiny += values[0];
+        }
+    }
+    assert!(tiny > 100, "{tiny} samples in tiny");
+}
+
+#[test]
+fn a_host_call_is_the_leaf_under_the_guest_stack_that_made_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, path) = record(
+        dir.path(),
+        &["--clock", "wall", "-v"],
+        &fixture(C),
+        &["sleep", "400"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "slept 400 ms\n");
+    let [_, host, _, lost] = counts(&stderr(&out));
+    assert!(host >= 350, "{}", stderr(&out));
+    assert_eq!(lost, 0);
+
+    let p = Decoded::load(&path);
+    assert_eq!(p.str(p.0.default_sample_type), "wall");
+    let sleeping: i64 = p
+        .stacks()
+        .iter()
+        .filter(|(names, _)| names[0] == "wasi_snapshot_preview1::poll_oneoff")
+        .map(|(names, values)| {
+            let pos = |f: &str| names.iter().position(|n| n == f).unwrap_or(usize::MAX);
+            assert!(
+                pos("nap") < pos("main") && pos("main") < names.len(),
+                "{names:?}"
+            );
+            values[p.value_index("wall")]
+        })
+        .sum();
+    let share = sleeping as f64 / p.total("wall") as f64;
+    assert!(share > 0.9, "poll_oneoff has {share:.3} of the wall time");
+    // On the CPU clock a sleeping guest is not sampled.
+    let (out, path) = record(dir.path(), &[], &fixture(C), &["sleep", "400"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(Decoded::load(&path).total("samples") < 50);
+}
+
+#[test]
+fn runtime_samples_are_a_wasmtime_leaf_under_the_guest_stack() {
+    let dir = tempfile::tempdir().unwrap();
+    // memory.copy runs in Wasmtime's libcall, outside compiled Wasm code.
+    let (out, path) = record(dir.path(), &["-v"], &fixture(C), &["copy", "64", "40"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let [_, _, runtime, _] = counts(&stderr(&out));
+    assert!(runtime > 50, "{}", stderr(&out));
+    let p = Decoded::load(&path);
+    let mut in_copy = 0;
+    let mut total = 0;
+    for (names, values) in p.stacks() {
+        if names[0] == "[wasmtime]" {
+            total += values[0];
+            if names.get(1).map(String::as_str) == Some("copy_blocks") {
+                in_copy += values[0];
+            }
+        }
+    }
+    assert!(total as f64 > 0.8 * p.total("samples") as f64);
+    assert!(in_copy as f64 > 0.4 * total as f64, "{in_copy} of {total}");
+}
+
+#[test]
+fn sampler_and_clock_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flags, sampler, types) in [
+        (&["--sampler", "epoch"][..], "epoch", "samples cpu"),
+        (&["--sampler", "signal"][..], "signal", "samples cpu"),
+        (&["--clock", "wall"][..], "signal", "samples cpu wall"),
+        (
+            &["--sampler", "epoch", "--clock", "wall"][..],
+            "epoch",
+            "samples cpu wall",
+        ),
+    ] {
+        let mut args = flags.to_vec();
+        args.push("-v");
+        let (out, path) = record(dir.path(), &args, &fixture(C), &["spin", "20"]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("wasmspy: {sampler}")),
+            "{}",
+            stderr(&out)
+        );
+        let p = Decoded::load(&path);
+        let names: Vec<&str> = p.0.sample_type.iter().map(|t| p.str(t.r#type)).collect();
+        assert_eq!(names.join(" "), types);
+        assert_eq!(p.top_self("cpu")[0].0, "hot_function", "{flags:?}");
+        assert!(p
+            .str(p.0.comment[0])
+            .contains(&format!("{sampler} sampler")));
+    }
+    for bad in [["--sampler", "perf"], ["--clock", "cycles"]] {
+        let out = wasmspy()
+            .arg("record")
+            .args(bad)
+            .arg(fixture(C))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    }
+}
