@@ -121,9 +121,9 @@ impl Profiler {
         })
     }
 
-    /// The sampler in use, e.g. `signal (task-clock)` or `epoch`.
-    pub fn sampler_name(&self) -> String {
-        self.sampler.describe()
+    /// The sampler in use: `signal` or `epoch`.
+    pub fn sampler_name(&self) -> &'static str {
+        self.sampler.name()
     }
 
     /// Registers a module so its frames are named and attributed to it; register every module

@@ -81,10 +81,6 @@ impl std::str::FromStr for SamplerKind {
 pub trait Sampler: Send {
     /// Short name recorded in the profile, e.g. `signal`.
     fn name(&self) -> &'static str;
-    /// The name, with what drives the sampling once started.
-    fn describe(&self) -> String {
-        self.name().to_string()
-    }
     /// Makes the calling thread the one sampled; called on the thread that will run the guest.
     fn bind_to_current_thread(&mut self) -> Result<()>;
     fn start(&mut self) -> Result<()>;

@@ -87,6 +87,10 @@ pub struct HandlerState {
     stack_top: usize,
     last_cpu_ns: AtomicU64,
     last_wall_ns: AtomicU64,
+    /// On the CPU clock, the sampling period of CPU time (0 on the wall clock), and the thread
+    /// CPU time at which the next tick is recorded.
+    cpu_period_ns: u64,
+    next_cpu_ns: AtomicU64,
     pub lost: AtomicU64,
 }
 
@@ -97,6 +101,7 @@ impl HandlerState {
         calls: std::sync::Arc<CallTracker>,
         stack: std::ops::Range<usize>,
         code: impl Iterator<Item = std::ops::Range<usize>>,
+        cpu_period_ns: u64,
     ) -> Self {
         let mut ranges = [(0, 0); MAX_CODE_RANGES];
         let mut len = 0;
@@ -113,14 +118,18 @@ impl HandlerState {
             stack_top: stack.end,
             last_cpu_ns: AtomicU64::new(0),
             last_wall_ns: AtomicU64::new(0),
+            cpu_period_ns,
+            next_cpu_ns: AtomicU64::new(0),
             lost: AtomicU64::new(0),
         }
     }
 
     /// Starts the CPU and wall deltas of the first sample here. Call on the guest thread.
     pub fn reset_clocks(&self) {
-        self.last_cpu_ns
-            .store(clock_ns(libc::CLOCK_THREAD_CPUTIME_ID), Ordering::Relaxed);
+        let cpu = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+        self.last_cpu_ns.store(cpu, Ordering::Relaxed);
+        self.next_cpu_ns
+            .store(cpu + self.cpu_period_ns, Ordering::Relaxed);
         self.last_wall_ns
             .store(clock_ns(libc::CLOCK_MONOTONIC), Ordering::Relaxed);
     }
@@ -137,8 +146,20 @@ impl HandlerState {
 
     fn take_sample(&self, regs: &Registers) {
         let cpu = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
-        let wall = clock_ns(libc::CLOCK_MONOTONIC);
+        if self.cpu_period_ns > 0 {
+            // CPU-clock sampling from wall ticks: a tick is recorded once the thread has used
+            // another period of CPU, so samples follow CPU time whatever share of the wall time
+            // the thread runs. A burst of CPU between ticks earns at most one period of debt;
+            // the sample's value carries all of it.
+            let next = self.next_cpu_ns.load(Ordering::Relaxed);
+            if cpu < next {
+                return;
+            }
+            let following = (next + self.cpu_period_ns).max(cpu.saturating_sub(self.cpu_period_ns));
+            self.next_cpu_ns.store(following, Ordering::Relaxed);
+        }
         let cpu_delta = cpu.saturating_sub(self.last_cpu_ns.swap(cpu, Ordering::Relaxed));
+        let wall = clock_ns(libc::CLOCK_MONOTONIC);
         let wall_delta = wall.saturating_sub(self.last_wall_ns.swap(wall, Ordering::Relaxed));
         let pushed = self.ring.push_with(|s| {
             s.cpu_delta_ns = cpu_delta;

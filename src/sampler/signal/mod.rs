@@ -1,8 +1,7 @@
-//! Signal-driven sampling: a POSIX timer (`timer_create` with `SIGEV_THREAD_ID`) on the guest
-//! thread's CPU clock, or on the monotonic clock, sends SIGPROF to the guest thread. The handler
-//! ([`handler`]) records raw PCs into a ring; a drain thread turns them into samples in the
-//! collector. Unlike epoch sampling, a sample lands wherever the guest is: in loop-free code,
-//! in a host call, in Wasmtime itself.
+//! Signal-driven sampling: the kernel sends SIGPROF to the guest thread at the sampling rate of
+//! its CPU time or of wall time ([`timer`]). The handler ([`handler`]) records raw PCs into a
+//! ring; a drain thread turns them into samples in the collector. Unlike epoch sampling, a
+//! sample lands wherever the guest is: in loop-free code, in a host call, in Wasmtime itself.
 
 pub mod handler;
 mod ring;
@@ -32,7 +31,6 @@ const RING_SLOTS: usize = 1024;
 /// The sampled thread.
 struct GuestThread {
     tid: libc::pid_t,
-    cpu_clock: libc::clockid_t,
     stack: Range<usize>,
 }
 
@@ -50,8 +48,6 @@ pub struct SignalSampler {
     calls: Arc<CallTracker>,
     guest: Option<GuestThread>,
     running: Option<Running>,
-    /// What sends the signals, once started.
-    source: Option<&'static str>,
 }
 
 impl SignalSampler {
@@ -63,7 +59,6 @@ impl SignalSampler {
             calls: Arc::new(CallTracker::default()),
             guest: None,
             running: None,
-            source: None,
         }
     }
 }
@@ -73,30 +68,12 @@ impl Sampler for SignalSampler {
         "signal"
     }
 
-    fn describe(&self) -> String {
-        match self.source {
-            Some(source) => format!("signal ({source})"),
-            None => "signal".to_string(),
-        }
-    }
-
     fn bind_to_current_thread(&mut self) -> Result<()> {
-        // SAFETY: plain queries about the calling thread, with valid out-pointers.
-        unsafe {
-            let mut cpu_clock: libc::clockid_t = 0;
-            let rc = libc::pthread_getcpuclockid(libc::pthread_self(), &mut cpu_clock);
-            if rc != 0 {
-                bail!(
-                    "cannot read the thread's CPU clock: {}",
-                    std::io::Error::from_raw_os_error(rc)
-                );
-            }
-            self.guest = Some(GuestThread {
-                tid: libc::gettid(),
-                cpu_clock,
-                stack: current_thread_stack()?,
-            });
-        }
+        self.guest = Some(GuestThread {
+            // SAFETY: gettid has no preconditions.
+            tid: unsafe { libc::gettid() },
+            stack: current_thread_stack()?,
+        });
         Ok(())
     }
 
@@ -109,24 +86,21 @@ impl Sampler for SignalSampler {
         };
         handler::install().context("cannot install the SIGPROF handler")?;
         let code: Vec<Range<usize>> = lock(&self.collector).code_ranges();
+        let cpu_period_ns = match self.clock {
+            Clock::Cpu => self.period.as_nanos() as u64,
+            Clock::Wall => 0,
+        };
         let state = Arc::new(HandlerState::new(
             Ring::new(RING_SLOTS, RawSample::empty),
             self.calls.clone(),
             guest.stack.clone(),
             code.into_iter(),
+            cpu_period_ns,
         ));
         state.reset_clocks();
         if !handler::attach(&state) {
             bail!("another signal sampler is running in this process; use the epoch sampler");
         }
-        let timer = match SignalTimer::start(self.clock, guest.tid, guest.cpu_clock, self.period) {
-            Ok(timer) => timer,
-            Err(e) => {
-                handler::detach();
-                return Err(e).context("cannot create the sampling timer");
-            }
-        };
-        self.source = Some(timer.source());
         let (stop_drain, stopped) = mpsc::channel::<()>();
         let drain = {
             let state = state.clone();
@@ -143,7 +117,21 @@ impl Sampler for SignalSampler {
                         break;
                     }
                 })
-                .context("cannot start the drain thread")?
+        };
+        let started = drain
+            .context("cannot start the drain thread")
+            .and_then(|drain| {
+                let timer = SignalTimer::start(guest.tid, self.period)
+                    .context("cannot create the sampling timer")?;
+                Ok((timer, drain))
+            });
+        // On failure, returning drops `stop_drain`, which ends the drain thread.
+        let (timer, drain) = match started {
+            Ok(started) => started,
+            Err(e) => {
+                handler::detach();
+                return Err(e);
+            }
         };
         self.running = Some(Running {
             state,
