@@ -1,12 +1,12 @@
 //! Turns raw samples into the [`profile`](crate::profile) model. Each distinct code address is
 //! symbolized once; stacks and functions are interned.
 
-use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Result;
+use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 use wasmtime::{Module, WasmBacktrace};
 
@@ -61,10 +61,12 @@ pub struct Collector {
     modules: Vec<RegisteredModule>,
     code_map: CodeMap,
     builder: ProfileBuilder,
-    frame_ids: HashMap<RawFrame, FrameId>,
-    frames: Vec<RawFrame>,
+    frame_ids: FxHashMap<RawFrame, FrameId>,
+    /// Native code address → its frame (`None`: not in a Wasm function); the signal sampler's
+    /// samples repeat the same addresses, so each is looked up in the code map once.
+    native_frame_ids: FxHashMap<usize, Option<FrameId>>,
     stack: Vec<FrameId>,
-    host_stacks: HashMap<u32, HostStack>,
+    host_stacks: FxHashMap<u32, HostStack>,
     /// Host-call samples whose call has not returned yet: (call, values, time).
     unresolved: Vec<(u32, SampleValues, u64)>,
     counts: KindCounts,
@@ -86,10 +88,10 @@ impl Collector {
             modules: Vec::new(),
             code_map: CodeMap::default(),
             builder: ProfileBuilder::default(),
-            frame_ids: HashMap::new(),
-            frames: Vec::new(),
+            frame_ids: FxHashMap::default(),
+            native_frame_ids: FxHashMap::default(),
             stack: Vec::new(),
-            host_stacks: HashMap::new(),
+            host_stacks: FxHashMap::default(),
             unresolved: Vec::new(),
             counts: KindCounts::default(),
             rate_hz,
@@ -163,59 +165,65 @@ impl Collector {
         values: SampleValues,
         time_ns: u64,
     ) {
-        let mut frames = std::mem::take(&mut self.frames);
-        frames.clear();
-        match sample {
-            NativeSample::Guest(pcs) => {
-                let leaf = self.code_map.lookup(pcs[0]);
-                if let CodeLocation::Wasm { .. } = leaf {
-                    self.counts.guest += 1;
-                } else {
-                    self.counts.runtime += 1;
-                    frames.push(RawFrame::Runtime);
-                }
-                frames.extend(pcs.iter().enumerate().filter_map(|(i, &pc)| {
-                    // A return address follows its call instruction.
-                    let pc = if i == 0 { pc } else { pc - 1 };
-                    self.wasm_frame(pc)
-                }));
-            }
-            NativeSample::Runtime(pcs) => {
-                self.counts.runtime += 1;
-                frames.push(RawFrame::Runtime);
-                frames.extend(pcs.iter().skip(1).filter_map(|&pc| self.wasm_frame(pc - 1)));
-            }
+        let (pcs, exact_leaf) = match sample {
+            NativeSample::Guest(pcs) => (pcs, true),
+            NativeSample::Runtime(pcs) => (&pcs[1..], false),
             NativeSample::HostCall(call) => {
                 self.counts.host_call += 1;
                 let Some(host) = self.host_stacks.get_mut(&call) else {
                     self.unresolved.push((call, values, time_ns));
-                    self.frames = frames;
                     return;
                 };
-                frames.extend_from_slice(&host.frames);
                 host.samples_to_come -= 1;
-                if host.samples_to_come == 0 {
-                    self.host_stacks.remove(&call);
-                }
+                let frames = if host.samples_to_come == 0 {
+                    self.host_stacks
+                        .remove(&call)
+                        .map(|h| h.frames)
+                        .unwrap_or_default()
+                } else {
+                    host.frames.clone()
+                };
+                self.push_sample(&frames, values, time_ns);
+                return;
+            }
+        };
+        let mut stack = std::mem::take(&mut self.stack);
+        stack.clear();
+        // A leaf outside Wasm functions (a trampoline, the runtime) is Wasmtime's.
+        if exact_leaf && self.native_frame_id(pcs[0]).is_some() {
+            self.counts.guest += 1;
+        } else {
+            self.counts.runtime += 1;
+            stack.push(self.frame_id(&RawFrame::Runtime));
+        }
+        for (i, &pc) in pcs.iter().enumerate() {
+            // A return address follows its call instruction; trampolines are not guest frames.
+            let pc = if exact_leaf && i == 0 { pc } else { pc - 1 };
+            if let Some(id) = self.native_frame_id(pc) {
+                stack.push(id);
             }
         }
-        self.push_sample(&frames, values, time_ns);
-        self.frames = frames;
+        self.push_stack(stack, values, time_ns);
     }
 
-    fn wasm_frame(&self, pc: usize) -> Option<RawFrame> {
-        match self.code_map.lookup(pc) {
+    fn native_frame_id(&mut self, pc: usize) -> Option<FrameId> {
+        if let Some(&id) = self.native_frame_ids.get(&pc) {
+            return id;
+        }
+        let id = match self.code_map.lookup(pc) {
             CodeLocation::Wasm {
                 module,
                 func_index,
                 offset,
-            } => Some(RawFrame::Wasm {
+            } => Some(self.frame_id(&RawFrame::Wasm {
                 module: Some(module),
                 func_index,
                 offset,
-            }),
+            })),
             CodeLocation::Trampoline | CodeLocation::Elsewhere => None,
-        }
+        };
+        self.native_frame_ids.insert(pc, id);
+        id
     }
 
     /// Host call `call` returned after receiving `samples` samples; `guest` is the guest stack
@@ -295,6 +303,11 @@ impl Collector {
         let mut stack = std::mem::take(&mut self.stack);
         stack.clear();
         stack.extend(frames.iter().map(|raw| self.frame_id(raw)));
+        self.push_stack(stack, values, time_ns);
+    }
+
+    /// Adds a sample of `stack` (frame ids, leaf first), whose buffer is kept for the next one.
+    fn push_stack(&mut self, stack: Vec<FrameId>, values: SampleValues, time_ns: u64) {
         let stack_id = self.builder.stack(&stack);
         self.stack = stack;
         let values = self.values(values);

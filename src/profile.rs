@@ -2,8 +2,9 @@
 //! values (one per sample type). Samplers and the collector build it; exporters only read it.
 
 use std::borrow::Borrow;
-use std::collections::HashMap;
 use std::hash::Hash;
+
+use rustc_hash::FxHashMap;
 
 pub type MappingId = usize;
 pub type FunctionId = usize;
@@ -106,14 +107,14 @@ impl Profile {
 #[derive(Debug)]
 struct Interner<T> {
     items: Vec<T>,
-    ids: HashMap<T, usize>,
+    ids: FxHashMap<T, usize>,
 }
 
 impl<T> Default for Interner<T> {
     fn default() -> Self {
         Interner {
             items: Vec::new(),
-            ids: HashMap::new(),
+            ids: FxHashMap::default(),
         }
     }
 }
