@@ -16,7 +16,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use wasmspy::sampler::SamplerKind;
 use wasmspy::wasi_host::{self, DirMount, Exit, UnknownImports, WasiConfig};
@@ -232,7 +232,7 @@ fn run_one(config: &str, module_path: &Path) -> f64 {
             start.elapsed()
         }
         "guest-profiler" => {
-            let period = Duration::from_nanos(1_000_000_000 / u64::from(RATE_HZ));
+            let period = wasmspy::clock::sampling_period(RATE_HZ);
             let profiler =
                 GuestProfiler::new(&engine, &name, period, [(name.clone(), module.clone())])
                     .unwrap();

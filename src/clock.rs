@@ -24,6 +24,11 @@ pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 
+/// The time between samples at `rate_hz` samples per second.
+pub fn sampling_period(rate_hz: u32) -> std::time::Duration {
+    std::time::Duration::from_nanos(1_000_000_000 / u64::from(rate_hz.max(1)))
+}
+
 /// What drives sampling, and what a sample's time is measured in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Clock {

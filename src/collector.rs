@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 use wasmtime::{Module, WasmBacktrace};
 
-use crate::clock::{monotonic_ns, Clock};
+use crate::clock::{monotonic_ns, sampling_period, Clock};
 use crate::code_map::{CodeLocation, CodeMap};
 use crate::profile::{
     Frame, FrameId, Function, Line, Mapping, MappingId, Profile, ProfileBuilder, ProfileHeader,
@@ -354,10 +354,6 @@ impl Collector {
         id
     }
 
-    pub fn sample_count(&self) -> usize {
-        self.builder.sample_count()
-    }
-
     /// Marks the end of the recording: the profile's duration stops here.
     pub fn stop(&mut self) {
         self.stopped_ns.get_or_insert_with(monotonic_ns);
@@ -381,7 +377,7 @@ impl Collector {
             sample_types,
             default_sample_type,
             period_type,
-            period: 1_000_000_000 / i64::from(self.rate_hz.max(1)),
+            period: sampling_period(self.rate_hz).as_nanos() as i64,
             start_unix_ns: self.started_unix_ns,
             duration_ns: end.saturating_sub(self.started_ns) as i64,
             comments: vec![format!(

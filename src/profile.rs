@@ -184,10 +184,6 @@ impl ProfileBuilder {
         });
     }
 
-    pub fn sample_count(&self) -> usize {
-        self.samples.len()
-    }
-
     pub fn build(&self, header: ProfileHeader) -> Profile {
         Profile {
             sample_types: header.sample_types,

@@ -243,10 +243,6 @@ impl ProfilerHandle {
         self.lock().profile()
     }
 
-    pub fn sample_count(&self) -> usize {
-        self.lock().sample_count()
-    }
-
     /// Samples by where they landed, and how many were lost (a full buffer).
     pub fn counts(&self) -> KindCounts {
         self.lock().counts()

@@ -15,7 +15,7 @@ use anyhow::{Context, Result};
 use wasmtime::{AsContext, Engine, WasmBacktrace};
 
 use super::{SampleValues, Sampler};
-use crate::clock::{clock_ns, monotonic_ns, Clock};
+use crate::clock::{clock_ns, monotonic_ns, sampling_period, Clock};
 use crate::collector::Collector;
 
 pub struct EpochSampler {
@@ -31,7 +31,7 @@ impl EpochSampler {
     pub fn new(engine: &Engine, rate_hz: u32, clock: Clock) -> Self {
         EpochSampler {
             engine: engine.clone(),
-            period: Duration::from_nanos(1_000_000_000 / u64::from(rate_hz.max(1))),
+            period: sampling_period(rate_hz),
             clock,
             guest_cpu_clock: None,
             ticker: None,

@@ -80,7 +80,7 @@ impl RawSample {
 /// its atomics, before it is published in [`STATE`].
 pub struct HandlerState {
     pub ring: Ring<RawSample>,
-    pub calls: std::sync::Arc<CallTracker>,
+    calls: std::sync::Arc<CallTracker>,
     code: [(usize, usize); MAX_CODE_RANGES],
     code_len: usize,
     stack_low: usize,

@@ -17,7 +17,7 @@ use anyhow::{bail, Context, Result};
 
 use super::call_tracker::CallTracker;
 use super::{SampleValues, Sampler};
-use crate::clock::Clock;
+use crate::clock::{sampling_period, Clock};
 use crate::collector::{Collector, NativeSample};
 use handler::{HandlerState, Kind, RawSample};
 use ring::Ring;
@@ -53,7 +53,7 @@ pub struct SignalSampler {
 impl SignalSampler {
     pub fn new(rate_hz: u32, clock: Clock, collector: Arc<Mutex<Collector>>) -> Self {
         SignalSampler {
-            period: Duration::from_nanos(1_000_000_000 / u64::from(rate_hz.max(1))),
+            period: sampling_period(rate_hz),
             clock,
             collector,
             calls: Arc::new(CallTracker::default()),
