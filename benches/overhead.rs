@@ -223,7 +223,9 @@ fn run_one(config: &str, module_path: &Path) -> f64 {
                 ..Default::default()
             };
             let mut profiler = Profiler::new(&engine, options).unwrap();
-            profiler.add_module(&name, &module, &wasm).unwrap();
+            profiler
+                .add_module(&name, &module, wasm.as_slice())
+                .unwrap();
             profiler.attach(&mut store).unwrap();
             let start = Instant::now();
             profiler.start().unwrap();

@@ -47,7 +47,12 @@ pub struct RecordArgs {
     #[arg(long, value_name = "CLOCK", default_value = "cpu")]
     pub clock: Clock,
 
-    /// Print where the samples landed (guest code, host calls, the runtime, lost).
+    /// Name functions only: skip the module's DWARF debug info (file:line, inlined frames).
+    #[arg(long)]
+    pub no_dwarf: bool,
+
+    /// Print where the samples landed (guest code, host calls, the runtime, lost), and how long
+    /// compiling and writing the profile took.
     #[arg(short, long)]
     pub verbose: bool,
 

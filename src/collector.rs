@@ -13,11 +13,11 @@ use wasmtime::{Module, WasmBacktrace};
 use crate::clock::{monotonic_ns, sampling_period, Clock};
 use crate::code_map::{CodeLocation, CodeMap};
 use crate::profile::{
-    Frame, FrameId, Function, Line, Mapping, MappingId, Profile, ProfileBuilder, ProfileHeader,
-    Sample, ValueType,
+    Frame, FrameId, Function, FunctionId, Line, Mapping, MappingId, Profile, ProfileBuilder,
+    ProfileHeader, Sample, ValueType,
 };
 use crate::sampler::{RawFrame, SampleValues};
-use crate::symbolize::{FunctionName, ModuleSymbols};
+use crate::symbolize::{FunctionName, ModuleSymbolizer};
 
 /// Value indices of a sample: `samples`, `cpu`, and in wall-clock mode `wall`.
 pub const SAMPLES: usize = 0;
@@ -45,10 +45,16 @@ pub struct KindCounts {
 
 struct RegisteredModule {
     module: Module,
-    symbols: ModuleSymbols,
+    symbolizer: ModuleSymbolizer,
     mapping: MappingId,
-    /// The module's bytes, to read which function a call instruction calls.
-    wasm: Arc<[u8]>,
+}
+
+/// A frame in a registered module's code, symbolized when a profile is built.
+struct WasmFrame {
+    id: FrameId,
+    module: u32,
+    func_index: u32,
+    offset: u32,
 }
 
 /// A host call's guest stack (import frame first), and how many of its samples may still come.
@@ -62,6 +68,7 @@ pub struct Collector {
     code_map: CodeMap,
     builder: ProfileBuilder,
     frame_ids: FxHashMap<RawFrame, FrameId>,
+    wasm_frames: Vec<WasmFrame>,
     /// Native code address → its frame (`None`: not in a Wasm function); the signal sampler's
     /// samples repeat the same addresses, so each is looked up in the code map once.
     native_frame_ids: FxHashMap<usize, Option<FrameId>>,
@@ -70,6 +77,8 @@ pub struct Collector {
     /// Host-call samples whose call has not returned yet: (call, values, time).
     unresolved: Vec<(u32, SampleValues, u64)>,
     counts: KindCounts,
+    warnings: Vec<String>,
+    use_dwarf: bool,
     rate_hz: u32,
     clock: Clock,
     sampler: &'static str,
@@ -79,7 +88,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(rate_hz: u32, clock: Clock, sampler: &'static str) -> Self {
+    /// `use_dwarf`: map code to source lines with the modules' DWARF, not only to functions.
+    pub fn new(rate_hz: u32, clock: Clock, sampler: &'static str, use_dwarf: bool) -> Self {
         let started_unix_ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as i64)
@@ -89,11 +99,14 @@ impl Collector {
             code_map: CodeMap::default(),
             builder: ProfileBuilder::default(),
             frame_ids: FxHashMap::default(),
+            wasm_frames: Vec::new(),
             native_frame_ids: FxHashMap::default(),
             stack: Vec::new(),
             host_stacks: FxHashMap::default(),
             unresolved: Vec::new(),
             counts: KindCounts::default(),
+            warnings: Vec::new(),
+            use_dwarf,
             rate_hz,
             clock,
             sampler,
@@ -103,29 +116,29 @@ impl Collector {
         }
     }
 
-    /// Registers a module whose frames samples may contain. Returns a warning when the
-    /// module's names could not all be read.
-    pub fn add_module(
-        &mut self,
-        file_name: &str,
-        module: &Module,
-        wasm: &[u8],
-    ) -> Result<Option<String>> {
-        let symbols = ModuleSymbols::parse(wasm)?;
-        let warning = symbols.warning.clone();
-        let mapping = self.builder.add_mapping(Mapping {
+    /// Registers a module whose frames samples may contain; `wasm` is its binary, kept (not
+    /// copied) to read call instructions and debug info from.
+    pub fn add_module(&mut self, file_name: &str, module: &Module, wasm: Arc<[u8]>) -> Result<()> {
+        let mapping = Mapping {
             file_name: file_name.to_string(),
-            build_id: hex(&Sha256::digest(wasm)),
+            build_id: hex(&Sha256::digest(&wasm)),
             size: wasm.len() as u64,
-        });
+        };
+        let mut symbolizer = ModuleSymbolizer::new(file_name, wasm, self.use_dwarf)?;
+        self.warnings.extend(symbolizer.take_warnings());
+        let mapping = self.builder.add_mapping(mapping);
         self.code_map.add(self.modules.len() as u32, module);
         self.modules.push(RegisteredModule {
             module: module.clone(),
-            symbols,
+            symbolizer,
             mapping,
-            wasm: wasm.into(),
         });
-        Ok(warning)
+        Ok(())
+    }
+
+    /// Warnings about the modules' symbols not taken yet.
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
     }
 
     pub fn module_index(&self, module: &Module) -> Option<u32> {
@@ -263,16 +276,14 @@ impl Collector {
         else {
             return RawFrame::UnknownHostCall;
         };
-        let m = &self.modules[module as usize];
-        let Some(code) = m.wasm.get(offset as usize..) else {
+        let m = &self.modules[module as usize].symbolizer;
+        let Some(code) = m.wasm().get(offset as usize..) else {
             return RawFrame::UnknownHostCall;
         };
         let mut reader = wasmparser::BinaryReader::new(code, offset as usize);
         // `call` and `return_call` name their callee; indirect calls do not.
         match (reader.read_u8(), reader.read_var_u32()) {
-            (Ok(0x10 | 0x12), Ok(func_index))
-                if func_index < m.symbols.imported_function_count() =>
-            {
+            (Ok(0x10 | 0x12), Ok(func_index)) if func_index < m.imported_function_count() => {
                 RawFrame::HostCall {
                     module: Some(module),
                     func_index,
@@ -319,39 +330,125 @@ impl Collector {
         if let Some(&id) = self.frame_ids.get(raw) {
             return id;
         }
-        let (module, func_index, address) = match *raw {
+        let registered =
+            |module: Option<u32>| module.filter(|&m| (m as usize) < self.modules.len());
+        let id = match *raw {
             RawFrame::Wasm {
                 module,
                 func_index,
                 offset,
-            } => (module, Some(func_index), u64::from(offset)),
-            RawFrame::HostCall { module, func_index } => (module, Some(func_index), 0),
-            RawFrame::UnknownHostCall | RawFrame::Runtime => (None, None, 0),
+            } => match registered(module) {
+                // Source lines are filled in when a profile is built: only the addresses that
+                // samples show are ever symbolized, and the run does not wait for DWARF.
+                Some(module) => {
+                    let id = self.builder.frame(&Frame {
+                        mapping: Some(self.modules[module as usize].mapping),
+                        address: u64::from(offset),
+                        lines: Vec::new(),
+                    });
+                    self.wasm_frames.push(WasmFrame {
+                        id,
+                        module,
+                        func_index,
+                        offset,
+                    });
+                    id
+                }
+                None => self.named_frame(
+                    None,
+                    u64::from(offset),
+                    plain_name(&format!("wasm-function[{func_index}]")),
+                ),
+            },
+            RawFrame::HostCall { module, func_index } => match registered(module) {
+                Some(module) => {
+                    let m = &self.modules[module as usize];
+                    let (mapping, name) = (m.mapping, m.symbolizer.function_name(func_index));
+                    self.named_frame(Some(mapping), 0, name)
+                }
+                None => {
+                    self.named_frame(None, 0, plain_name(&format!("wasm-function[{func_index}]")))
+                }
+            },
+            RawFrame::Runtime => self.named_frame(None, 0, plain_name(RUNTIME_FRAME)),
+            RawFrame::UnknownHostCall => {
+                self.named_frame(None, 0, plain_name(UNKNOWN_HOST_CALL_FRAME))
+            }
         };
-        let registered = module.and_then(|m| self.modules.get(m as usize));
-        let name = match (registered, func_index, raw) {
-            (Some(m), Some(index), _) => m.symbols.function_name(index),
-            (None, Some(index), _) => plain_name(&format!("wasm-function[{index}]")),
-            (_, None, RawFrame::Runtime) => plain_name(RUNTIME_FRAME),
-            (_, None, _) => plain_name(UNKNOWN_HOST_CALL_FRAME),
-        };
+        self.frame_ids.insert(*raw, id);
+        id
+    }
+
+    /// A frame that is a function's name alone.
+    fn named_frame(
+        &mut self,
+        mapping: Option<MappingId>,
+        address: u64,
+        name: FunctionName,
+    ) -> FrameId {
         let function = self.builder.function(&Function {
             name: name.name,
             system_name: name.system_name,
             file: String::new(),
             start_line: 0,
         });
-        let id = self.builder.frame(&Frame {
-            mapping: registered.map(|m| m.mapping),
+        self.builder.frame(&Frame {
+            mapping,
             address,
             lines: vec![Line {
                 function,
                 line: 0,
                 column: 0,
             }],
-        });
-        self.frame_ids.insert(*raw, id);
-        id
+        })
+    }
+
+    /// Gives the frames in registered modules their source lines (innermost first), from
+    /// DWARF where the module has it, else the function's name.
+    fn symbolize_wasm_frames(&mut self, profile: &mut Profile) {
+        let mut function_ids: FxHashMap<Function, FunctionId> = profile
+            .functions
+            .iter()
+            .cloned()
+            .enumerate()
+            .map(|(id, f)| (f, id))
+            .collect();
+        for (index, module) in self.modules.iter_mut().enumerate() {
+            let addresses: Vec<(u32, u32)> = self
+                .wasm_frames
+                .iter()
+                .filter(|f| f.module as usize == index)
+                .map(|f| (f.func_index, f.offset))
+                .collect();
+            module.symbolizer.symbolize(&addresses);
+        }
+        for frame in &self.wasm_frames {
+            let symbolizer = &mut self.modules[frame.module as usize].symbolizer;
+            let source = symbolizer.source_frames(frame.func_index, frame.offset);
+            profile.frames[frame.id].lines = source
+                .iter()
+                .map(|s| {
+                    let function = Function {
+                        name: s.function.name.clone(),
+                        system_name: s.function.system_name.clone(),
+                        file: s.file.clone(),
+                        start_line: s.start_line,
+                    };
+                    let id = *function_ids.entry(function).or_insert_with_key(|f| {
+                        profile.functions.push(f.clone());
+                        profile.functions.len() - 1
+                    });
+                    Line {
+                        function: id,
+                        line: s.line,
+                        column: s.column,
+                    }
+                })
+                .collect();
+        }
+        for m in &mut self.modules {
+            self.warnings.extend(m.symbolizer.take_warnings());
+        }
     }
 
     /// Marks the end of the recording: the profile's duration stops here.
@@ -361,7 +458,7 @@ impl Collector {
 
     /// The profile so far (complete once [`stop`](Self::stop) was called). Samples of a host
     /// call still in progress, whose guest stack is not known yet, show as `[host call]` alone.
-    pub fn profile(&self) -> Profile {
+    pub fn profile(&mut self) -> Profile {
         let end = self.stopped_ns.unwrap_or_else(monotonic_ns);
         let cpu = ValueType::new("cpu", "nanoseconds");
         let wall = ValueType::new("wall", "nanoseconds");
@@ -388,6 +485,7 @@ impl Collector {
                 self.clock
             )],
         });
+        self.symbolize_wasm_frames(&mut profile);
         if !self.unresolved.is_empty() {
             let function = profile.functions.len();
             profile.functions.push(Function {

@@ -3,7 +3,8 @@
 //! The pieces, each in its own module:
 //! - [`wasi_host`] runs a WASI preview 1 command as `wasmtime run` does;
 //! - [`sampler`] takes samples of the guest's stack (one file per sampling strategy);
-//! - [`symbolize`] names the sampled code (name section, demangling);
+//! - [`symbolize`] maps the sampled code to source: DWARF file:line and inlined frames, the
+//!   name section, demangling;
 //! - [`collector`] turns raw samples into the format-neutral [`profile`] model;
 //! - [`export`] writes the model in a file format (pprof).
 //!
@@ -12,7 +13,6 @@
 pub mod clock;
 pub mod code_map;
 pub mod collector;
-pub mod demangle;
 pub mod export;
 pub mod profile;
 pub mod profiler;

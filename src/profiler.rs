@@ -6,16 +6,19 @@
 //! let mut config = wasmtime::Config::new();
 //! Profiler::configure(&mut config);
 //! let engine = wasmtime::Engine::new(&config)?;
-//! let wasm = std::fs::read("app.wasm")?;
+//! let wasm: std::sync::Arc<[u8]> = std::fs::read("app.wasm")?.into();
 //! let module = wasmtime::Module::new(&engine, &wasm)?;
 //!
 //! let mut profiler = Profiler::new(&engine, ProfilerOptions::default())?;
-//! profiler.add_module("app.wasm", &module, &wasm)?;
+//! profiler.add_module("app.wasm", &module, wasm.clone())?;
 //! let mut store = wasmtime::Store::new(&engine, ());
 //! profiler.attach(&mut store)?; // on the thread that will run the guest
 //! profiler.start()?;
 //! // ... instantiate and call into the guest ...
 //! let profile = profiler.stop();
+//! for warning in profiler.handle().take_warnings() {
+//!     eprintln!("warning: {warning}"); // e.g. no DWARF: functions without file:line
+//! }
 //! std::fs::write("app.pb.gz", wasmspy::export::pprof::encode(&profile)?)?;
 //! # Ok(()) }
 //! ```
@@ -43,6 +46,9 @@ pub struct ProfilerOptions {
     pub rate_hz: u32,
     pub sampler: SamplerKind,
     pub clock: Clock,
+    /// Map code to file:line, inlined calls included, with the modules' DWARF debug info;
+    /// when false, profiles name functions only.
+    pub dwarf: bool,
 }
 
 impl Default for ProfilerOptions {
@@ -51,6 +57,7 @@ impl Default for ProfilerOptions {
             rate_hz: 1000,
             sampler: SamplerKind::Auto,
             clock: Clock::Cpu,
+            dwarf: true,
         }
     }
 }
@@ -105,6 +112,7 @@ impl Profiler {
             options.rate_hz,
             options.clock,
             name,
+            options.dwarf,
         )));
         let sampler: Box<dyn Sampler> = if use_signals {
             new_signal_sampler(&options, collector.clone())
@@ -127,15 +135,18 @@ impl Profiler {
     }
 
     /// Registers a module so its frames are named and attributed to it; register every module
-    /// before [`start`](Self::start). `wasm` is the module's binary (not text) form. Returns a
-    /// warning when its names could not all be read.
+    /// before [`start`](Self::start). `wasm` is the module's binary (not text) form; pass an
+    /// `Arc<[u8]>` to share it rather than have it copied. Problems with its names or debug info
+    /// are not errors: see [`ProfilerHandle::take_warnings`].
     pub fn add_module(
         &self,
         file_name: &str,
         module: &Module,
-        wasm: &[u8],
-    ) -> Result<Option<String>> {
-        self.handle.lock().add_module(file_name, module, wasm)
+        wasm: impl Into<Arc<[u8]>>,
+    ) -> Result<()> {
+        self.handle
+            .lock()
+            .add_module(file_name, module, wasm.into())
     }
 
     /// Installs the profiler in `store`, on the thread that will run the guest (the one that is
@@ -241,6 +252,12 @@ impl ProfilerHandle {
     /// The profile recorded so far.
     pub fn snapshot(&self) -> Profile {
         self.lock().profile()
+    }
+
+    /// Warnings not taken yet: a module without debug info or with damaged names or DWARF
+    /// (its profile then shows less, but the run goes on). Building a profile can add some.
+    pub fn take_warnings(&self) -> Vec<String> {
+        self.lock().take_warnings()
     }
 
     /// Samples by where they landed, and how many were lost (a full buffer).

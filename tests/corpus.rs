@@ -1,5 +1,6 @@
 //! Every WASI preview 1 program of the Sightglass corpus (`../shared/corpus/sightglass`) runs
-//! under `wasmspy record` with its expected output, and leaves a profile.
+//! under `wasmspy record` with its expected output, and leaves a profile; in those that carry
+//! DWARF, most samples of the guest's code have a source line.
 
 mod common;
 
@@ -46,6 +47,15 @@ fn modules(root: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// Whether the module carries DWARF debug info.
+fn has_dwarf(module: &Path) -> bool {
+    let bytes = std::fs::read(module).unwrap();
+    let found = wasmparser::Parser::new(0).parse_all(&bytes).any(
+        |p| matches!(p, Ok(wasmparser::Payload::CustomSection(r)) if r.name() == ".debug_info"),
+    );
+    found
+}
+
 /// `<name>.<stream>.expected` next to the module, else `default.<stream>.expected`. Like
 /// Sightglass, trailing white space does not count (some files lack the final newline).
 fn expected(module: &Path, stream: &str) -> Option<String> {
@@ -65,6 +75,8 @@ fn every_sightglass_module_runs_and_profiles() {
     assert!(modules.len() >= 40, "found only {} modules", modules.len());
     let out_dir = tempfile::tempdir().unwrap();
     let mut failures = Vec::new();
+    let (mut dwarf_samples, mut dwarf_samples_with_line) = (0, 0);
+    let mut stale_dwarf = Vec::new();
     for module in &modules {
         let name = module.strip_prefix(&root).unwrap().display().to_string();
         let out = out_dir
@@ -114,11 +126,44 @@ fn every_sightglass_module_runs_and_profiles() {
         if samples == 0 && !name.starts_with("noop/") {
             failures.push(format!("{name}: no samples"));
         }
+        // Of the samples in the guest's own code, the share that DWARF maps to a line.
+        let in_code = p.leaf_value("samples", |l| p.location(l).address != 0);
+        let with_line = p.leaf_value("samples", |l| {
+            let frames = p.source_frames(l);
+            p.location(l).address != 0 && frames[0].2 != 0 && !frames[0].1.is_empty()
+        });
+        let line_share = with_line as f64 / in_code.max(1) as f64;
+        let stale = err.contains("describes almost none of its code");
+        if stale {
+            stale_dwarf.push(name.clone());
+        } else if has_dwarf(module) {
+            dwarf_samples += in_code;
+            dwarf_samples_with_line += with_line;
+        }
         eprintln!(
-            "{name}: {samples} samples, {:.3} s CPU",
-            p.total("cpu") as f64 / 1e9
+            "{name}: {samples} samples, {:.3} s CPU, {:.0}% of guest samples with a source line",
+            p.total("cpu") as f64 / 1e9,
+            line_share * 100.0
         );
     }
+    // Their DWARF's code ranges are tombstones and [0, 1) (checked with llvm-dwarfdump): the
+    // modules were rewritten after linking.
+    assert_eq!(
+        stale_dwarf,
+        [
+            "meshoptimizer/benchmark.wasm",
+            "quicksort/benchmark.wasm",
+            "richards/benchmark.wasm"
+        ]
+    );
+    let share = dwarf_samples_with_line as f64 / dwarf_samples as f64;
+    eprintln!(
+        "programs with DWARF: {share:.3} of {dwarf_samples} guest samples have a source line"
+    );
+    assert!(
+        share > 0.5,
+        "only {share:.3} of the guest samples of programs with DWARF have a source line"
+    );
     assert!(
         failures.is_empty(),
         "{} failures:\n{}",

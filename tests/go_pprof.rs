@@ -65,3 +65,23 @@ fn go_tool_pprof_shows_our_functions_and_values() {
         assert_eq!(flat, ours.to_string(), "{name}\n{text}");
     }
 }
+
+#[test]
+fn go_tool_pprof_lists_inlined_source_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, path) = record(dir.path(), &[], &fixture("c/inline.wasm"), &["100"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = go_pprof(&["-lines", "-top"], &path);
+    let names: Vec<String> = top_rows(&text).into_iter().map(|(_, _, n)| n).collect();
+    for expected in [
+        "mix tests/fixtures/c/inline.c:8 (inline)",
+        "mix_twice tests/fixtures/c/inline.c:14 (inline)",
+        "hot_loop tests/fixtures/c/inline.c:23",
+        "main tests/fixtures/c/inline.c:32",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "no `{expected}` in\n{text}"
+        );
+    }
+}

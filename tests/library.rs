@@ -28,7 +28,9 @@ fn setup(sampler: SamplerKind) -> (Engine, Module, Vec<u8>, Profiler) {
         ..Default::default()
     };
     let profiler = Profiler::new(&engine, options).unwrap();
-    profiler.add_module("guest.wasm", &module, &wasm).unwrap();
+    profiler
+        .add_module("guest.wasm", &module, wasm.as_slice())
+        .unwrap();
     (engine, module, wasm, profiler)
 }
 

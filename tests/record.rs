@@ -65,10 +65,11 @@ fn rust_hot_path_is_demangled_and_has_its_known_share() {
         stdout(&out)
     );
     let p = Decoded::load(&path);
-    let top = p.top_self("cpu");
+    // Integer arithmetic from `core` is inlined into both paths: count it as theirs.
+    let top = p.top_self_compiled("cpu");
     assert_eq!(top[0].0, "hotspot::engine::hot_path", "top: {top:?}");
-    let hot = p.self_share("cpu", "hotspot::engine::hot_path");
-    let warm = p.self_share("cpu", "hotspot::engine::warm_path");
+    let hot = p.self_share_compiled("cpu", "hotspot::engine::hot_path");
+    let warm = p.self_share_compiled("cpu", "hotspot::engine::warm_path");
     assert!(
         (0.67..=0.83).contains(&hot),
         "hot share {hot:.3}, top: {top:?}"
@@ -136,13 +137,19 @@ fn profile_header_describes_the_recording() {
     assert_eq!(m.memory_limit, wasm.len() as u64);
     assert!(m.has_functions);
 
-    // Every location is a code offset inside the module, in its code section.
+    // Every location is a code offset inside the module, but for the imports that host
+    // calls sampled.
     for loc in &p.0.location {
         assert_eq!(loc.mapping_id, 1);
-        assert!(
-            loc.address > 0 && loc.address < wasm.len() as u64,
-            "{loc:?}"
-        );
+        let name = p.str(p.function(loc.line[0].function_id).name);
+        if name.starts_with("wasi_snapshot_preview1::") {
+            assert_eq!(loc.address, 0);
+        } else {
+            assert!(
+                loc.address > 0 && loc.address < wasm.len() as u64,
+                "{loc:?}"
+            );
+        }
     }
     // The samples and cpu columns agree with the summary line.
     let summary = stderr(&out);

@@ -87,27 +87,83 @@ impl Decoded {
             .collect()
     }
 
+    /// A location's source frames, innermost first: (function, file, line, inlined). Every
+    /// frame but the last is inlined into the one after it.
+    pub fn source_frames(&self, location: u64) -> Vec<(String, String, i64, bool)> {
+        let lines = &self.location(location).line;
+        lines
+            .iter()
+            .enumerate()
+            .map(|(i, line)| {
+                let f = self.function(line.function_id);
+                (
+                    self.str(f.name).to_string(),
+                    self.str(f.filename).to_string(),
+                    line.line,
+                    i + 1 < lines.len(),
+                )
+            })
+            .collect()
+    }
+
+    /// `kind` summed over the samples whose leaf location satisfies `pred`.
+    pub fn leaf_value(&self, kind: &str, pred: impl Fn(u64) -> bool) -> i64 {
+        let i = self.value_index(kind);
+        self.0
+            .sample
+            .iter()
+            .filter(|s| s.location_id.first().is_some_and(|&l| pred(l)))
+            .map(|s| s.value[i])
+            .sum()
+    }
+
     pub fn total(&self, kind: &str) -> i64 {
         let i = self.value_index(kind);
         self.0.sample.iter().map(|s| s.value[i]).sum()
     }
 
-    /// (function, self value) sorted by value, largest first.
+    /// (function, self value) sorted by value, largest first; as in pprof, code inlined
+    /// into a function is the inlined function's own.
     pub fn top_self(&self, kind: &str) -> Vec<(String, i64)> {
+        self.top_self_by(kind, |loc| loc.line.first().unwrap())
+    }
+
+    /// As [`top_self`](Self::top_self), but code inlined into a function counts as the
+    /// function's own, as it is in the compiled module.
+    pub fn top_self_compiled(&self, kind: &str) -> Vec<(String, i64)> {
+        self.top_self_by(kind, |loc| loc.line.last().unwrap())
+    }
+
+    fn top_self_by(
+        &self,
+        kind: &str,
+        line: impl Fn(&proto::Location) -> &proto::Line,
+    ) -> Vec<(String, i64)> {
         let i = self.value_index(kind);
         let mut by_name: HashMap<String, i64> = HashMap::new();
-        for (names, values) in self.stacks() {
-            *by_name.entry(names[0].clone()).or_default() += values[i];
+        for sample in &self.0.sample {
+            let leaf = line(self.location(sample.location_id[0]));
+            let name = self.str(self.function(leaf.function_id).name);
+            *by_name.entry(name.to_string()).or_default() += sample.value[i];
         }
         let mut top: Vec<_> = by_name.into_iter().collect();
         top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         top
     }
 
-    /// Share of `kind` whose leaf is `function`.
+    /// Share of `kind` whose leaf is `function` (see [`top_self`](Self::top_self)).
     pub fn self_share(&self, kind: &str, function: &str) -> f64 {
-        let own: i64 = self
-            .top_self(kind)
+        self.share_of(&self.top_self(kind), kind, function)
+    }
+
+    /// Share of `kind` in `function`'s compiled code (see
+    /// [`top_self_compiled`](Self::top_self_compiled)).
+    pub fn self_share_compiled(&self, kind: &str, function: &str) -> f64 {
+        self.share_of(&self.top_self_compiled(kind), kind, function)
+    }
+
+    fn share_of(&self, top: &[(String, i64)], kind: &str, function: &str) -> f64 {
+        let own: i64 = top
             .iter()
             .filter(|(n, _)| n == function)
             .map(|(_, v)| v)

@@ -1,0 +1,352 @@
+//! What a sampled code address is in the source. A module's symbolizer combines DWARF
+//! ([`dwarf`]: file, line and inlined frames, where the module carries debug info) with the
+//! `name` section ([`names`]: every function's name), demangled ([`demangle`]). Each address is
+//! symbolized once, when a profile first shows it.
+
+pub mod demangle;
+mod dwarf;
+mod names;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use rustc_hash::FxHashMap;
+use wasmparser::{KnownCustom, Parser, Payload, TypeRef};
+
+use self::demangle::demangle;
+use self::dwarf::{Dwarf, DwarfFrame, DwarfSections};
+use self::names::Names;
+
+/// A function's names as a profile shows them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FunctionName {
+    /// Demangled.
+    pub name: String,
+    /// As written in the module.
+    pub system_name: String,
+}
+
+impl FunctionName {
+    pub fn from_raw(raw: String) -> Self {
+        FunctionName {
+            name: demangle(&raw).into_owned(),
+            system_name: raw,
+        }
+    }
+
+    /// A mangled linkage name demangles to the qualified name; an unmangled one (C's, or
+    /// `__main_argc_argv` for `main`) is not what the source calls the function.
+    fn from_dwarf(linkage_name: Option<String>, name: Option<String>) -> Option<Self> {
+        match (linkage_name, name) {
+            (Some(linkage), name) => {
+                let demangled = demangle(&linkage);
+                let name = match (demangled, name) {
+                    (Cow::Borrowed(_), Some(name)) => name,
+                    (demangled, _) => demangled.into_owned(),
+                };
+                Some(FunctionName {
+                    name,
+                    system_name: linkage,
+                })
+            }
+            (None, Some(name)) => Some(FunctionName::from_raw(name)),
+            (None, None) => None,
+        }
+    }
+}
+
+/// One source-level frame of a code address: an address in inlined code has several.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceFrame {
+    pub function: FunctionName,
+    /// Empty when unknown.
+    pub file: String,
+    /// 0 when unknown.
+    pub line: u32,
+    pub column: u32,
+    /// The line where the function is declared; 0 when unknown.
+    pub start_line: u32,
+}
+
+enum DwarfState {
+    /// Found, not read yet: a run that never shows an address does not pay for it.
+    Unread(DwarfSections),
+    Ready(Box<Dwarf>),
+    /// Missing: worth a warning once there is code to symbolize.
+    Absent,
+    /// Unreadable, not wanted, or its absence told.
+    Unavailable,
+}
+
+pub struct ModuleSymbolizer {
+    file_name: String,
+    wasm: Arc<[u8]>,
+    names: Names,
+    dwarf: DwarfState,
+    /// Module offset → its source frames, innermost first.
+    frames: FxHashMap<u32, Arc<[SourceFrame]>>,
+    /// Whether a lookup already failed (one warning is enough).
+    lookup_failed: bool,
+    warnings: Vec<String>,
+}
+
+impl ModuleSymbolizer {
+    /// Reads `wasm`'s imports and `name` section, and finds its DWARF (used unless `use_dwarf`
+    /// is false). Fails only when the module itself is malformed; a damaged `name` section
+    /// leaves a warning, and so does missing DWARF once code is symbolized.
+    pub fn new(file_name: &str, wasm: Arc<[u8]>, use_dwarf: bool) -> Result<Self> {
+        let mut names = Names::default();
+        let mut sections = DwarfSections::default();
+        let mut warnings = Vec::new();
+        for payload in Parser::new(0).parse_all(&wasm) {
+            match payload.context("malformed Wasm module")? {
+                Payload::ImportSection(reader) => {
+                    for import in reader.into_imports() {
+                        let import = import.context("malformed import section")?;
+                        if matches!(import.ty, TypeRef::Func(_) | TypeRef::FuncExact(_)) {
+                            names.add_import(import.module, import.name);
+                        }
+                    }
+                }
+                Payload::CodeSectionStart { range, .. } => sections.code = Some(range),
+                Payload::CustomSection(reader) => match reader.as_known() {
+                    KnownCustom::Name(section) => {
+                        if let Err(e) = names.read_name_section(section) {
+                            warnings.push(format!(
+                                "{file_name}: ignoring its malformed name section: {e}"
+                            ));
+                        }
+                    }
+                    _ if reader.name().starts_with(".debug_") => {
+                        let start = reader.data_offset();
+                        let range = start..start + reader.data().len();
+                        sections.sections.push((reader.name().to_string(), range));
+                    }
+                    _ => {}
+                },
+                _ => {}
+            }
+        }
+        let dwarf = if !use_dwarf {
+            DwarfState::Unavailable
+        } else if sections.present() {
+            DwarfState::Unread(sections)
+        } else {
+            DwarfState::Absent
+        };
+        Ok(ModuleSymbolizer {
+            file_name: file_name.to_string(),
+            wasm,
+            names,
+            dwarf,
+            frames: FxHashMap::default(),
+            lookup_failed: false,
+            warnings,
+        })
+    }
+
+    /// The module's bytes.
+    pub fn wasm(&self) -> &[u8] {
+        &self.wasm
+    }
+
+    pub fn imported_function_count(&self) -> u32 {
+        self.names.imported_function_count()
+    }
+
+    /// The name of function `index` (in the function index space, imports first).
+    pub fn function_name(&self, index: u32) -> FunctionName {
+        self.names.function_name(index)
+    }
+
+    /// The source frames of the instruction at `offset` (in the module's bytes) of function
+    /// `func_index`, innermost first; never empty.
+    pub fn source_frames(&mut self, func_index: u32, offset: u32) -> Arc<[SourceFrame]> {
+        if !self.frames.contains_key(&offset) {
+            self.symbolize(&[(func_index, offset)]);
+        }
+        self.frames[&offset].clone()
+    }
+
+    /// Symbolizes the instructions at these (function index, module offset) pairs that are not
+    /// yet: in one batch, each DWARF compilation unit involved parsed once.
+    pub fn symbolize(&mut self, addresses: &[(u32, u32)]) {
+        let mut missing: Vec<(u32, u32)> = addresses
+            .iter()
+            .copied()
+            .filter(|(_, offset)| !self.frames.contains_key(offset))
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        missing.sort_unstable_by_key(|&(_, offset)| offset);
+        missing.dedup_by_key(|&mut (_, offset)| offset);
+        let offsets: Vec<u32> = missing.iter().map(|&(_, offset)| offset).collect();
+        let mut described = self.dwarf_frames(&offsets);
+        for (func_index, offset) in missing {
+            let frames = self.source_frames_of(func_index, described.remove(&offset));
+            self.frames.insert(offset, frames);
+        }
+    }
+
+    /// DWARF's frames with names (the name section's where DWARF has none), or the function
+    /// alone.
+    fn source_frames_of(
+        &self,
+        func_index: u32,
+        described: Option<Vec<DwarfFrame>>,
+    ) -> Arc<[SourceFrame]> {
+        let Some(described) = described.filter(|d| !d.is_empty()) else {
+            return Arc::new([SourceFrame {
+                function: self.function_name(func_index),
+                file: String::new(),
+                line: 0,
+                column: 0,
+                start_line: 0,
+            }]);
+        };
+        let outermost = described.len() - 1;
+        described
+            .into_iter()
+            .enumerate()
+            .map(|(i, frame)| {
+                let function = match FunctionName::from_dwarf(frame.linkage_name, frame.name) {
+                    Some(name) => name,
+                    // The outermost frame is the Wasm function itself.
+                    None if i == outermost => self.function_name(func_index),
+                    None => FunctionName::from_raw("[unnamed inlined function]".into()),
+                };
+                SourceFrame {
+                    function,
+                    file: frame.file.unwrap_or_default(),
+                    line: frame.line,
+                    column: frame.column,
+                    start_line: frame.start_line,
+                }
+            })
+            .collect()
+    }
+
+    fn dwarf_frames(&mut self, offsets: &[u32]) -> FxHashMap<u32, Vec<DwarfFrame>> {
+        if let DwarfState::Absent = self.dwarf {
+            self.warnings.push(format!(
+                "{} has no DWARF debug info: the profile names functions, without file:line (build with -g for them)",
+                self.file_name
+            ));
+            self.dwarf = DwarfState::Unavailable;
+        }
+        if let DwarfState::Unread(sections) = &self.dwarf {
+            self.dwarf = match Dwarf::load(&self.wasm, sections) {
+                Ok(dwarf) => {
+                    if let Some(problem) = &dwarf.unreadable_units {
+                        self.lookup_failed = true;
+                        self.warnings.push(format!(
+                            "{}: {problem}: code they describe is shown by function name only",
+                            self.file_name
+                        ));
+                    }
+                    DwarfState::Ready(Box::new(dwarf))
+                }
+                Err(e) => {
+                    self.warnings.push(format!(
+                        "{}: {e:#}: the profile names functions, without file:line",
+                        self.file_name
+                    ));
+                    DwarfState::Unavailable
+                }
+            };
+        }
+        let DwarfState::Ready(dwarf) = &self.dwarf else {
+            return FxHashMap::default();
+        };
+        let resolved = dwarf.resolve(offsets);
+        if let Some(e) = resolved.error {
+            if !std::mem::replace(&mut self.lookup_failed, true) {
+                self.warnings.push(format!(
+                    "{}: part of its DWARF debug info is unreadable ({e}): code it describes is shown by function name only",
+                    self.file_name
+                ));
+            }
+        }
+        resolved.frames
+    }
+
+    /// Warnings not taken yet.
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn symbolizer(wasm: Vec<u8>) -> ModuleSymbolizer {
+        ModuleSymbolizer::new("m.wasm", wasm.into(), true).unwrap()
+    }
+
+    #[test]
+    fn names_imports_and_nameless_functions() {
+        let wasm = wat::parse_str(
+            r#"(module
+            (import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32)))
+            (import "env" "mem" (memory 1))
+            (func $_ZN7hotspot6engine9warm_path17hf943d30d5f82710bE)
+            (func)
+        )"#,
+        )
+        .unwrap();
+        let mut s = symbolizer(wasm);
+        assert_eq!(s.imported_function_count(), 1);
+        assert_eq!(s.function_name(0).name, "wasi_snapshot_preview1::fd_write");
+        let f = s.function_name(1);
+        assert_eq!(f.name, "hotspot::engine::warm_path");
+        assert_eq!(
+            f.system_name,
+            "_ZN7hotspot6engine9warm_path17hf943d30d5f82710bE"
+        );
+        assert_eq!(s.function_name(2).name, "wasm-function[2]");
+        assert!(s.take_warnings().is_empty());
+        s.source_frames(1, 40);
+        s.source_frames(2, 41);
+        let warnings = s.take_warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("no DWARF"), "{warnings:?}");
+    }
+
+    #[test]
+    fn without_dwarf_an_address_is_its_function() {
+        let wasm = wat::parse_str("(module (func $f (nop)))").unwrap();
+        let mut s = symbolizer(wasm);
+        let frames = s.source_frames(0, 30);
+        assert_eq!(frames.len(), 1);
+        assert_eq!(frames[0].function.name, "f");
+        assert_eq!((frames[0].file.as_str(), frames[0].line), ("", 0));
+    }
+
+    #[test]
+    fn damaged_name_section_warns_and_keeps_going() {
+        let mut wasm = wat::parse_str("(module (func $f))").unwrap();
+        // Append a `name` custom section whose function subsection claims more bytes than it has.
+        let body: &[u8] = &[4, b'n', b'a', b'm', b'e', 1, 20, 1, 0];
+        wasm.push(0);
+        wasm.push(body.len() as u8);
+        wasm.extend_from_slice(body);
+        let mut s = ModuleSymbolizer::new("m.wasm", wasm.into(), false).unwrap();
+        let warnings = s.take_warnings();
+        assert_eq!(warnings.len(), 1);
+        assert!(
+            warnings[0].contains("malformed name section"),
+            "{warnings:?}"
+        );
+        assert_eq!(s.function_name(0).name, "wasm-function[0]");
+    }
+
+    #[test]
+    fn truncated_module_is_an_error() {
+        let wasm = wat::parse_str("(module (func $f (nop)))").unwrap();
+        let truncated: Arc<[u8]> = wasm[..wasm.len() - 3].into();
+        assert!(ModuleSymbolizer::new("m.wasm", truncated, true).is_err());
+    }
+}

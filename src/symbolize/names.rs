@@ -1,0 +1,59 @@
+//! Function names without debug info: the `name` section's, and `module::field` for imports.
+
+use std::collections::HashMap;
+
+use anyhow::Result;
+use wasmparser::{Name, NameSectionReader};
+
+use super::FunctionName;
+
+#[derive(Debug, Default)]
+pub struct Names {
+    /// Names from the `name` section, by index in the function index space (imports first).
+    names: HashMap<u32, String>,
+    /// `module::field` of each imported function, in import order.
+    imports: Vec<String>,
+}
+
+impl Names {
+    pub fn add_import(&mut self, module: &str, field: &str) {
+        self.imports.push(format!("{module}::{field}"));
+    }
+
+    /// Reads the `name` section's function names; on error, keeps none of them.
+    pub fn read_name_section(&mut self, reader: NameSectionReader<'_>) -> Result<()> {
+        let read = |names: &mut HashMap<u32, String>| -> Result<()> {
+            for subsection in reader {
+                if let Name::Function(map) = subsection? {
+                    for naming in map {
+                        let naming = naming?;
+                        names.insert(naming.index, naming.name.to_string());
+                    }
+                }
+            }
+            Ok(())
+        };
+        let result = read(&mut self.names);
+        if result.is_err() {
+            self.names.clear();
+        }
+        result
+    }
+
+    pub fn imported_function_count(&self) -> u32 {
+        self.imports.len() as u32
+    }
+
+    /// The name of function `index` (in the function index space). Imports are named by
+    /// what they import, which is what a reader of a profile recognizes (`wasi_snapshot_preview1::fd_write`).
+    pub fn function_name(&self, index: u32) -> FunctionName {
+        let raw = match self.imports.get(index as usize) {
+            Some(import) => import.clone(),
+            None => match self.names.get(&index) {
+                Some(name) => name.clone(),
+                None => format!("wasm-function[{index}]"),
+            },
+        };
+        FunctionName::from_raw(raw)
+    }
+}
