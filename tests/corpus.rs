@@ -171,3 +171,68 @@ fn every_sightglass_module_runs_and_profiles() {
         failures.join("\n")
     );
 }
+
+/// TinyGo's DWARF: inlined calls whose functions are declared in other compilation units, and
+/// inlined calls whose ranges lie outside their parent's (`os.ReadFile` here). The frames are
+/// those `llvm-dwarfdump --lookup` shows for the same address.
+#[test]
+fn tinygo_inlined_frames_across_units() {
+    let Some(root) = corpus() else { return };
+    let wasm = std::fs::read(root.join("tinygo/tinygo-json.wasm")).unwrap();
+    let mut symbolizer =
+        wasmspy::symbolize::ModuleSymbolizer::new("tinygo-json.wasm", wasm.into(), true).unwrap();
+    let frames: Vec<(String, String, u32, u32)> = symbolizer
+        .source_frames(0, 0x154d6)
+        .iter()
+        .map(|f| {
+            (
+                f.function.name.clone(),
+                f.file.clone(),
+                f.line,
+                f.start_line,
+            )
+        })
+        .collect();
+    let tinygo = "/usr/local/tinygo/src";
+    let expected = [
+        (
+            "syscall.Open",
+            format!("{tinygo}/syscall/syscall_libc.go"),
+            76,
+            74,
+        ),
+        (
+            "(os.unixFilesystem).OpenFile",
+            format!("{tinygo}/os/file_anyos.go"),
+            88,
+            87,
+        ),
+        (
+            "(os.unixFilesystem).OpenFile$invoke",
+            format!("{tinygo}/os/file_anyos.go"),
+            87,
+            87,
+        ),
+        (
+            "(Go interface method)",
+            "<Go interface method>".to_string(),
+            0,
+            0,
+        ),
+        ("os.OpenFile", format!("{tinygo}/os/file.go"), 90, 85),
+        ("os.Open", format!("{tinygo}/os/file.go"), 101, 100),
+        ("os.ReadFile", format!("{tinygo}/os/file.go"), 463, 462),
+        ("main.main", "/usr/src/json/main.go".to_string(), 66, 64),
+        (
+            "runtime.run$1",
+            format!("{tinygo}/runtime/scheduler_cooperative.go"),
+            250,
+            248,
+        ),
+    ];
+    let expected: Vec<(String, String, u32, u32)> = expected
+        .into_iter()
+        .map(|(f, file, line, start)| (f.to_string(), file, line, start))
+        .collect();
+    assert_eq!(frames, expected);
+}

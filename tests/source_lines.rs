@@ -155,6 +155,52 @@ fn rust_inlined_iterator_closure() {
     assert_eq!(start_line(&p, "iter::checksum::{{closure}}"), 9);
 }
 
+#[test]
+fn rust_debug_build_calls_what_release_inlines() {
+    let file = "tests/fixtures/rust/iter.rs";
+    let core = "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library/core/src";
+    let map_rs = format!("{core}/iter/adapters/map.rs");
+    let macros_rs = format!("{core}/slice/iter/macros.rs");
+    let expected: Vec<(String, String, i64, bool)> = [
+        ("iter::checksum::{{closure}}", file, 9),
+        ("core::iter::adapters::map::map_fold::{{closure}}", &map_rs, 88),
+        (
+            "<core::slice::iter::Iter<T> as core::iter::traits::iterator::Iterator>::fold",
+            &macros_rs,
+            279,
+        ),
+        (
+            "<core::iter::adapters::map::Map<I,F> as core::iter::traits::iterator::Iterator>::fold",
+            &map_rs,
+            128,
+        ),
+        ("iter::checksum", file, 10),
+        ("iter::main", file, 21),
+    ]
+    .iter()
+    .map(|&(f, file, line)| (f.to_string(), file.to_string(), line, false))
+    .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let (output, out) = record(dir.path(), &[], &fixture("rust/iter-debug.wasm"), &["200"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let p = Decoded::load(&out);
+    let mut closure_samples = 0;
+    for sample in &p.0.sample {
+        let stack: Vec<_> = sample
+            .location_id
+            .iter()
+            .flat_map(|&l| p.source_frames(l))
+            .collect();
+        if stack[0].0 != expected[0].0 || stack[0].2 != 9 {
+            continue;
+        }
+        closure_samples += sample.value[p.value_index("samples")];
+        // Each call is a location of its own: nothing is inlined.
+        assert_eq!(stack[..expected.len()], expected[..]);
+    }
+    assert!(closure_samples > 20, "{closure_samples} samples of the closure");
+}
+
 /// Runs the C fixture with `extra` flags, or on `module` bytes written to a file, and returns
 /// wasmspy's stderr and the profile.
 fn record_bytes(wasm: &[u8], extra: &[&str]) -> (String, Decoded) {

@@ -242,7 +242,8 @@ impl Dwarf {
         referenced: &mut FxHashMap<usize, Unit<Reader>>,
     ) -> gimli::Result<Vec<(u64, Vec<DwarfFrame>)>> {
         let unit = &self.dwarf.unit(self.units[index].clone())?;
-        let lines = line_rows(&self.dwarf, unit, probes)?;
+        let mut files = FileNames::default();
+        let lines = line_rows(&self.dwarf, unit, probes, &mut files)?;
         let mut scopes: FxHashMap<u64, Vec<Scope>> = FxHashMap::default();
         let mut tree = unit.entries_tree(None)?;
         let mut chain = Vec::new();
@@ -254,6 +255,8 @@ impl Dwarf {
             &mut scopes,
             0,
         )?;
+        // Many addresses share their functions: each DIE is described once.
+        let mut described: FxHashMap<UnitOffset, Names> = FxHashMap::default();
         let mut out = Vec::new();
         for &probe in probes {
             let line = lines.get(&probe);
@@ -269,11 +272,14 @@ impl Dwarf {
             let mut frames = Vec::with_capacity(scopes.len());
             let mut position = line.cloned().unwrap_or_default();
             for scope in scopes.iter().rev() {
-                let names = self.describe(unit, scope.die, referenced)?;
-                frames.push(position.frame(names));
+                let names = match described.entry(scope.die) {
+                    Entry::Occupied(known) => known.into_mut(),
+                    Entry::Vacant(slot) => slot.insert(self.describe(unit, scope.die, referenced)?),
+                };
+                frames.push(position.frame(names.clone()));
                 position = Position {
                     file: match scope.call_file {
-                        Some(file) => file_name(&self.dwarf, unit, file)?,
+                        Some(file) => files.get(&self.dwarf, unit, file)?,
                         None => None,
                     },
                     line: scope.call_line,
@@ -371,7 +377,7 @@ struct Position {
 }
 
 /// What a function's DIEs say of it.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Names {
     linkage_name: Option<String>,
     name: Option<String>,
@@ -398,7 +404,7 @@ fn origin(entry: &DebuggingInformationEntry<Reader>) -> Option<AttributeValue<Re
 }
 
 /// Finds, for each probe, the chain of subprogram and inlined calls around it: one walk of
-/// the unit's DIE tree, descending only into scopes that contain some probe.
+/// the unit's DIE tree, entering only the functions that contain some probe.
 fn walk(
     unit: gimli::UnitRef<'_, Reader>,
     node: gimli::EntriesTreeNode<'_, '_, Reader>,
@@ -436,14 +442,21 @@ fn walk(
         match scope {
             Some(scope) => {
                 let inside = probes_in(unit, entry, probes)?;
-                if inside.is_empty() {
+                let function = tag == gimli::DW_TAG_subprogram;
+                if function && inside.is_empty() {
                     continue;
                 }
                 chain.push(scope);
+                // Deeper scopes are visited later and replace this chain.
                 for &probe in &inside {
                     found.insert(probe, chain.clone());
                 }
-                walk(unit, child, &inside, chain, found, depth + 1)?;
+                // Inside a function every inlined call is walked, not only those holding an
+                // address: TinyGo emits inlined calls whose ranges lie outside their parent's.
+                // As in llvm-symbolizer, the innermost scope holding an address counts, with
+                // every scope around it.
+                let below = if function { &inside[..] } else { probes };
+                walk(unit, child, below, chain, found, depth + 1)?;
                 chain.pop();
             }
             // Functions nest in namespaces and types; inlined calls in lexical blocks.
@@ -488,12 +501,12 @@ fn line_rows(
     dwarf: &gimli::Dwarf<Reader>,
     unit: &Unit<Reader>,
     probes: &[u64],
+    files: &mut FileNames,
 ) -> gimli::Result<FxHashMap<u64, Position>> {
     let mut found = FxHashMap::default();
     let Some(program) = unit.line_program.clone() else {
         return Ok(found);
     };
-    let mut files: FxHashMap<u64, Option<String>> = FxHashMap::default();
     let mut rows = program.rows();
     let mut previous: Option<(u64, u64, u32, u32)> = None;
     while let Some((_, row)) = rows.next_row()? {
@@ -502,14 +515,10 @@ fn line_rows(
             let from = probes.partition_point(|&p| p < start);
             let to = probes.partition_point(|&p| p < address);
             for &probe in &probes[from..to.max(from)] {
-                let path = match files.entry(file) {
-                    Entry::Occupied(known) => known.into_mut(),
-                    Entry::Vacant(slot) => slot.insert(file_name(dwarf, unit, file)?),
-                };
                 found.insert(
                     probe,
                     Position {
-                        file: path.clone(),
+                        file: files.get(dwarf, unit, file)?,
                         line,
                         column,
                     },
@@ -526,6 +535,24 @@ fn line_rows(
         });
     }
     Ok(found)
+}
+
+/// The paths of one unit's files, by index in its line program.
+#[derive(Default)]
+struct FileNames(FxHashMap<u64, Option<String>>);
+
+impl FileNames {
+    fn get(
+        &mut self,
+        dwarf: &gimli::Dwarf<Reader>,
+        unit: &Unit<Reader>,
+        index: u64,
+    ) -> gimli::Result<Option<String>> {
+        Ok(match self.0.entry(index) {
+            Entry::Occupied(known) => known.get().clone(),
+            Entry::Vacant(slot) => slot.insert(file_name(dwarf, unit, index)?).clone(),
+        })
+    }
 }
 
 /// The path of file `index` of the unit's line program: its directory joined to the unit's

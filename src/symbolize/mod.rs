@@ -38,7 +38,8 @@ impl FunctionName {
     /// A mangled linkage name demangles to the qualified name; an unmangled one (C's, or
     /// `__main_argc_argv` for `main`) is not what the source calls the function.
     fn from_dwarf(linkage_name: Option<String>, name: Option<String>) -> Option<Self> {
-        match (linkage_name, name) {
+        let given = |n: &String| !n.is_empty();
+        match (linkage_name.filter(given), name.filter(given)) {
             (Some(linkage), name) => {
                 let demangled = demangle(&linkage);
                 let name = match (demangled, name) {
