@@ -36,7 +36,7 @@ fn patches(seed: u64, count: usize) -> impl Iterator<Item = Vec<u8>> {
 #[test]
 fn corrupted_c_dwarf_does_not_panic() {
     let module = fixture("c/inline-dwarf5.wasm");
-    for patch in patches(0x5eed, 100) {
+    for patch in patches(0x5eed, 300) {
         symbolize_corrupted(&module, &patch);
     }
 }
@@ -44,7 +44,7 @@ fn corrupted_c_dwarf_does_not_panic() {
 #[test]
 fn corrupted_rust_dwarf_does_not_panic() {
     let module = fixture("rust/iter.wasm");
-    for patch in patches(0xd1a5, 20) {
+    for patch in patches(0xd1a5, 60) {
         symbolize_corrupted(&module, &patch);
     }
 }

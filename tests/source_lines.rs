@@ -163,7 +163,11 @@ fn rust_debug_build_calls_what_release_inlines() {
     let macros_rs = format!("{core}/slice/iter/macros.rs");
     let expected: Vec<(String, String, i64, bool)> = [
         ("iter::checksum::{{closure}}", file, 9),
-        ("core::iter::adapters::map::map_fold::{{closure}}", &map_rs, 88),
+        (
+            "core::iter::adapters::map::map_fold::{{closure}}",
+            &map_rs,
+            88,
+        ),
         (
             "<core::slice::iter::Iter<T> as core::iter::traits::iterator::Iterator>::fold",
             &macros_rs,
@@ -198,7 +202,10 @@ fn rust_debug_build_calls_what_release_inlines() {
         // Each call is a location of its own: nothing is inlined.
         assert_eq!(stack[..expected.len()], expected[..]);
     }
-    assert!(closure_samples > 20, "{closure_samples} samples of the closure");
+    assert!(
+        closure_samples > 20,
+        "{closure_samples} samples of the closure"
+    );
 }
 
 /// Runs the C fixture with `extra` flags, or on `module` bytes written to a file, and returns
