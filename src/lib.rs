@@ -14,6 +14,7 @@ pub mod clock;
 pub mod code_map;
 pub mod collector;
 pub mod export;
+pub mod memory;
 pub mod profile;
 pub mod profiler;
 pub mod sampler;

@@ -236,3 +236,37 @@ fn tinygo_inlined_frames_across_units() {
         .collect();
     assert_eq!(frames, expected);
 }
+
+/// The allocator rewriting of memory profiles (in progress) yields a valid module for every
+/// corpus program, C, C++, Rust and TinyGo alike, wrapping the allocators it names.
+#[test]
+fn every_sightglass_module_rewrites_to_a_valid_module() {
+    let Some(root) = corpus() else { return };
+    let mut wrapped_somewhere = std::collections::BTreeSet::new();
+    for module in modules(&root) {
+        let wasm = std::fs::read(&module).unwrap();
+        // `rewrite` validates what it produces.
+        match wasmspy::memory::rewrite::rewrite(&wasm) {
+            Ok(Some(rewritten)) => {
+                for (_, allocator) in rewritten.wrapped {
+                    wrapped_somewhere.insert(format!("{allocator:?}"));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => panic!("{}: {e:#}", module.display()),
+        }
+    }
+    for expected in [
+        "Malloc",
+        "Free",
+        "Realloc",
+        "Calloc",
+        "RustAlloc",
+        "RustDealloc",
+    ] {
+        assert!(
+            wrapped_somewhere.contains(expected),
+            "{wrapped_somewhere:?}"
+        );
+    }
+}

@@ -1,0 +1,219 @@
+//! Heap accounting, as Go's heap profiles do it. Allocations are sampled by bytes with a
+//! Poisson process whose mean interval is `rate` bytes (Go's `MemProfileRate`): a sampled
+//! allocation of `size` bytes stands for `1 / p` allocations like it, where
+//! `p = 1 − e^(−size / rate)` is the chance it had to be sampled, which makes the totals
+//! unbiased estimates. Freeing a sampled block takes its share out of the in-use values; what
+//! is never freed stays in use. A rate of 1 records every allocation as it is.
+
+use std::collections::hash_map::Entry;
+use std::hash::Hash;
+
+use rustc_hash::FxHashMap;
+
+/// Decides which allocations are sampled.
+pub struct HeapSampler {
+    rate: u64,
+    /// Bytes still to allocate before the next sample.
+    until_next: i64,
+    /// xorshift64* state: the intervals need no more than a fast uniform source.
+    rng: u64,
+}
+
+impl HeapSampler {
+    /// `seed` must not be zero.
+    pub fn new(rate: u64, seed: u64) -> Self {
+        let mut sampler = HeapSampler {
+            rate,
+            until_next: 0,
+            rng: seed.max(1),
+        };
+        sampler.until_next = sampler.next_interval();
+        sampler
+    }
+
+    /// Whether an allocation of `size` bytes is sampled.
+    pub fn sample(&mut self, size: u64) -> bool {
+        if self.rate <= 1 {
+            return true;
+        }
+        self.until_next = self.until_next.saturating_sub(size as i64);
+        if self.until_next >= 0 {
+            return false;
+        }
+        self.until_next = self.next_interval();
+        true
+    }
+
+    /// An exponentially distributed number of bytes, of mean `rate`.
+    fn next_interval(&mut self) -> i64 {
+        if self.rate <= 1 {
+            return 0;
+        }
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        let bits = self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11;
+        // Uniform in (0, 1].
+        let uniform = (bits as f64 + 1.0) / (1u64 << 53) as f64;
+        (-uniform.ln() * self.rate as f64) as i64
+    }
+}
+
+/// A stack's estimated heap values.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HeapValues {
+    pub alloc_objects: f64,
+    pub alloc_space: f64,
+    pub inuse_objects: f64,
+    pub inuse_space: f64,
+}
+
+/// The sampled allocations' values by stack (`K`: a stack's id), and the blocks still live.
+pub struct Heap<K> {
+    rate: u64,
+    /// Address → (stack, size) of each sampled block not freed yet.
+    live: FxHashMap<u32, (K, u64)>,
+    by_stack: FxHashMap<K, HeapValues>,
+}
+
+impl<K: Copy + Eq + Hash> Heap<K> {
+    pub fn new(rate: u64) -> Self {
+        Heap {
+            rate,
+            live: FxHashMap::default(),
+            by_stack: FxHashMap::default(),
+        }
+    }
+
+    /// How many allocations a sampled one of `size` bytes stands for.
+    fn scale(&self, size: u64) -> f64 {
+        if self.rate <= 1 || size == 0 {
+            return 1.0;
+        }
+        1.0 / (1.0 - (-(size as f64) / self.rate as f64).exp())
+    }
+
+    /// A sampled allocation of `size` bytes at `address`, made by `stack`.
+    pub fn allocated(&mut self, stack: K, address: u32, size: u64) {
+        let scale = self.scale(size);
+        let values = self.by_stack.entry(stack).or_default();
+        values.alloc_objects += scale;
+        values.alloc_space += scale * size as f64;
+        values.inuse_objects += scale;
+        values.inuse_space += scale * size as f64;
+        // A block at an address still thought live was freed unseen (by code not wrapped).
+        if let Some((old_stack, old_size)) = self.live.insert(address, (stack, size)) {
+            self.take_out(old_stack, old_size);
+        }
+    }
+
+    /// The block at `address` was freed; only sampled blocks count.
+    pub fn freed(&mut self, address: u32) {
+        if let Some((stack, size)) = self.live.remove(&address) {
+            self.take_out(stack, size);
+        }
+    }
+
+    fn take_out(&mut self, stack: K, size: u64) {
+        let scale = self.scale(size);
+        if let Entry::Occupied(mut values) = self.by_stack.entry(stack) {
+            let values = values.get_mut();
+            values.inuse_objects -= scale;
+            values.inuse_space -= scale * size as f64;
+        }
+    }
+
+    /// Each stack's values.
+    pub fn values(&self) -> impl Iterator<Item = (K, HeapValues)> + '_ {
+        self.by_stack.iter().map(|(&k, &v)| (k, v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn of(heap: &Heap<u8>, stack: u8) -> HeapValues {
+        heap.values()
+            .find(|&(k, _)| k == stack)
+            .map(|(_, v)| v)
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn every_allocation_counts_at_rate_one() {
+        let mut sampler = HeapSampler::new(1, 7);
+        let mut heap = Heap::new(1);
+        for (i, size) in [16u64, 32, 48].into_iter().enumerate() {
+            assert!(sampler.sample(size));
+            heap.allocated(0, 100 * i as u32, size);
+        }
+        heap.allocated(1, 1000, 1 << 20);
+        heap.freed(100);
+        heap.freed(5000); // never allocated: ignored
+        let a = of(&heap, 0);
+        assert_eq!(
+            a,
+            HeapValues {
+                alloc_objects: 3.0,
+                alloc_space: 96.0,
+                inuse_objects: 2.0,
+                inuse_space: 64.0,
+            }
+        );
+        // Never freed: still in use at the end.
+        assert_eq!(of(&heap, 1).inuse_space, (1 << 20) as f64);
+    }
+
+    #[test]
+    fn reusing_a_live_address_retires_the_block_seen_there() {
+        let mut heap = Heap::new(1);
+        heap.allocated(0, 64, 10);
+        heap.allocated(1, 64, 20);
+        assert_eq!(of(&heap, 0).inuse_objects, 0.0);
+        assert_eq!(of(&heap, 1).inuse_space, 20.0);
+    }
+
+    /// Sampled at 512 KiB, the estimates of a known workload land near the truth: three call
+    /// sites allocating 1:2:4 of 3.5 GB, in blocks of different sizes, half of them freed. An
+    /// estimate from n samples is off by about 1/√n: the bound is four times that.
+    #[test]
+    fn sampled_estimates_are_unbiased() {
+        let rate = 512 * 1024;
+        let mut sampler = HeapSampler::new(rate, 0x1234_5678);
+        let mut heap = Heap::new(rate);
+        let sites: [(u8, u64, u64); 3] = [
+            (0, 100, 5_000_000),
+            (1, 4000, 250_000),
+            (2, 1 << 16, 30_000),
+        ];
+        let mut address = 0u32;
+        for &(stack, size, count) in &sites {
+            for i in 0..count {
+                address += 1;
+                if sampler.sample(size) {
+                    heap.allocated(stack, address, size);
+                }
+                if i % 2 == 0 {
+                    heap.freed(address);
+                }
+            }
+        }
+        for &(stack, size, count) in &sites {
+            let v = of(&heap, stack);
+            let bytes = (size * count) as f64;
+            let bound = |truth: f64| 4.0 / (truth / rate as f64).sqrt();
+            let error = |estimate: f64, truth: f64| (estimate - truth).abs() / truth;
+            assert!(
+                error(v.alloc_space, bytes) < bound(bytes),
+                "{stack}: {v:?} vs {bytes}"
+            );
+            assert!(
+                error(v.alloc_objects, count as f64) < bound(bytes),
+                "{stack}: {v:?}"
+            );
+            let inuse = bytes / 2.0;
+            assert!(error(v.inuse_space, inuse) < bound(inuse), "{stack}: {v:?}");
+        }
+    }
+}

@@ -1,0 +1,730 @@
+//! Rewrites a module so that its allocator functions report each call to the host, changing
+//! nothing else's code.
+//!
+//! Each allocator function keeps its index, so every call to it, direct or through a table,
+//! now reaches a small wrapper: the wrapper calls the original body, moved byte for byte to a
+//! new function at the end of the index space, then reports (allocator, size, freed address,
+//! allocated address) through `call_indirect` on a new one-element table that the host fills
+//! after instantiation. A table, a type and a global are appended to their index spaces, so no
+//! existing index moves and every other function body stays byte-identical; only their
+//! positions in the code section shift, which [`Rewritten::original_offset`] undoes so that
+//! names and DWARF of the original module still apply. The global counts wrapper depth: an
+//! allocator called from inside another (`realloc` calling `malloc`, `__rust_alloc` calling
+//! `malloc`) is not reported twice.
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use anyhow::{bail, Context, Result};
+use wasm_encoder::reencode::{Reencode, RoundtripReencoder};
+use wasm_encoder::{
+    BlockType, CodeSection, ConstExpr, ExportKind, ExportSection, Function, FunctionSection,
+    GlobalSection, GlobalType, MemArg, Module, RawSection, RefType, TableSection, TableType,
+    TypeSection, ValType,
+};
+use wasmparser::{CompositeInnerType, KnownCustom, Name, Parser, Payload, TypeRef};
+
+use crate::symbolize::demangle::demangle;
+
+/// The export holding the table whose element 0 the host sets to its report function, of type
+/// `(allocator: i32, size: i32, freed: i32, allocated: i32) -> ()`.
+pub const HOOK_TABLE: &str = "wasmspy:allocator-hook";
+
+/// An allocator function the rewriter wraps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Allocator {
+    Malloc,
+    Calloc,
+    Realloc,
+    Free,
+    AlignedAlloc,
+    PosixMemalign,
+    RustAlloc,
+    RustAllocZeroed,
+    RustRealloc,
+    RustDealloc,
+}
+
+const ALL: [Allocator; 10] = [
+    Allocator::Malloc,
+    Allocator::Calloc,
+    Allocator::Realloc,
+    Allocator::Free,
+    Allocator::AlignedAlloc,
+    Allocator::PosixMemalign,
+    Allocator::RustAlloc,
+    Allocator::RustAllocZeroed,
+    Allocator::RustRealloc,
+    Allocator::RustDealloc,
+];
+
+impl Allocator {
+    /// The allocator a function's name (as in the `name` section) says it is. Rust's are
+    /// matched on the demangled path's last segment: current rustc mangles them (v0,
+    /// `_RNv…___rust_alloc`) with a crate disambiguator.
+    pub fn by_name(raw: &str) -> Option<Self> {
+        let name = demangle(raw);
+        let last = name.rsplit("::").next().unwrap_or(&name);
+        Some(match (raw, last) {
+            ("malloc", _) => Allocator::Malloc,
+            ("calloc", _) => Allocator::Calloc,
+            ("realloc", _) => Allocator::Realloc,
+            ("free", _) => Allocator::Free,
+            ("aligned_alloc", _) => Allocator::AlignedAlloc,
+            ("posix_memalign", _) => Allocator::PosixMemalign,
+            (_, "__rust_alloc") => Allocator::RustAlloc,
+            (_, "__rust_alloc_zeroed") => Allocator::RustAllocZeroed,
+            (_, "__rust_realloc") => Allocator::RustRealloc,
+            (_, "__rust_dealloc") => Allocator::RustDealloc,
+            _ => return None,
+        })
+    }
+
+    /// The number the wrapper reports.
+    pub fn code(self) -> i32 {
+        ALL.iter().position(|&a| a == self).unwrap_or(0) as i32
+    }
+
+    pub fn from_code(code: i32) -> Option<Self> {
+        usize::try_from(code).ok().and_then(|i| ALL.get(i)).copied()
+    }
+
+    /// (parameter count, returns a value): all `i32` for wasm32.
+    fn signature(self) -> (usize, bool) {
+        match self {
+            Allocator::Malloc => (1, true),
+            Allocator::Calloc | Allocator::AlignedAlloc => (2, true),
+            Allocator::Realloc => (2, true),
+            Allocator::Free => (1, false),
+            Allocator::PosixMemalign => (3, true),
+            Allocator::RustAlloc | Allocator::RustAllocZeroed => (2, true),
+            Allocator::RustRealloc => (4, true),
+            Allocator::RustDealloc => (3, false),
+        }
+    }
+}
+
+/// The rewritten module, and where its code came from.
+pub struct Rewritten {
+    pub wasm: Vec<u8>,
+    /// (function index, allocator) of each wrapped function.
+    pub wrapped: Vec<(u32, Allocator)>,
+    /// Code ranges of the rewritten module, by start: (range, original offset of its start,
+    /// whether the bytes are the original's). Wrappers map to their allocator's first byte.
+    moved: Vec<(Range<u32>, u32, bool)>,
+}
+
+impl Rewritten {
+    /// The offset in the original module of the code at `offset` in the rewritten one.
+    pub fn original_offset(&self, offset: u32) -> Option<u32> {
+        let i = self.moved.partition_point(|(r, _, _)| r.start <= offset);
+        let (range, original, same) = self.moved.get(i.checked_sub(1)?)?;
+        if !range.contains(&offset) {
+            return None;
+        }
+        Some(if *same {
+            original + (offset - range.start)
+        } else {
+            *original
+        })
+    }
+}
+
+/// A defined function's place in the module.
+struct Defined {
+    type_index: u32,
+    /// The body's bytes (locals and code), without its size.
+    body: Range<usize>,
+}
+
+/// Rewrites `wasm`'s allocator functions; `None` when it has none with the expected signature.
+pub fn rewrite(wasm: &[u8]) -> Result<Option<Rewritten>> {
+    let scan = Scan::of(wasm)?;
+    let wrapped: Vec<(u32, Allocator)> = scan
+        .names
+        .iter()
+        .filter_map(|(&index, name)| Some((index, Allocator::by_name(name)?)))
+        .filter(|&(index, allocator)| scan.has_signature(index, allocator))
+        .collect::<std::collections::BTreeMap<_, _>>()
+        .into_iter()
+        .collect();
+    if wrapped.is_empty() {
+        return Ok(None);
+    }
+    let module = scan.encode(wasm, &wrapped)?;
+    let moved = scan.offset_map(&module, &wrapped)?;
+    Ok(Some(Rewritten {
+        wasm: module,
+        wrapped,
+        moved,
+    }))
+}
+
+/// What the rewriter needs to know of a module.
+#[derive(Default)]
+struct Scan {
+    /// Function types' (params, results); `None` for other types (GC structs, arrays).
+    types: Vec<Option<(Vec<wasmparser::ValType>, Vec<wasmparser::ValType>)>>,
+    imported_functions: u32,
+    imported_tables: u32,
+    imported_globals: u32,
+    defined: Vec<Defined>,
+    tables: u32,
+    globals: u32,
+    names: HashMap<u32, String>,
+}
+
+impl Scan {
+    fn of(wasm: &[u8]) -> Result<Self> {
+        let mut scan = Scan::default();
+        let mut function_types = Vec::new();
+        for payload in Parser::new(0).parse_all(wasm) {
+            match payload.context("malformed Wasm module")? {
+                Payload::TypeSection(reader) => {
+                    for group in reader {
+                        for ty in group?.into_types() {
+                            scan.types.push(match ty.composite_type.inner {
+                                CompositeInnerType::Func(f) => {
+                                    Some((f.params().to_vec(), f.results().to_vec()))
+                                }
+                                _ => None,
+                            });
+                        }
+                    }
+                }
+                Payload::ImportSection(reader) => {
+                    for import in reader.into_imports() {
+                        match import?.ty {
+                            TypeRef::Func(_) | TypeRef::FuncExact(_) => {
+                                scan.imported_functions += 1
+                            }
+                            TypeRef::Table(_) => scan.imported_tables += 1,
+                            TypeRef::Global(_) => scan.imported_globals += 1,
+                            _ => {}
+                        }
+                    }
+                }
+                Payload::FunctionSection(reader) => {
+                    for ty in reader {
+                        function_types.push(ty?);
+                    }
+                }
+                Payload::TableSection(reader) => scan.tables = reader.count(),
+                Payload::GlobalSection(reader) => scan.globals = reader.count(),
+                Payload::CodeSectionEntry(body) => {
+                    let type_index = *function_types
+                        .get(scan.defined.len())
+                        .context("more function bodies than functions")?;
+                    scan.defined.push(Defined {
+                        type_index,
+                        body: body.range(),
+                    });
+                }
+                Payload::CustomSection(reader) => {
+                    if let KnownCustom::Name(names) = reader.as_known() {
+                        for subsection in names.into_iter().flatten() {
+                            if let Name::Function(map) = subsection {
+                                for naming in map.into_iter().flatten() {
+                                    scan.names.insert(naming.index, naming.name.to_string());
+                                }
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(scan)
+    }
+
+    fn defined(&self, index: u32) -> Option<&Defined> {
+        self.defined
+            .get(index.checked_sub(self.imported_functions)? as usize)
+    }
+
+    fn has_signature(&self, index: u32, allocator: Allocator) -> bool {
+        let Some((params, results)) = self
+            .defined(index)
+            .and_then(|d| self.types.get(d.type_index as usize))
+            .and_then(Option::as_ref)
+        else {
+            return false;
+        };
+        let (count, returns) = allocator.signature();
+        let i32s = |types: &[wasmparser::ValType], n| {
+            types.len() == n && types.iter().all(|&t| t == wasmparser::ValType::I32)
+        };
+        i32s(params, count) && i32s(results, usize::from(returns))
+    }
+
+    /// The rewritten module's bytes.
+    fn encode(&self, wasm: &[u8], wrapped: &[(u32, Allocator)]) -> Result<Vec<u8>> {
+        let total_functions = self.imported_functions + self.defined.len() as u32;
+        // The moved original bodies, in `wrapped` order, after every existing function.
+        let moved_index: HashMap<u32, u32> = wrapped
+            .iter()
+            .enumerate()
+            .map(|(j, &(index, _))| (index, total_functions + j as u32))
+            .collect();
+        let report_type = self.types.len() as u32;
+        let hook_table = self.imported_tables + self.tables;
+        let depth = self.imported_globals + self.globals;
+
+        let mut re = RoundtripReencoder;
+        let mut out = Module::new();
+        let mut pending = vec![SectionId::Table, SectionId::Global, SectionId::Export];
+        let mut code = CodeSection::new();
+        let mut in_code = false;
+        for payload in Parser::new(0).parse_all(wasm) {
+            let payload = payload?;
+            let id = payload.as_section().map(|(id, _)| id);
+            // Sections we append to but the module lacks go where the binary format orders them.
+            if let Some(order) = id.and_then(SectionId::order_of) {
+                while let Some(&missing) = pending.first().filter(|s| s.order() < order) {
+                    pending.remove(0);
+                    self.emit_new(&mut out, missing, hook_table);
+                }
+            }
+            match payload {
+                Payload::TypeSection(reader) => {
+                    let mut types = TypeSection::new();
+                    re.parse_type_section(&mut types, reader)?;
+                    types
+                        .ty()
+                        .function([ValType::I32, ValType::I32, ValType::I32, ValType::I32], []);
+                    out.section(&types);
+                }
+                Payload::FunctionSection(reader) => {
+                    let mut functions = FunctionSection::new();
+                    re.parse_function_section(&mut functions, reader)?;
+                    for &(index, _) in wrapped {
+                        functions.function(self.defined(index).context("not defined")?.type_index);
+                    }
+                    out.section(&functions);
+                }
+                Payload::TableSection(reader) => {
+                    pending.retain(|&s| s != SectionId::Table);
+                    let mut tables = TableSection::new();
+                    re.parse_table_section(&mut tables, reader)?;
+                    tables.table(hook_table_type());
+                    out.section(&tables);
+                }
+                Payload::GlobalSection(reader) => {
+                    pending.retain(|&s| s != SectionId::Global);
+                    let mut globals = GlobalSection::new();
+                    re.parse_global_section(&mut globals, reader)?;
+                    globals.global(depth_global_type(), &ConstExpr::i32_const(0));
+                    out.section(&globals);
+                }
+                Payload::ExportSection(reader) => {
+                    pending.retain(|&s| s != SectionId::Export);
+                    let mut exports = ExportSection::new();
+                    re.parse_export_section(&mut exports, reader)?;
+                    exports.export(HOOK_TABLE, ExportKind::Table, hook_table);
+                    out.section(&exports);
+                }
+                Payload::CodeSectionStart { .. } => in_code = true,
+                Payload::CodeSectionEntry(body) => {
+                    let index = self.imported_functions + code.len();
+                    match wrapped.iter().find(|&&(i, _)| i == index) {
+                        Some(&(_, allocator)) => {
+                            code.function(&wrapper(
+                                allocator,
+                                moved_index[&index],
+                                hook_table,
+                                report_type,
+                                depth,
+                            ));
+                        }
+                        None => {
+                            code.raw(&wasm[body.range()]);
+                        }
+                    }
+                    if code.len() as usize == self.defined.len() {
+                        for &(index, _) in wrapped {
+                            code.raw(
+                                &wasm[self.defined(index).context("not defined")?.body.clone()],
+                            );
+                        }
+                        out.section(&code);
+                        in_code = false;
+                    }
+                }
+                Payload::End(_) => {}
+                other => {
+                    if let Some((id, range)) = other.as_section() {
+                        if !in_code {
+                            out.section(&RawSection {
+                                id,
+                                data: &wasm[range],
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        for missing in pending {
+            self.emit_new(&mut out, missing, hook_table);
+        }
+        let bytes = out.finish();
+        wasmparser::Validator::new_with_features(wasmparser::WasmFeatures::all())
+            .validate_all(&bytes)
+            .context("the rewritten module does not validate")?;
+        Ok(bytes)
+    }
+
+    /// A section of ours where the module had none of its kind.
+    fn emit_new(&self, out: &mut Module, id: SectionId, hook_table: u32) {
+        match id {
+            SectionId::Table => {
+                let mut tables = TableSection::new();
+                tables.table(hook_table_type());
+                out.section(&tables);
+            }
+            SectionId::Global => {
+                let mut globals = GlobalSection::new();
+                globals.global(depth_global_type(), &ConstExpr::i32_const(0));
+                out.section(&globals);
+            }
+            SectionId::Export => {
+                let mut exports = ExportSection::new();
+                exports.export(HOOK_TABLE, ExportKind::Table, hook_table);
+                out.section(&exports);
+            }
+        }
+    }
+
+    /// Where each function body of the rewritten module came from.
+    fn offset_map(
+        &self,
+        rewritten: &[u8],
+        wrapped: &[(u32, Allocator)],
+    ) -> Result<Vec<(Range<u32>, u32, bool)>> {
+        let mut bodies = Vec::new();
+        for payload in Parser::new(0).parse_all(rewritten) {
+            if let Payload::CodeSectionEntry(body) = payload? {
+                bodies.push(body.range());
+            }
+        }
+        let n = self.defined.len();
+        if bodies.len() != n + wrapped.len() {
+            bail!(
+                "the rewritten module has {} bodies, not {}",
+                bodies.len(),
+                n + wrapped.len()
+            );
+        }
+        let to_u32 = |r: &Range<usize>| r.start as u32..r.end as u32;
+        let mut moved = Vec::with_capacity(bodies.len());
+        for (k, defined) in self.defined.iter().enumerate() {
+            let index = self.imported_functions + k as u32;
+            let is_wrapper = wrapped.iter().any(|&(i, _)| i == index);
+            moved.push((to_u32(&bodies[k]), defined.body.start as u32, !is_wrapper));
+        }
+        for (j, &(index, _)) in wrapped.iter().enumerate() {
+            let original = self.defined(index).context("not defined")?;
+            moved.push((to_u32(&bodies[n + j]), original.body.start as u32, true));
+        }
+        moved.sort_unstable_by_key(|(r, _, _)| r.start);
+        Ok(moved)
+    }
+}
+
+fn hook_table_type() -> TableType {
+    TableType {
+        element_type: RefType::FUNCREF,
+        table64: false,
+        minimum: 1,
+        maximum: Some(1),
+        shared: false,
+    }
+}
+
+fn depth_global_type() -> GlobalType {
+    GlobalType {
+        val_type: ValType::I32,
+        mutable: true,
+        shared: false,
+    }
+}
+
+/// The sections the rewriter may have to create, in the binary format's order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SectionId {
+    Table,
+    Global,
+    Export,
+}
+
+impl SectionId {
+    fn order(self) -> u32 {
+        match self {
+            SectionId::Table => 4,
+            SectionId::Global => 7,
+            SectionId::Export => 8,
+        }
+    }
+
+    /// The position of a section, by its id, in the order the binary format requires
+    /// (custom sections, anywhere, have none).
+    fn order_of(id: u8) -> Option<u32> {
+        Some(match id {
+            1 => 1,   // type
+            2 => 2,   // import
+            3 => 3,   // function
+            4 => 4,   // table
+            5 => 5,   // memory
+            13 => 6,  // tag
+            6 => 7,   // global
+            7 => 8,   // export
+            8 => 9,   // start
+            9 => 10,  // element
+            12 => 11, // data count
+            10 => 12, // code
+            11 => 13, // data
+            _ => return None,
+        })
+    }
+}
+
+/// The body that replaces allocator `allocator`: calls the original (now function `original`),
+/// then, unless called from inside another wrapper, reports the call.
+fn wrapper(
+    allocator: Allocator,
+    original: u32,
+    hook_table: u32,
+    report_type: u32,
+    depth: u32,
+) -> Function {
+    let (params, returns) = allocator.signature();
+    let result = params as u32;
+    let mut f = Function::new(if returns {
+        vec![(1, ValType::I32)]
+    } else {
+        vec![]
+    });
+    let mut code = f.instructions();
+    code.global_get(depth)
+        .i32_const(1)
+        .i32_add()
+        .global_set(depth);
+    for p in 0..params as u32 {
+        code.local_get(p);
+    }
+    code.call(original);
+    if returns {
+        code.local_set(result);
+    }
+    code.global_get(depth)
+        .i32_const(1)
+        .i32_sub()
+        .global_set(depth);
+    code.global_get(depth).i32_eqz().if_(BlockType::Empty);
+    code.i32_const(allocator.code());
+    // size, freed, allocated
+    match allocator {
+        Allocator::Malloc | Allocator::RustAlloc | Allocator::RustAllocZeroed => {
+            code.local_get(0).i32_const(0).local_get(result);
+        }
+        Allocator::Calloc => {
+            code.local_get(0)
+                .local_get(1)
+                .i32_mul()
+                .i32_const(0)
+                .local_get(result);
+        }
+        Allocator::AlignedAlloc => {
+            code.local_get(1).i32_const(0).local_get(result);
+        }
+        Allocator::Realloc => {
+            code.local_get(1).local_get(0).local_get(result);
+        }
+        Allocator::RustRealloc => {
+            code.local_get(3).local_get(0).local_get(result);
+        }
+        Allocator::Free | Allocator::RustDealloc => {
+            code.i32_const(0).local_get(0).i32_const(0);
+        }
+        Allocator::PosixMemalign => {
+            // On success the block's address is at the pointer given.
+            code.local_get(2).i32_const(0);
+            code.local_get(result)
+                .i32_eqz()
+                .if_(BlockType::Result(ValType::I32));
+            code.local_get(0).i32_load(MemArg {
+                offset: 0,
+                align: 2,
+                memory_index: 0,
+            });
+            code.else_().i32_const(0).end();
+        }
+    }
+    code.i32_const(0).call_indirect(hook_table, report_type);
+    code.end();
+    if returns {
+        code.local_get(result);
+    }
+    code.end();
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmtime::{Engine, Func, Instance, Ref, Store};
+
+    /// A bump allocator whose `realloc` calls `malloc` and `free`, and a `run` that calls the
+    /// allocators directly and through a table.
+    const BUMP: &str = r#"(module
+        (memory (export "memory") 1)
+        (global $next (mut i32) (i32.const 1024))
+        (type $one (func (param i32) (result i32)))
+        (table 1 funcref)
+        (elem (i32.const 0) $malloc)
+        (func $malloc (param $size i32) (result i32) (local $p i32)
+            (local.set $p (global.get $next))
+            (global.set $next (i32.add (global.get $next) (local.get $size)))
+            (local.get $p))
+        (func $free (param i32))
+        (func $realloc (param $old i32) (param $size i32) (result i32) (local $new i32)
+            (local.set $new (call $malloc (local.get $size)))
+            (call $free (local.get $old))
+            (local.get $new))
+        (func $unrelated (param i32) (result i32) (i32.mul (local.get 0) (i32.const 3)))
+        (func (export "run") (result i32)
+            (drop (call $malloc (i32.const 16)))
+            (call $free
+                (call $realloc
+                    (call_indirect (type $one) (i32.const 8) (i32.const 0))
+                    (i32.const 32)))
+            (call $unrelated (i32.const 7))))"#;
+
+    fn run(wasm: &[u8], hook: bool) -> (i32, Vec<(Allocator, i32, i32, i32)>) {
+        let engine = Engine::default();
+        let module = wasmtime::Module::new(&engine, wasm).unwrap();
+        let mut store = Store::new(&engine, Vec::new());
+        let instance = Instance::new(&mut store, &module, &[]).unwrap();
+        if hook {
+            let report = Func::wrap(
+                &mut store,
+                |mut caller: wasmtime::Caller<'_, Vec<_>>,
+                 a: i32,
+                 size: i32,
+                 freed: i32,
+                 new: i32| {
+                    let allocator = Allocator::from_code(a).unwrap();
+                    caller.data_mut().push((allocator, size, freed, new));
+                },
+            );
+            let table = instance.get_table(&mut store, HOOK_TABLE).unwrap();
+            table.set(&mut store, 0, Ref::Func(Some(report))).unwrap();
+        }
+        let run = instance
+            .get_typed_func::<(), i32>(&mut store, "run")
+            .unwrap();
+        let result = run.call(&mut store, ()).unwrap();
+        (result, store.into_data())
+    }
+
+    #[test]
+    fn every_allocator_call_is_reported_once() {
+        let original = wat::parse_str(BUMP).unwrap();
+        let rewritten = rewrite(&original).unwrap().unwrap();
+        let names: Vec<Allocator> = rewritten.wrapped.iter().map(|&(_, a)| a).collect();
+        assert_eq!(
+            names,
+            [Allocator::Malloc, Allocator::Free, Allocator::Realloc]
+        );
+        assert_eq!(run(&original, false), (21, vec![]));
+        let (result, events) = run(&rewritten.wasm, true);
+        assert_eq!(result, 21);
+        assert_eq!(
+            events,
+            [
+                (Allocator::Malloc, 16, 0, 1024),
+                // Through the table: the table holds the same index, now the wrapper.
+                (Allocator::Malloc, 8, 0, 1040),
+                // realloc's own malloc and free are inside it: not reported again.
+                (Allocator::Realloc, 32, 1040, 1048),
+                (Allocator::Free, 0, 1048, 0),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_module_without_allocators_is_left_alone() {
+        let wasm = wat::parse_str("(module (func $main))").unwrap();
+        assert!(rewrite(&wasm).unwrap().is_none());
+        // A `malloc` of another signature is not an allocator.
+        let wasm =
+            wat::parse_str("(module (func $malloc (param i64) (result i64) local.get 0))").unwrap();
+        assert!(rewrite(&wasm).unwrap().is_none());
+    }
+
+    #[test]
+    fn rust_allocators_are_found_by_their_demangled_names() {
+        assert_eq!(
+            Allocator::by_name("_RNvCs1234_7___rustc12___rust_alloc"),
+            Some(Allocator::RustAlloc)
+        );
+        assert_eq!(
+            Allocator::by_name("__rust_dealloc"),
+            Some(Allocator::RustDealloc)
+        );
+        assert_eq!(Allocator::by_name("my_malloc"), None);
+        for a in ALL {
+            assert_eq!(Allocator::from_code(a.code()), Some(a));
+        }
+    }
+
+    /// Every other body is byte-identical and every byte of it maps back to its original offset.
+    #[test]
+    fn other_code_is_unchanged_and_maps_back() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/rust/iter.wasm");
+        let original = std::fs::read(path).unwrap();
+        let rewritten = rewrite(&original).unwrap().unwrap();
+        let kinds: Vec<Allocator> = rewritten.wrapped.iter().map(|&(_, a)| a).collect();
+        for expected in [
+            Allocator::Malloc,
+            Allocator::Free,
+            Allocator::RustAlloc,
+            Allocator::RustDealloc,
+        ] {
+            assert!(kinds.contains(&expected), "{kinds:?}");
+        }
+        let bodies = |wasm: &[u8]| -> Vec<Range<usize>> {
+            Parser::new(0)
+                .parse_all(wasm)
+                .filter_map(|p| match p.unwrap() {
+                    Payload::CodeSectionEntry(body) => Some(body.range()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let (old, new) = (bodies(&original), bodies(&rewritten.wasm));
+        let imported = Scan::of(&original).unwrap().imported_functions as usize;
+        assert_eq!(new.len(), old.len() + rewritten.wrapped.len());
+        let mut moved = old.len();
+        for (k, old_body) in old.iter().enumerate() {
+            let wrapped = rewritten
+                .wrapped
+                .iter()
+                .any(|&(i, _)| i as usize == imported + k);
+            let new_body = if wrapped {
+                // The wrapper stands for the whole allocator.
+                assert_eq!(
+                    rewritten.original_offset(new[k].start as u32),
+                    Some(old_body.start as u32)
+                );
+                moved += 1;
+                &new[moved - 1]
+            } else {
+                &new[k]
+            };
+            assert_eq!(original[old_body.clone()], rewritten.wasm[new_body.clone()]);
+            for (o, n) in old_body.clone().zip(new_body.clone()) {
+                assert_eq!(rewritten.original_offset(n as u32), Some(o as u32));
+            }
+        }
+    }
+}
