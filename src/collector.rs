@@ -12,6 +12,7 @@ use wasmtime::{Module, WasmBacktrace};
 
 use crate::clock::{monotonic_ns, sampling_period, Clock};
 use crate::code_map::{CodeLocation, CodeMap};
+use crate::memory::rewrite::Rewritten;
 use crate::profile::{
     Frame, FrameId, Function, FunctionId, Line, Mapping, MappingId, Profile, ProfileBuilder,
     ProfileHeader, Sample, ValueType,
@@ -47,6 +48,9 @@ struct RegisteredModule {
     module: Module,
     symbolizer: ModuleSymbolizer,
     mapping: MappingId,
+    /// Set when the compiled module is a rewrite of the one symbolized: where its code came
+    /// from.
+    rewritten: Option<Arc<Rewritten>>,
 }
 
 /// A frame in a registered module's code, symbolized when a profile is built.
@@ -71,7 +75,7 @@ pub struct Collector {
     wasm_frames: Vec<WasmFrame>,
     /// Native code address → its frame (`None`: not in a Wasm function); the signal sampler's
     /// samples repeat the same addresses, so each is looked up in the code map once.
-    native_frame_ids: FxHashMap<usize, Option<FrameId>>,
+    native_frame_ids: FxHashMap<usize, Option<(FrameId, bool)>>,
     stack: Vec<FrameId>,
     host_stacks: FxHashMap<u32, HostStack>,
     /// Host-call samples whose call has not returned yet: (call, values, time).
@@ -117,8 +121,15 @@ impl Collector {
     }
 
     /// Registers a module whose frames samples may contain; `wasm` is its binary, kept (not
-    /// copied) to read call instructions and debug info from.
-    pub fn add_module(&mut self, file_name: &str, module: &Module, wasm: Arc<[u8]>) -> Result<()> {
+    /// copied) to read call instructions and debug info from. When `module` was compiled from
+    /// a rewrite of `wasm`, `rewritten` maps its code back.
+    pub fn add_module(
+        &mut self,
+        file_name: &str,
+        module: &Module,
+        wasm: Arc<[u8]>,
+        rewritten: Option<Arc<Rewritten>>,
+    ) -> Result<()> {
         let mapping = Mapping {
             file_name: file_name.to_string(),
             build_id: hex(&Sha256::digest(&wasm)),
@@ -132,6 +143,7 @@ impl Collector {
             module: module.clone(),
             symbolizer,
             mapping,
+            rewritten,
         });
         Ok(())
     }
@@ -150,15 +162,34 @@ impl Collector {
 
     /// A backtrace Wasmtime captured, as raw frames, leaf first.
     pub fn backtrace_frames(&self, backtrace: &WasmBacktrace) -> Vec<RawFrame> {
-        backtrace
-            .frames()
-            .iter()
-            .map(|f| RawFrame::Wasm {
-                module: self.module_index(f.module()),
-                func_index: f.func_index(),
-                offset: f.module_offset().unwrap_or(0) as u32,
-            })
-            .collect()
+        let mut frames = Vec::with_capacity(backtrace.frames().len());
+        for (depth, f) in backtrace.frames().iter().enumerate() {
+            let module = self.module_index(f.module());
+            let offset = f.module_offset().unwrap_or(0) as u32;
+            let (func_index, offset, wrapper) = match module {
+                Some(m) => self.original(m, f.func_index(), offset),
+                None => (f.func_index(), offset, false),
+            };
+            // A wrapper above the leaf only called its allocator's original body.
+            if !(wrapper && depth > 0) {
+                frames.push(RawFrame::Wasm {
+                    module,
+                    func_index,
+                    offset,
+                });
+            }
+        }
+        frames
+    }
+
+    /// The original function index and code offset of code in a registered module, and whether
+    /// it is an allocator's wrapper (see [`crate::memory::rewrite`]).
+    fn original(&self, module: u32, func_index: u32, offset: u32) -> (u32, u32, bool) {
+        self.modules[module as usize]
+            .rewritten
+            .as_ref()
+            .and_then(|r| r.original(func_index, offset))
+            .unwrap_or((func_index, offset, false))
     }
 
     /// The native code of every registered module.
@@ -211,15 +242,20 @@ impl Collector {
         }
         for (i, &pc) in pcs.iter().enumerate() {
             // A return address follows its call instruction; trampolines are not guest frames.
-            let pc = if exact_leaf && i == 0 { pc } else { pc - 1 };
-            if let Some(id) = self.native_frame_id(pc) {
-                stack.push(id);
+            let leaf = exact_leaf && i == 0;
+            let pc = if leaf { pc } else { pc - 1 };
+            match self.native_frame_id(pc) {
+                // A wrapper above the leaf only called its allocator's original body.
+                Some((_, true)) if !leaf => {}
+                Some((id, _)) => stack.push(id),
+                None => {}
             }
         }
         self.push_stack(stack, values, time_ns);
     }
 
-    fn native_frame_id(&mut self, pc: usize) -> Option<FrameId> {
+    /// The frame of a native code address, and whether it is in an allocator's wrapper.
+    fn native_frame_id(&mut self, pc: usize) -> Option<(FrameId, bool)> {
         if let Some(&id) = self.native_frame_ids.get(&pc) {
             return id;
         }
@@ -228,11 +264,15 @@ impl Collector {
                 module,
                 func_index,
                 offset,
-            } => Some(self.frame_id(&RawFrame::Wasm {
-                module: Some(module),
-                func_index,
-                offset,
-            })),
+            } => {
+                let (func_index, offset, wrapper) = self.original(module, func_index, offset);
+                let id = self.frame_id(&RawFrame::Wasm {
+                    module: Some(module),
+                    func_index,
+                    offset,
+                });
+                Some((id, wrapper))
+            }
             CodeLocation::Trampoline | CodeLocation::Elsewhere => None,
         };
         self.native_frame_ids.insert(pc, id);

@@ -33,6 +33,7 @@ use wasmtime::{CallHook, Config, Engine, Module, Store, UpdateDeadline, WasmBack
 
 use crate::clock::{monotonic_ns, thread_cpu_ns, Clock};
 use crate::collector::{Collector, KindCounts};
+use crate::memory::rewrite::Rewritten;
 use crate::profile::Profile;
 use crate::sampler::epoch::{self, EpochSampler};
 use crate::sampler::{SampleValues, Sampler, SamplerKind, SIGNALS_AVAILABLE};
@@ -146,7 +147,22 @@ impl Profiler {
     ) -> Result<()> {
         self.handle
             .lock()
-            .add_module(file_name, module, wasm.into())
+            .add_module(file_name, module, wasm.into(), None)
+    }
+
+    /// As [`add_module`](Self::add_module), for a module compiled from `rewritten`, the
+    /// allocator rewrite of `original` (see [`crate::memory::rewrite`]): its samples are
+    /// symbolized in the original's terms, each allocator shown once.
+    pub fn add_rewritten_module(
+        &self,
+        file_name: &str,
+        module: &Module,
+        original: impl Into<Arc<[u8]>>,
+        rewritten: Arc<Rewritten>,
+    ) -> Result<()> {
+        self.handle
+            .lock()
+            .add_module(file_name, module, original.into(), Some(rewritten))
     }
 
     /// Installs the profiler in `store`, on the thread that will run the guest (the one that is

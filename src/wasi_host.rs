@@ -113,7 +113,20 @@ pub fn new_store(engine: &Engine, config: &WasiConfig) -> Result<Store<WasiP1Ctx
 
 /// Instantiates `module` with WASI preview 1 and calls its `_start`.
 pub fn run(store: &mut Store<WasiP1Ctx>, module: &Module, unknown: UnknownImports) -> Exit {
-    let instance = match instantiate(store, module, unknown) {
+    run_with(store, module, unknown, |_, _| Ok(()))
+}
+
+/// As [`run`], with `setup` called on the instance before `_start` (to fill in what the host
+/// provides after instantiation, such as the allocator hook of a rewritten module).
+pub fn run_with(
+    store: &mut Store<WasiP1Ctx>,
+    module: &Module,
+    unknown: UnknownImports,
+    setup: impl FnOnce(&mut Store<WasiP1Ctx>, &wasmtime::Instance) -> wasmtime::Result<()>,
+) -> Exit {
+    let instance = match instantiate(store, module, unknown)
+        .and_then(|instance| setup(store, &instance).map(|()| instance))
+    {
         Ok(instance) => instance,
         Err(e) => return classify(e),
     };

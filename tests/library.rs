@@ -79,3 +79,95 @@ fn one_signal_sampler_at_a_time() {
     second.start().unwrap();
     second.stop();
 }
+
+/// A module compiled from the allocator rewrite is profiled in the original's terms: the hot
+/// loop's source lines are the original's, and an allocator shows once, as the leaf of the
+/// stacks that called it (here: samples taken inside a deliberately slow allocator hook).
+#[test]
+fn a_rewritten_module_profiles_as_the_original() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    use wasmspy::clock::thread_cpu_ns;
+    use wasmspy::memory::rewrite::{rewrite, HOOK_TABLE};
+    use wasmspy::wasi_host::{self, Exit, UnknownImports, WasiConfig};
+
+    let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/rust/iter.wasm");
+    let original: Arc<[u8]> = std::fs::read(path).unwrap().into();
+    let rewritten = Arc::new(rewrite(&original).unwrap().unwrap());
+    let mut config = wasi_host::engine_config();
+    Profiler::configure(&mut config);
+    let engine = Engine::new(&config).unwrap();
+    let module = Module::new(&engine, &rewritten.wasm).unwrap();
+    let options = ProfilerOptions {
+        rate_hz: 10_000,
+        sampler: SamplerKind::Signal,
+        ..Default::default()
+    };
+    let mut profiler = Profiler::new(&engine, options).unwrap();
+    profiler
+        .add_rewritten_module("iter.wasm", &module, original, rewritten)
+        .unwrap();
+    let wasi = WasiConfig {
+        argv: vec!["iter.wasm".into(), "300".into()],
+        env: Vec::new(),
+        dirs: Vec::new(),
+        unknown_imports: UnknownImports::Reject,
+    };
+    let mut store = wasi_host::new_store(&engine, &wasi).unwrap();
+    profiler.attach(&mut store).unwrap();
+    let calls = Arc::new(AtomicU32::new(0));
+    let counted = calls.clone();
+    profiler.start().unwrap();
+    let exit = wasi_host::run_with(
+        &mut store,
+        &module,
+        wasi.unknown_imports,
+        |store, instance| {
+            // 2 ms of CPU per call: samples land in the hook, under the allocator's caller.
+            let hook = wasmtime::Func::wrap(&mut *store, move |_: i32, _: i32, _: i32, _: i32| {
+                counted.fetch_add(1, Ordering::Relaxed);
+                let until = thread_cpu_ns() + 2_000_000;
+                while thread_cpu_ns() < until {}
+            });
+            let table = instance.get_table(&mut *store, HOOK_TABLE).unwrap();
+            table.set(&mut *store, 0, wasmtime::Ref::Func(Some(hook)))
+        },
+    );
+    let profile = profiler.stop();
+    assert!(matches!(exit, Exit::Code(0)), "{exit:?}");
+    assert!(calls.load(Ordering::Relaxed) > 0);
+
+    let names = |stack: &[usize]| -> Vec<String> {
+        stack
+            .iter()
+            .flat_map(|&f| profile.frames[f].lines.iter())
+            .map(|l| profile.functions[l.function].name.clone())
+            .collect()
+    };
+    let is_allocator = |n: &str| n.contains("alloc") || n == "malloc" || n == "free";
+    let (mut in_hook, mut hot) = (0, 0);
+    for sample in &profile.samples {
+        let stack = &profile.stacks[sample.stack];
+        let names = names(stack);
+        // A wrapper above its allocator's moved body is dropped: no allocator twice in a row.
+        for pair in names.windows(2) {
+            assert!(!(is_allocator(&pair[0]) && pair[0] == pair[1]), "{names:?}");
+        }
+        // The hook is called from the wrapper, which stands for its allocator.
+        if names[0] == "[host call]" && is_allocator(&names[1]) {
+            in_hook += 1;
+            assert_ne!(names[1], names[2], "the allocator shows once: {names:?}");
+        }
+        let leaf = &profile.frames[stack[0]].lines[0];
+        if profile.functions[leaf.function].name == "iter::checksum::{{closure}}" && leaf.line == 9
+        {
+            hot += 1;
+            let outer = profile.frames[stack[0]].lines.last().unwrap();
+            assert_eq!(profile.functions[outer.function].name, "iter::checksum");
+            assert_eq!(outer.line, 10);
+        }
+    }
+    assert!(in_hook > 5, "{in_hook} samples in the allocator hook");
+    assert!(hot > 5, "{hot} samples of the hot line");
+}

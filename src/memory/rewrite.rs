@@ -109,12 +109,30 @@ pub struct Rewritten {
     pub wasm: Vec<u8>,
     /// (function index, allocator) of each wrapped function.
     pub wrapped: Vec<(u32, Allocator)>,
+    /// The index of the first moved original body; the others follow, in `wrapped` order.
+    first_moved: u32,
     /// Code ranges of the rewritten module, by start: (range, original offset of its start,
     /// whether the bytes are the original's). Wrappers map to their allocator's first byte.
     moved: Vec<(Range<u32>, u32, bool)>,
 }
 
 impl Rewritten {
+    /// Where code of the rewritten module came from: the original module's function index and
+    /// code offset, and whether it is a wrapper (which stands for its allocator as a whole).
+    pub fn original(&self, func_index: u32, offset: u32) -> Option<(u32, u32, bool)> {
+        let moved = func_index
+            .checked_sub(self.first_moved)
+            .and_then(|j| self.wrapped.get(j as usize));
+        let (func_index, wrapper) = match moved {
+            Some(&(original, _)) => (original, false),
+            None => (
+                func_index,
+                self.wrapped.iter().any(|&(i, _)| i == func_index),
+            ),
+        };
+        Some((func_index, self.original_offset(offset)?, wrapper))
+    }
+
     /// The offset in the original module of the code at `offset` in the rewritten one.
     pub fn original_offset(&self, offset: u32) -> Option<u32> {
         let i = self.moved.partition_point(|(r, _, _)| r.start <= offset);
@@ -156,6 +174,7 @@ pub fn rewrite(wasm: &[u8]) -> Result<Option<Rewritten>> {
     Ok(Some(Rewritten {
         wasm: module,
         wrapped,
+        first_moved: scan.imported_functions + scan.defined.len() as u32,
         moved,
     }))
 }
@@ -599,6 +618,17 @@ mod tests {
                     (i32.const 32)))
             (call $unrelated (i32.const 7))))"#;
 
+    /// Each function body's bytes, in order.
+    fn bodies(wasm: &[u8]) -> Vec<Range<usize>> {
+        Parser::new(0)
+            .parse_all(wasm)
+            .filter_map(|p| match p.unwrap() {
+                Payload::CodeSectionEntry(body) => Some(body.range()),
+                _ => None,
+            })
+            .collect()
+    }
+
     fn run(wasm: &[u8], hook: bool) -> (i32, Vec<(Allocator, i32, i32, i32)>) {
         let engine = Engine::default();
         let module = wasmtime::Module::new(&engine, wasm).unwrap();
@@ -638,6 +668,21 @@ mod tests {
         assert_eq!(run(&original, false), (21, vec![]));
         let (result, events) = run(&rewritten.wasm, true);
         assert_eq!(result, 21);
+        // $malloc is function 0: its wrapper stands for it as a whole; its moved body
+        // (function 5, after the five originals) is it, byte for byte.
+        let (old, new) = (bodies(&original), bodies(&rewritten.wasm));
+        let malloc = old[0].start as u32;
+        let (wrapper, moved) = (new[0].start as u32, new[5].start as u32);
+        assert_eq!(rewritten.original(0, wrapper + 2), Some((0, malloc, true)));
+        assert_eq!(
+            rewritten.original(5, moved + 3),
+            Some((0, malloc + 3, false))
+        );
+        let unrelated = (old[3].start as u32, new[3].start as u32);
+        assert_eq!(
+            rewritten.original(3, unrelated.1 + 1),
+            Some((3, unrelated.0 + 1, false))
+        );
         assert_eq!(
             events,
             [
@@ -692,15 +737,6 @@ mod tests {
         ] {
             assert!(kinds.contains(&expected), "{kinds:?}");
         }
-        let bodies = |wasm: &[u8]| -> Vec<Range<usize>> {
-            Parser::new(0)
-                .parse_all(wasm)
-                .filter_map(|p| match p.unwrap() {
-                    Payload::CodeSectionEntry(body) => Some(body.range()),
-                    _ => None,
-                })
-                .collect()
-        };
         let (old, new) = (bodies(&original), bodies(&rewritten.wasm));
         let imported = Scan::of(&original).unwrap().imported_functions as usize;
         assert_eq!(new.len(), old.len() + rewritten.wrapped.len());
