@@ -27,9 +27,21 @@ pub enum Command {
 #[derive(Args, Debug)]
 #[command(arg_required_else_help = true)]
 pub struct RecordArgs {
-    /// Where to write the profile (gzipped pprof).
-    #[arg(short, long, value_name = "PATH", default_value = "wasmspy.pb.gz")]
-    pub output: PathBuf,
+    /// Where to write the CPU profile (gzipped pprof); `wasmspy.pb.gz` unless only a memory
+    /// profile is asked for.
+    #[arg(short, long, value_name = "PATH")]
+    pub output: Option<PathBuf>,
+
+    /// Write a memory profile here (gzipped pprof): allocations and in-use memory by
+    /// allocation site, from the guest's malloc/calloc/realloc/free and Rust allocator.
+    #[arg(long, value_name = "PATH")]
+    pub mem_profile: Option<PathBuf>,
+
+    /// Sample allocations every BYTES bytes on average, as Go's MemProfileRate does, with
+    /// values scaled to unbiased estimates; 1 records every allocation.
+    #[arg(long, value_name = "BYTES", default_value_t = 512 * 1024,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub mem_rate: u64,
 
     /// Samples per second.
     #[arg(long, value_name = "HZ", default_value_t = 1000,
@@ -91,6 +103,15 @@ pub struct RecordArgs {
 }
 
 impl RecordArgs {
+    /// Where the CPU profile goes, if one is wanted.
+    pub fn cpu_output(&self) -> Option<PathBuf> {
+        match (&self.output, &self.mem_profile) {
+            (Some(path), _) => Some(path.clone()),
+            (None, Some(_)) => None,
+            (None, None) => Some(PathBuf::from("wasmspy.pb.gz")),
+        }
+    }
+
     pub fn unknown_imports(&self) -> UnknownImports {
         if self.default_values_unknown_imports {
             UnknownImports::DefaultValues

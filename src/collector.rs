@@ -12,10 +12,11 @@ use wasmtime::{Module, WasmBacktrace};
 
 use crate::clock::{monotonic_ns, sampling_period, Clock};
 use crate::code_map::{CodeLocation, CodeMap};
+use crate::memory::heap::{Heap, HeapSampler};
 use crate::memory::rewrite::Rewritten;
 use crate::profile::{
     Frame, FrameId, Function, FunctionId, Line, Mapping, MappingId, Profile, ProfileBuilder,
-    ProfileHeader, Sample, ValueType,
+    ProfileHeader, Sample, StackId, ValueType,
 };
 use crate::sampler::{RawFrame, SampleValues};
 use crate::symbolize::{FunctionName, ModuleSymbolizer};
@@ -24,6 +25,12 @@ use crate::symbolize::{FunctionName, ModuleSymbolizer};
 pub const SAMPLES: usize = 0;
 pub const CPU: usize = 1;
 pub const WALL: usize = 2;
+
+/// Value indices of a heap profile's samples, as Go's.
+pub const ALLOC_OBJECTS: usize = 0;
+pub const ALLOC_SPACE: usize = 1;
+pub const INUSE_OBJECTS: usize = 2;
+pub const INUSE_SPACE: usize = 3;
 
 /// A sample as a native-code sampler took it: program counters, leaf first.
 pub enum NativeSample<'a> {
@@ -81,6 +88,8 @@ pub struct Collector {
     /// Host-call samples whose call has not returned yet: (call, values, time).
     unresolved: Vec<(u32, SampleValues, u64)>,
     counts: KindCounts,
+    /// Sampled allocations by stack, and which to sample, when memory is profiled.
+    heap: Option<(HeapSampler, Heap<StackId>)>,
     warnings: Vec<String>,
     use_dwarf: bool,
     rate_hz: u32,
@@ -109,6 +118,7 @@ impl Collector {
             host_stacks: FxHashMap::default(),
             unresolved: Vec::new(),
             counts: KindCounts::default(),
+            heap: None,
             warnings: Vec::new(),
             use_dwarf,
             rate_hz,
@@ -489,6 +499,85 @@ impl Collector {
         for m in &mut self.modules {
             self.warnings.extend(m.symbolizer.take_warnings());
         }
+    }
+
+    /// Keeps a heap profile too, of allocations sampled at `rate` bytes.
+    pub fn profile_heap(&mut self, rate: u64) {
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        self.heap = Some((HeapSampler::new(rate, seed), Heap::new(rate)));
+    }
+
+    /// Whether an allocation of `size` bytes is to be recorded (with its stack).
+    pub fn heap_sample(&mut self, size: u64) -> bool {
+        self.heap
+            .as_mut()
+            .is_some_and(|(sampler, _)| sampler.sample(size))
+    }
+
+    /// A sampled allocation of `size` bytes at `address`, made by `frames` (leaf first: the
+    /// allocator's wrapper, standing for the allocator).
+    pub fn heap_allocated(&mut self, frames: &[RawFrame], address: u32, size: u64) {
+        let mut stack = std::mem::take(&mut self.stack);
+        stack.clear();
+        stack.extend(frames.iter().map(|raw| self.frame_id(raw)));
+        let id = self.builder.stack(&stack);
+        self.stack = stack;
+        if let Some((_, heap)) = &mut self.heap {
+            heap.allocated(id, address, size);
+        }
+    }
+
+    /// The block at `address` was freed.
+    pub fn heap_freed(&mut self, address: u32) {
+        if let Some((_, heap)) = &mut self.heap {
+            heap.freed(address);
+        }
+    }
+
+    /// The heap profile so far (`alloc_objects`, `alloc_space`, `inuse_objects`,
+    /// `inuse_space`, as Go's), if memory is profiled.
+    pub fn heap_profile(&mut self) -> Option<Profile> {
+        let (_, heap) = self.heap.as_ref()?;
+        let rate = heap.rate();
+        let mut samples: Vec<Sample> = heap
+            .values()
+            .map(|(stack, v)| Sample {
+                stack,
+                time_ns: 0,
+                values: [
+                    v.alloc_objects,
+                    v.alloc_space,
+                    v.inuse_objects,
+                    v.inuse_space,
+                ]
+                .map(|x| x.round() as i64)
+                .to_vec(),
+            })
+            .collect();
+        samples.sort_by_key(|s| s.stack);
+        let end = self.stopped_ns.unwrap_or_else(monotonic_ns);
+        let mut profile = self.builder.build(ProfileHeader {
+            sample_types: vec![
+                ValueType::new("alloc_objects", "count"),
+                ValueType::new("alloc_space", "bytes"),
+                ValueType::new("inuse_objects", "count"),
+                ValueType::new("inuse_space", "bytes"),
+            ],
+            default_sample_type: INUSE_SPACE,
+            period_type: ValueType::new("space", "bytes"),
+            period: rate as i64,
+            start_unix_ns: self.started_unix_ns,
+            duration_ns: end.saturating_sub(self.started_ns) as i64,
+            comments: vec![format!(
+                "wasmspy {}: allocations sampled every {rate} bytes on average",
+                env!("CARGO_PKG_VERSION")
+            )],
+        });
+        profile.samples = samples;
+        self.symbolize_wasm_frames(&mut profile);
+        Some(profile)
     }
 
     /// Marks the end of the recording: the profile's duration stops here.

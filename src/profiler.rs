@@ -29,7 +29,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Result};
-use wasmtime::{CallHook, Config, Engine, Module, Store, UpdateDeadline, WasmBacktrace};
+use wasmtime::{
+    AsContextMut, CallHook, Caller, Config, Engine, Func, Module, Store, UpdateDeadline,
+    WasmBacktrace,
+};
 
 use crate::clock::{monotonic_ns, thread_cpu_ns, Clock};
 use crate::collector::{Collector, KindCounts};
@@ -50,6 +53,9 @@ pub struct ProfilerOptions {
     /// Map code to file:line, inlined calls included, with the modules' DWARF debug info;
     /// when false, profiles name functions only.
     pub dwarf: bool,
+    /// Profile memory too: sample allocations every this many bytes on average (1: every
+    /// allocation). Allocations reach the profiler through [`Profiler::allocator_hook`].
+    pub mem_rate: Option<u64>,
 }
 
 impl Default for ProfilerOptions {
@@ -59,6 +65,7 @@ impl Default for ProfilerOptions {
             sampler: SamplerKind::Auto,
             clock: Clock::Cpu,
             dwarf: true,
+            mem_rate: None,
         }
     }
 }
@@ -109,12 +116,11 @@ impl Profiler {
             SamplerKind::Epoch => false,
         };
         let name = if use_signals { "signal" } else { "epoch" };
-        let collector = Arc::new(Mutex::new(Collector::new(
-            options.rate_hz,
-            options.clock,
-            name,
-            options.dwarf,
-        )));
+        let mut collector = Collector::new(options.rate_hz, options.clock, name, options.dwarf);
+        if let Some(rate) = options.mem_rate {
+            collector.profile_heap(rate);
+        }
+        let collector = Arc::new(Mutex::new(collector));
         let sampler: Box<dyn Sampler> = if use_signals {
             new_signal_sampler(&options, collector.clone())
         } else {
@@ -214,6 +220,29 @@ impl Profiler {
         Ok(())
     }
 
+    /// The host function for the allocator hook of a module rewritten by
+    /// [`crate::memory::rewrite`]: put it in the instance's
+    /// [`HOOK_TABLE`](crate::memory::rewrite::HOOK_TABLE) before the guest
+    /// runs. It records sampled allocations, with the guest stack that made them, and frees.
+    pub fn allocator_hook<T: 'static>(&self, store: impl AsContextMut<Data = T>) -> Func {
+        let collector = self.handle.collector.clone();
+        Func::wrap(
+            store,
+            move |caller: Caller<'_, T>, _allocator: i32, size: i32, freed: i32, allocated: i32| {
+                let size = u64::from(size as u32);
+                let mut collector = collector.lock().unwrap_or_else(|e| e.into_inner());
+                if freed != 0 {
+                    collector.heap_freed(freed as u32);
+                }
+                if allocated != 0 && collector.heap_sample(size) {
+                    let backtrace = WasmBacktrace::capture(&caller);
+                    let frames = collector.backtrace_frames(&backtrace);
+                    collector.heap_allocated(&frames, allocated as u32, size);
+                }
+            },
+        )
+    }
+
     pub fn start(&mut self) -> Result<()> {
         self.sampler.start()
     }
@@ -268,6 +297,11 @@ impl ProfilerHandle {
     /// The profile recorded so far.
     pub fn snapshot(&self) -> Profile {
         self.lock().profile()
+    }
+
+    /// The heap profile so far, when memory is profiled ([`ProfilerOptions::mem_rate`]).
+    pub fn heap_profile(&self) -> Option<Profile> {
+        self.lock().heap_profile()
     }
 
     /// Warnings not taken yet: a module without debug info or with damaged names or DWARF

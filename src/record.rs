@@ -8,12 +8,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use wasmspy::collector::{CPU, SAMPLES};
+use wasmspy::collector::{ALLOC_OBJECTS, ALLOC_SPACE, CPU, INUSE_SPACE, SAMPLES};
 use wasmspy::export::pprof;
+use wasmspy::memory::rewrite::{rewrite, HOOK_TABLE};
 use wasmspy::profile::Profile;
 use wasmspy::wasi_host::{self, Exit, WasiConfig};
 use wasmspy::{Profiler, ProfilerHandle, ProfilerOptions};
-use wasmtime::{Engine, Module};
+use wasmtime::{Engine, Module, Ref};
 
 use crate::cli::RecordArgs;
 use crate::interrupt;
@@ -23,16 +24,33 @@ const TRAP_EXIT_CODE: i32 = 128 + libc::SIGABRT;
 
 pub fn record(args: RecordArgs) -> Result<i32> {
     // Created before the guest runs, so a bad path fails fast rather than after a long run.
-    let output = Arc::new(Output::create(&args.output)?);
+    let outputs = Arc::new(Outputs {
+        cpu: args.cpu_output().map(|p| Output::create(&p)).transpose()?,
+        memory: args
+            .mem_profile
+            .as_deref()
+            .map(Output::create)
+            .transpose()?,
+    });
     // Shared by the engine, the profile's build id and the symbolizer: never copied again.
     let wasm: Arc<[u8]> = wasi_host::read_module(&args.module)?.into();
     let name = file_name(&args.module);
+    let rewritten = match &outputs.memory {
+        Some(_) => rewrite(&wasm)
+            .with_context(|| format!("cannot instrument the allocators of `{name}`"))?
+            .map(Arc::new),
+        None => None,
+    };
+    if outputs.memory.is_some() && rewritten.is_none() {
+        eprintln!("wasmspy: warning: {name} has no allocator function wasmspy knows (malloc, free, __rust_alloc, ...): the memory profile will be empty");
+    }
 
     let mut config = wasi_host::engine_config();
     Profiler::configure(&mut config);
     let engine = Engine::new(&config)?;
     let compile_start = Instant::now();
-    let module = Module::new(&engine, &wasm)
+    let code: &[u8] = rewritten.as_ref().map_or(&wasm, |r| &r.wasm);
+    let module = Module::new(&engine, code)
         .map_err(anyhow::Error::from)
         .with_context(|| format!("cannot compile `{}`", args.module.display()))?;
     let compile_time = compile_start.elapsed();
@@ -42,9 +60,13 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         sampler: args.sampler,
         clock: args.clock,
         dwarf: !args.no_dwarf,
+        mem_rate: outputs.memory.as_ref().map(|_| args.mem_rate),
     };
     let mut profiler = Profiler::new(&engine, options)?;
-    profiler.add_module(&name, &module, wasm.clone())?;
+    match &rewritten {
+        Some(r) => profiler.add_rewritten_module(&name, &module, wasm.clone(), r.clone())?,
+        None => profiler.add_module(&name, &module, wasm.clone())?,
+    }
     print_warnings(&profiler.handle());
     let wasi = WasiConfig {
         argv: std::iter::once(name.clone())
@@ -56,22 +78,33 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     };
     let mut store = wasi_host::new_store(&engine, &wasi)?;
     profiler.attach(&mut store)?;
-    let on_interrupt = output.clone();
+    let on_interrupt = outputs.clone();
     let handle = profiler.handle();
     interrupt::stop_guest_on_ctrl_c(profiler.handle(), move |profile| {
         let _ = std::io::stdout().flush();
-        print_warnings(&handle);
-        if let Err(e) = on_interrupt.save(profile) {
+        if let Err(e) = on_interrupt.save(&handle, profile) {
             eprintln!("wasmspy: error: {e:#}");
         }
     })?;
 
     profiler.start()?;
-    let exit = wasi_host::run(&mut store, &module, wasi.unknown_imports);
+    let exit = wasi_host::run_with(
+        &mut store,
+        &module,
+        wasi.unknown_imports,
+        |store, instance| {
+            if rewritten.is_some() {
+                let hook = profiler.allocator_hook(&mut *store);
+                if let Some(table) = instance.get_table(&mut *store, HOOK_TABLE) {
+                    table.set(&mut *store, 0, Ref::Func(Some(hook)))?;
+                }
+            }
+            Ok(())
+        },
+    );
     let run_end = Instant::now();
     let profile = profiler.stop();
     let _ = std::io::stdout().flush();
-    print_warnings(&profiler.handle());
     if args.verbose {
         let c = profiler.handle().counts();
         eprintln!(
@@ -104,7 +137,7 @@ pub fn record(args: RecordArgs) -> Result<i32> {
             1
         }
     };
-    let saved = output.save(&profile);
+    let saved = outputs.save(&profiler.handle(), &profile);
     if args.verbose {
         eprintln!(
             "wasmspy: compiling took {:.3} s; from the guest's end to the profile written {:.3} s; peak memory {} MiB",
@@ -119,6 +152,40 @@ pub fn record(args: RecordArgs) -> Result<i32> {
             eprintln!("wasmspy: error: {e:#}");
             Ok(if guest_code == 0 { 1 } else { guest_code })
         }
+    }
+}
+
+/// The profiles asked for.
+struct Outputs {
+    cpu: Option<Output>,
+    memory: Option<Output>,
+}
+
+impl Outputs {
+    /// Writes the CPU profile `cpu` and the memory profile, after the warnings about them.
+    fn save(&self, profiler: &ProfilerHandle, cpu: &Profile) -> Result<()> {
+        let heap = self.memory.as_ref().and_then(|_| profiler.heap_profile());
+        print_warnings(profiler);
+        let mut result = Ok(());
+        if let Some(output) = &self.cpu {
+            let summary = format!(
+                "{} samples, {:.3} s CPU",
+                cpu.total(SAMPLES),
+                cpu.total(CPU) as f64 / 1e9
+            );
+            result = output.save(cpu, &summary);
+        }
+        if let (Some(output), Some(heap)) = (&self.memory, heap) {
+            let mib = |i| heap.total(i) as f64 / (1024.0 * 1024.0);
+            let summary = format!(
+                "{} allocations of {:.1} MiB, {:.1} MiB in use at the end",
+                heap.total(ALLOC_OBJECTS),
+                mib(ALLOC_SPACE),
+                mib(INUSE_SPACE)
+            );
+            result = result.and(output.save(&heap, &summary));
+        }
+        result
     }
 }
 
@@ -161,8 +228,8 @@ impl Output {
         })
     }
 
-    /// Writes `profile` and reports it on stderr, unless it was saved already.
-    fn save(&self, profile: &Profile) -> Result<()> {
+    /// Writes `profile` and reports it, with `summary`, on stderr, unless it was saved already.
+    fn save(&self, profile: &Profile, summary: &str) -> Result<()> {
         let mut slot = self.file.lock().unwrap_or_else(|e| e.into_inner());
         let Some(mut file) = slot.take() else {
             return Ok(());
@@ -172,11 +239,7 @@ impl Output {
             .and_then(|()| file.sync_all())
             .with_context(|| format!("cannot write profile `{}`", self.path.display()))?;
         let path = self.path.display();
-        eprintln!(
-            "wasmspy: wrote {path} ({} samples, {:.3} s CPU); view it with: go tool pprof -http=: {path}",
-            profile.total(SAMPLES),
-            profile.total(CPU) as f64 / 1e9,
-        );
+        eprintln!("wasmspy: wrote {path} ({summary}); view it with: go tool pprof -http=: {path}");
         Ok(())
     }
 }

@@ -1,6 +1,7 @@
 //! Every WASI preview 1 program of the Sightglass corpus (`../shared/corpus/sightglass`) runs
-//! under `wasmspy record` with its expected output, and leaves a profile; in those that carry
-//! DWARF, most samples of the guest's code have a source line.
+//! under `wasmspy record`, its allocators rewritten for a memory profile, with its expected
+//! output, and leaves both profiles; in those that carry DWARF, most samples of the guest's
+//! code have a source line.
 
 mod common;
 
@@ -82,6 +83,7 @@ fn every_sightglass_module_runs_and_profiles() {
         let out = out_dir
             .path()
             .join(format!("{}.pb.gz", name.replace('/', "_")));
+        let heap = out.with_extension("heap.pb.gz");
         let result = wasmspy()
             .current_dir(module.parent().unwrap())
             // 10 kHz, so that the programs that finish within milliseconds are sampled too.
@@ -95,6 +97,9 @@ fn every_sightglass_module_runs_and_profiles() {
                 "-o",
             ])
             .arg(&out)
+            // Its allocators rewritten: the output must not change.
+            .arg("--mem-profile")
+            .arg(&heap)
             .arg("--")
             .arg(module.file_name().unwrap())
             .output()
@@ -140,8 +145,9 @@ fn every_sightglass_module_runs_and_profiles() {
             dwarf_samples += in_code;
             dwarf_samples_with_line += with_line;
         }
+        let allocated = Decoded::load(&heap).total("alloc_space");
         eprintln!(
-            "{name}: {samples} samples, {:.3} s CPU, {:.0}% of guest samples with a source line",
+            "{name}: {samples} samples, {:.3} s CPU, {:.0}% of guest samples with a source line, ~{allocated} bytes allocated",
             p.total("cpu") as f64 / 1e9,
             line_share * 100.0
         );

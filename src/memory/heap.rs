@@ -85,6 +85,11 @@ impl<K: Copy + Eq + Hash> Heap<K> {
         }
     }
 
+    /// The mean sampling interval, in bytes.
+    pub fn rate(&self) -> u64 {
+        self.rate
+    }
+
     /// How many allocations a sampled one of `size` bytes stands for.
     fn scale(&self, size: u64) -> f64 {
         if self.rate <= 1 || size == 0 {

@@ -1,0 +1,202 @@
+//! Memory profiles (`--mem-profile`): allocation sites with their four values, as Go's heap
+//! profiles have them.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+
+/// Records `module` with `--mem-profile` at `rate` and returns the heap profile's values
+/// summed by (allocator, function, file, line): the first frame up the stack, inlined or not,
+/// in the program's own source (`tests/fixtures/...`), however deep the library code in
+/// between (Rust's `Vec` grows in `RawVecInner::finish_grow`).
+/// (allocator, function, file, line) → alloc_objects, alloc_space, inuse_objects, inuse_space.
+type Sites = BTreeMap<(String, String, String, i64), [i64; 4]>;
+
+fn heap_by_site(module: &str, args: &[&str], rate: &str) -> Sites {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = dir.path().join("heap.pb.gz");
+    let out = wasmspy()
+        .args(["record", "--mem-rate", rate, "--mem-profile"])
+        .arg(&heap)
+        .arg("--")
+        .arg(fixture(module))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        !dir.path().join("wasmspy.pb.gz").exists()
+            && !std::path::Path::new("wasmspy.pb.gz").exists(),
+        "--mem-profile alone writes no CPU profile"
+    );
+    let p = Decoded::load(&heap);
+    assert_eq!(p.str(p.0.default_sample_type), "inuse_space");
+    let kinds: Vec<&str> = p.0.sample_type.iter().map(|t| p.str(t.r#type)).collect();
+    assert_eq!(
+        kinds,
+        [
+            "alloc_objects",
+            "alloc_space",
+            "inuse_objects",
+            "inuse_space"
+        ]
+    );
+    let mut sites: BTreeMap<_, [i64; 4]> = BTreeMap::new();
+    for sample in &p.0.sample {
+        let leaf = p.source_frames(sample.location_id[0]);
+        let caller = p.source_frames(sample.location_id[1]);
+        // The allocator shows once, as the leaf: its caller is another function.
+        assert_ne!(leaf[0].0, caller[0].0);
+        let own = sample.location_id[1..]
+            .iter()
+            .flat_map(|&l| p.source_frames(l))
+            .find(|(_, file, _, _)| file.starts_with("tests/fixtures/"));
+        let (function, file, line, _) = own.unwrap_or_default();
+        let values = sites
+            .entry((leaf[0].0.clone(), function, file, line))
+            .or_default();
+        for (total, v) in values.iter_mut().zip(&sample.value) {
+            *total += v;
+        }
+    }
+    sites
+}
+
+/// The values of one site; a missing site fails the test.
+fn site(sites: &Sites, allocator: &str, function: &str, file: &str, line: i64) -> [i64; 4] {
+    let key = (allocator.into(), function.into(), file.into(), line);
+    sites
+        .get(&key)
+        .copied()
+        .unwrap_or_else(|| panic!("no {allocator} from {function}:{line} in {sites:#?}"))
+}
+
+#[test]
+fn c_allocation_sites_with_exact_values() {
+    let sites = heap_by_site("c/alloc.wasm", &[], "1");
+    let site = |allocator: &str, function: &str, line| {
+        site(
+            &sites,
+            allocator,
+            function,
+            "tests/fixtures/c/alloc.c",
+            line,
+        )
+    };
+    // alloc_objects, alloc_space, inuse_objects, inuse_space. wasi-libc's `calloc` and
+    // `realloc` are dlmalloc's `dlcalloc` and `dlrealloc` under another symbol: DWARF names
+    // them so.
+    assert_eq!(site("malloc", "make_small", 9), [10, 240, 5, 120]);
+    assert_eq!(site("dlcalloc", "make_table", 13), [1, 400, 1, 400]);
+    // 64 + 128 + ... + 4096 bytes; each realloc frees the block before it.
+    assert_eq!(site("dlrealloc", "grow", 17), [7, 8128, 1, 4096]);
+    assert_eq!(
+        sites.len(),
+        3,
+        "only the program's own allocations: {sites:?}"
+    );
+}
+
+#[test]
+fn rust_allocation_sites_with_exact_values() {
+    let sites = heap_by_site("rust/alloc.wasm", &[], "1");
+    let site = |allocator: &str, function: &str, line| {
+        site(
+            &sites,
+            allocator,
+            function,
+            "tests/fixtures/rust/alloc.rs",
+            line,
+        )
+    };
+    let expected = [
+        // The vector of eight box pointers, emptied and dropped.
+        (
+            "__rustc::__rust_alloc",
+            "alloc::make_boxes",
+            8,
+            [1, 32, 0, 0],
+        ),
+        // Box::new([i; 100]): the first, all zeros, comes zeroed; every other one is dropped.
+        (
+            "__rustc::__rust_alloc_zeroed",
+            "alloc::make_boxes",
+            10,
+            [1, 100, 1, 100],
+        ),
+        (
+            "__rustc::__rust_alloc",
+            "alloc::make_boxes",
+            10,
+            [7, 700, 3, 300],
+        ),
+        // Vec growth: 4 elements (32 bytes), then doubled by realloc up to 1024 (8192 bytes).
+        (
+            "__rustc::__rust_alloc",
+            "alloc::grow_vec",
+            19,
+            [1, 32, 0, 0],
+        ),
+        (
+            "__rustc::__rust_realloc",
+            "alloc::grow_vec",
+            19,
+            [8, 16320, 1, 8192],
+        ),
+    ];
+    for (allocator, function, line, values) in expected {
+        assert_eq!(
+            site(allocator, function, line),
+            values,
+            "{allocator} {function}:{line}"
+        );
+    }
+}
+
+#[test]
+fn cpu_and_memory_profiles_from_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cpu, heap) = (dir.path().join("cpu.pb.gz"), dir.path().join("heap.pb.gz"));
+    let out = wasmspy()
+        .args(["record", "--mem-rate", "4096", "-o"])
+        .arg(&cpu)
+        .arg("--mem-profile")
+        .arg(&heap)
+        .arg("--")
+        .arg(fixture("rust/iter.wasm"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("iter done: 1000 rounds"));
+    let err = stderr(&out);
+    assert_eq!(err.matches("wasmspy: wrote ").count(), 2, "{err}");
+
+    // The CPU profile of the rewritten module, in the original's terms.
+    let cpu = Decoded::load(&cpu);
+    assert_eq!(cpu.top_self_compiled("cpu")[0].0, "iter::checksum", "{err}");
+
+    // The 800 000-byte vector `main` collects is sampled (a block of more than 195 times the
+    // mean interval is sampled with probability 1 − e^−195), counts as itself, and is freed
+    // when `main` returns.
+    let heap = Decoded::load(&heap);
+    assert_eq!(heap.0.period, 4096);
+    let (space, inuse) = (
+        heap.value_index("alloc_space"),
+        heap.value_index("inuse_space"),
+    );
+    let vector = heap
+        .0
+        .sample
+        .iter()
+        .find(|s| {
+            s.location_id[1..]
+                .iter()
+                .flat_map(|&l| heap.source_frames(l))
+                .any(|(f, _, line, _)| f == "iter::main" && line == 18)
+        })
+        .expect("the vector's allocation");
+    assert_eq!(vector.value[space], 800_000);
+    assert_eq!(vector.value[inuse], 0);
+}
