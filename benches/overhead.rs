@@ -13,13 +13,16 @@
 //! every configuration runs right after the others, each is divided by that repetition's plain
 //! time, and the table shows the median of those ratios.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use common::{check, median};
 use wasmspy::sampler::SamplerKind;
-use wasmspy::wasi_host::{self, DirMount, Exit, UnknownImports, WasiConfig};
+use wasmspy::wasi_host::{self, DirMount, UnknownImports, WasiConfig};
 use wasmspy::{Profiler, ProfilerOptions};
 use wasmtime::{Engine, GuestProfiler, Module, UpdateDeadline};
 
@@ -49,14 +52,9 @@ fn main() {
         }
         i += 1;
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/sightglass/benchmarks");
-    if !root.is_dir() {
-        println!(
-            "the Sightglass corpus is absent ({}): nothing to measure",
-            root.display()
-        );
+    let Some(root) = common::corpus() else {
         return;
-    }
+    };
     let modules: Vec<PathBuf> = corpus_modules(&root)
         .into_iter()
         .filter(|m| {
@@ -123,17 +121,6 @@ fn main() {
             1.0 + (g[4] - 1.0) / 10.0
         );
     }
-}
-
-fn check(exit: Exit) {
-    if !matches!(exit, Exit::Code(0)) {
-        panic!("the guest did not succeed: {exit:?}");
-    }
-}
-
-fn median(times: &mut [f64]) -> f64 {
-    times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
 }
 
 /// Seconds one configuration takes on one module, in a fresh process.
