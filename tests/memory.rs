@@ -200,3 +200,38 @@ fn cpu_and_memory_profiles_from_one_run() {
     assert_eq!(vector.value[space], 800_000);
     assert_eq!(vector.value[inuse], 0);
 }
+
+#[test]
+fn ctrl_c_writes_both_profiles() {
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let (cpu, heap) = (dir.path().join("cpu.pb.gz"), dir.path().join("heap.pb.gz"));
+    // stdin stays open and empty: the guest blocks in fd_read until Ctrl-C.
+    let mut child = wasmspy()
+        .args(["record", "-o"])
+        .arg(&cpu)
+        .arg("--mem-profile")
+        .arg(&heap)
+        .arg(fixture("c/cprog.wasm"))
+        .arg("stdin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take(); // held open until the child is gone
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    // SAFETY: plain kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let result = child.wait_with_output().unwrap();
+    drop(stdin);
+    assert_eq!(result.status.code(), Some(130), "{}", stderr(&result));
+    assert_eq!(
+        stderr(&result).matches("wasmspy: wrote ").count(),
+        2,
+        "{}",
+        stderr(&result)
+    );
+    Decoded::load(&cpu);
+    assert_eq!(Decoded::load(&heap).0.sample_type.len(), 4);
+}
