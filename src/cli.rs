@@ -39,7 +39,7 @@ pub struct RecordArgs {
 
     /// Sample allocations every BYTES bytes on average, as Go's MemProfileRate does, with
     /// values scaled to unbiased estimates; 1 records every allocation.
-    #[arg(long, value_name = "BYTES", default_value_t = 512 * 1024,
+    #[arg(long, value_name = "BYTES", default_value_t = 512 * 1024, requires = "mem_profile",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub mem_rate: u64,
 

@@ -244,24 +244,29 @@ impl Collector {
         let mut stack = std::mem::take(&mut self.stack);
         stack.clear();
         // A leaf outside Wasm functions (a trampoline, the runtime) is Wasmtime's.
-        if exact_leaf && self.native_frame_id(pcs[0]).is_some() {
-            self.counts.guest += 1;
-        } else {
-            self.counts.runtime += 1;
-            stack.push(self.frame_id(&RawFrame::Runtime));
-        }
-        for (i, &pc) in pcs.iter().enumerate() {
-            // A return address follows its call instruction; trampolines are not guest frames.
-            let leaf = exact_leaf && i == 0;
-            let pc = if leaf { pc } else { pc - 1 };
-            match self.native_frame_id(pc) {
-                // A wrapper above the leaf only called its allocator's original body.
-                Some((_, true)) if !leaf => {}
-                Some((id, _)) => stack.push(id),
-                None => {}
+        let (leaf, callers) = match exact_leaf {
+            true => (self.native_frame_id(pcs[0]), &pcs[1..]),
+            false => (None, pcs),
+        };
+        match leaf {
+            Some((id, _)) => {
+                self.counts.guest += 1;
+                stack.push(id);
+            }
+            None => {
+                self.counts.runtime += 1;
+                stack.push(self.frame_id(&RawFrame::Runtime));
             }
         }
-        self.push_stack(stack, values, time_ns);
+        for &pc in callers {
+            // A return address follows its call instruction; trampolines are not guest frames;
+            // a wrapper above the leaf only called its allocator's original body.
+            if let Some((id, false)) = self.native_frame_id(pc - 1) {
+                stack.push(id);
+            }
+        }
+        let stack_id = self.intern_stack(stack);
+        self.record(stack_id, values, time_ns);
     }
 
     /// The frame of a native code address, and whether it is in an allocator's wrapper.
@@ -361,16 +366,26 @@ impl Collector {
     }
 
     fn push_sample(&mut self, frames: &[RawFrame], values: SampleValues, time_ns: u64) {
+        let stack_id = self.stack_of(frames);
+        self.record(stack_id, values, time_ns);
+    }
+
+    /// The stack of `frames` (leaf first).
+    fn stack_of(&mut self, frames: &[RawFrame]) -> StackId {
         let mut stack = std::mem::take(&mut self.stack);
         stack.clear();
         stack.extend(frames.iter().map(|raw| self.frame_id(raw)));
-        self.push_stack(stack, values, time_ns);
+        self.intern_stack(stack)
     }
 
-    /// Adds a sample of `stack` (frame ids, leaf first), whose buffer is kept for the next one.
-    fn push_stack(&mut self, stack: Vec<FrameId>, values: SampleValues, time_ns: u64) {
+    /// Interns `stack` (frame ids, leaf first), whose buffer is kept for the next one.
+    fn intern_stack(&mut self, stack: Vec<FrameId>) -> StackId {
         let stack_id = self.builder.stack(&stack);
         self.stack = stack;
+        stack_id
+    }
+
+    fn record(&mut self, stack_id: StackId, values: SampleValues, time_ns: u64) {
         let values = self.values(values);
         self.builder
             .sample(stack_id, time_ns.saturating_sub(self.started_ns), values);
@@ -519,11 +534,7 @@ impl Collector {
     /// A sampled allocation of `size` bytes at `address`, made by `frames` (leaf first: the
     /// allocator's wrapper, standing for the allocator).
     pub fn heap_allocated(&mut self, frames: &[RawFrame], address: u32, size: u64) {
-        let mut stack = std::mem::take(&mut self.stack);
-        stack.clear();
-        stack.extend(frames.iter().map(|raw| self.frame_id(raw)));
-        let id = self.builder.stack(&stack);
-        self.stack = stack;
+        let id = self.stack_of(frames);
         if let Some((_, heap)) = &mut self.heap {
             heap.allocated(id, address, size);
         }
@@ -557,8 +568,7 @@ impl Collector {
             })
             .collect();
         samples.sort_by_key(|s| s.stack);
-        let end = self.stopped_ns.unwrap_or_else(monotonic_ns);
-        let mut profile = self.builder.build(ProfileHeader {
+        let header = ProfileHeader {
             sample_types: vec![
                 ValueType::new("alloc_objects", "count"),
                 ValueType::new("alloc_space", "bytes"),
@@ -568,16 +578,25 @@ impl Collector {
             default_sample_type: INUSE_SPACE,
             period_type: ValueType::new("space", "bytes"),
             period: rate as i64,
-            start_unix_ns: self.started_unix_ns,
-            duration_ns: end.saturating_sub(self.started_ns) as i64,
             comments: vec![format!(
                 "wasmspy {}: allocations sampled every {rate} bytes on average",
                 env!("CARGO_PKG_VERSION")
             )],
-        });
-        profile.samples = samples;
+            ..self.timing()
+        };
+        let mut profile = self.builder.build(header, samples);
         self.symbolize_wasm_frames(&mut profile);
         Some(profile)
+    }
+
+    /// The recording's start and its duration so far (to [`stop`](Self::stop)).
+    fn timing(&self) -> ProfileHeader {
+        let end = self.stopped_ns.unwrap_or_else(monotonic_ns);
+        ProfileHeader {
+            start_unix_ns: self.started_unix_ns,
+            duration_ns: end.saturating_sub(self.started_ns) as i64,
+            ..ProfileHeader::default()
+        }
     }
 
     /// Marks the end of the recording: the profile's duration stops here.
@@ -588,7 +607,6 @@ impl Collector {
     /// The profile so far (complete once [`stop`](Self::stop) was called). Samples of a host
     /// call still in progress, whose guest stack is not known yet, show as `[host call]` alone.
     pub fn profile(&mut self) -> Profile {
-        let end = self.stopped_ns.unwrap_or_else(monotonic_ns);
         let cpu = ValueType::new("cpu", "nanoseconds");
         let wall = ValueType::new("wall", "nanoseconds");
         let mut sample_types = vec![ValueType::new("samples", "count"), cpu.clone()];
@@ -599,13 +617,11 @@ impl Collector {
                 (WALL, wall)
             }
         };
-        let mut profile = self.builder.build(ProfileHeader {
+        let header = ProfileHeader {
             sample_types,
             default_sample_type,
             period_type,
             period: sampling_period(self.rate_hz).as_nanos() as i64,
-            start_unix_ns: self.started_unix_ns,
-            duration_ns: end.saturating_sub(self.started_ns) as i64,
             comments: vec![format!(
                 "wasmspy {}: {} sampler at {} Hz on the {} clock",
                 env!("CARGO_PKG_VERSION"),
@@ -613,7 +629,9 @@ impl Collector {
                 self.rate_hz,
                 self.clock
             )],
-        });
+            ..self.timing()
+        };
+        let mut profile = self.builder.build(header, self.builder.samples().to_vec());
         self.symbolize_wasm_frames(&mut profile);
         if !self.unresolved.is_empty() {
             let function = profile.functions.len();

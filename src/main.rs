@@ -18,10 +18,17 @@ fn main() {
                 std::process::exit(2);
             }
             _ => {
+                // Clap's first paragraph, on one line: the message and what it lists (the
+                // missing arguments), without the usage and tips after it.
                 let text = e.to_string();
-                let first = text.lines().next().unwrap_or_default();
-                let first = first.strip_prefix("error: ").unwrap_or(first);
-                eprintln!("wasmspy: error: {first} (see `wasmspy --help`)");
+                let message: Vec<&str> = text
+                    .lines()
+                    .take_while(|l| !l.trim().is_empty())
+                    .map(str::trim)
+                    .collect();
+                let message = message.join(" ");
+                let message = message.strip_prefix("error: ").unwrap_or(&message);
+                eprintln!("wasmspy: error: {message} (see `wasmspy --help`)");
                 std::process::exit(2);
             }
         },

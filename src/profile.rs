@@ -184,7 +184,14 @@ impl ProfileBuilder {
         });
     }
 
-    pub fn build(&self, header: ProfileHeader) -> Profile {
+    /// The samples added so far.
+    pub fn samples(&self) -> &[Sample] {
+        &self.samples
+    }
+
+    /// A profile of `samples`, whose stacks are this builder's: the builder's own samples, or
+    /// other values of its stacks (a heap profile).
+    pub fn build(&self, header: ProfileHeader, samples: Vec<Sample>) -> Profile {
         Profile {
             sample_types: header.sample_types,
             default_sample_type: header.default_sample_type,
@@ -196,7 +203,7 @@ impl ProfileBuilder {
             functions: self.functions.items.clone(),
             frames: self.frames.items.clone(),
             stacks: self.stacks.items.clone(),
-            samples: self.samples.clone(),
+            samples,
             comments: header.comments,
         }
     }
@@ -237,7 +244,7 @@ mod tests {
         assert_ne!(b.stack(&[fr, fr]), s);
         b.sample(s, 0, vec![1, 10]);
         b.sample(s, 5, vec![1, 30]);
-        let p = b.build(ProfileHeader::default());
+        let p = b.build(ProfileHeader::default(), b.samples().to_vec());
         assert_eq!(p.functions.len(), 2);
         assert_eq!(p.stacks, vec![vec![fr], vec![fr, fr]]);
         assert_eq!(p.total(1), 40);

@@ -18,6 +18,7 @@ fn heap_by_site(module: &str, args: &[&str], rate: &str) -> Sites {
     let dir = tempfile::tempdir().unwrap();
     let heap = dir.path().join("heap.pb.gz");
     let out = wasmspy()
+        .current_dir(dir.path())
         .args(["record", "--mem-rate", rate, "--mem-profile"])
         .arg(&heap)
         .arg("--")
@@ -26,9 +27,9 @@ fn heap_by_site(module: &str, args: &[&str], rate: &str) -> Sites {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
+    // In the working directory, where `-o`'s default would have gone.
     assert!(
-        !dir.path().join("wasmspy.pb.gz").exists()
-            && !std::path::Path::new("wasmspy.pb.gz").exists(),
+        !dir.path().join("wasmspy.pb.gz").exists(),
         "--mem-profile alone writes no CPU profile"
     );
     let p = Decoded::load(&heap);
@@ -203,28 +204,14 @@ fn cpu_and_memory_profiles_from_one_run() {
 
 #[test]
 fn ctrl_c_writes_both_profiles() {
-    use std::process::Stdio;
     let dir = tempfile::tempdir().unwrap();
     let (cpu, heap) = (dir.path().join("cpu.pb.gz"), dir.path().join("heap.pb.gz"));
-    // stdin stays open and empty: the guest blocks in fd_read until Ctrl-C.
-    let mut child = wasmspy()
-        .args(["record", "-o"])
-        .arg(&cpu)
-        .arg("--mem-profile")
-        .arg(&heap)
-        .arg(fixture("c/cprog.wasm"))
-        .arg("stdin")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdin = child.stdin.take(); // held open until the child is gone
-    std::thread::sleep(std::time::Duration::from_millis(1000));
-    // SAFETY: plain kill(2) of our own child.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
-    let result = child.wait_with_output().unwrap();
-    drop(stdin);
+    let result = ctrl_c_while_reading_stdin(&[
+        "-o".as_ref(),
+        cpu.as_ref(),
+        "--mem-profile".as_ref(),
+        heap.as_ref(),
+    ]);
     assert_eq!(result.status.code(), Some(130), "{}", stderr(&result));
     assert_eq!(
         stderr(&result).matches("wasmspy: wrote ").count(),

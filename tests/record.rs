@@ -335,6 +335,14 @@ fn bad_input_gets_one_line_and_a_nonzero_exit() {
         ),
         (
             vec![
+                "--mem-rate".into(),
+                "1".into(),
+                fixture(C).display().to_string(),
+            ],
+            "required arguments were not provided: --mem-profile",
+        ),
+        (
+            vec![
                 "--rate".into(),
                 "0".into(),
                 fixture(C).display().to_string(),
@@ -394,11 +402,6 @@ fn assert_one_line_error(out: &std::process::Output, expect: &str, what: &dyn st
     assert!(!err.contains("panicked"), "{err}");
 }
 
-fn sigint(child: &std::process::Child) {
-    // SAFETY: plain kill(2) of our own child.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
-}
-
 #[test]
 fn ctrl_c_stops_the_guest_and_writes_the_profile() {
     let dir = tempfile::tempdir().unwrap();
@@ -425,22 +428,7 @@ fn ctrl_c_stops_the_guest_and_writes_the_profile() {
 fn ctrl_c_while_blocked_in_a_host_call_still_writes_the_profile() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.pb.gz");
-    // stdin stays open and empty: the guest blocks in fd_read and never reaches an epoch check.
-    let mut child = wasmspy()
-        .args(["record", "-o"])
-        .arg(&out)
-        .arg(fixture(C))
-        .arg("stdin")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdin = child.stdin.take(); // held open until the child is gone
-    std::thread::sleep(Duration::from_millis(1000));
-    sigint(&child);
-    let result = child.wait_with_output().unwrap();
-    drop(stdin);
+    let result = ctrl_c_while_reading_stdin(&["-o".as_ref(), out.as_ref()]);
     assert_eq!(result.status.code(), Some(130), "{}", stderr(&result));
     assert!(
         stderr(&result).contains("wasmspy: wrote "),

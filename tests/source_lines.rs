@@ -124,66 +124,55 @@ fn cpp_template_member_inlined_with_demangled_scopes() {
     assert_eq!(add.start_line, 10);
 }
 
-#[test]
-fn rust_inlined_iterator_closure() {
-    let file = "tests/fixtures/rust/iter.rs";
+/// The Rust fixture's hot closure and what it sits in, innermost first: in the release build
+/// every frame but `iter::main` is inlined into `iter::checksum`; in the debug build each is a
+/// call of its own.
+fn iter_closure_frames() -> Vec<(&'static str, String, i64)> {
+    let file = "tests/fixtures/rust/iter.rs".to_string();
     let core = "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library/core/src";
     let map_rs = format!("{core}/iter/adapters/map.rs");
     let macros_rs = format!("{core}/slice/iter/macros.rs");
-    let p = check_hot_stack(
-        "rust/iter.wasm",
-        &[],
-        &[
-            ("iter::checksum::{{closure}}", file, 9),
-            ("core::iter::adapters::map::map_fold::{{closure}}", &map_rs, 88),
-            (
-                "<core::slice::iter::Iter<T> as core::iter::traits::iterator::Iterator>::fold",
-                &macros_rs,
-                279,
-            ),
-            (
-                "<core::iter::adapters::map::Map<I,F> as core::iter::traits::iterator::Iterator>::fold",
-                &map_rs,
-                128,
-            ),
-            ("iter::checksum", file, 10),
-        ],
+    vec![
+        ("iter::checksum::{{closure}}", file.clone(), 9),
+        (
+            "core::iter::adapters::map::map_fold::{{closure}}",
+            map_rs.clone(),
+            88,
+        ),
+        (
+            "<core::slice::iter::Iter<T> as core::iter::traits::iterator::Iterator>::fold",
+            macros_rs,
+            279,
+        ),
+        (
+            "<core::iter::adapters::map::Map<I,F> as core::iter::traits::iterator::Iterator>::fold",
+            map_rs,
+            128,
+        ),
+        ("iter::checksum", file.clone(), 10),
         ("iter::main", file, 21),
-        0.2,
-    );
+    ]
+}
+
+#[test]
+fn rust_inlined_iterator_closure() {
+    let frames = iter_closure_frames();
+    let borrowed: Vec<Expected<'_>> = frames
+        .iter()
+        .map(|(f, file, line)| (*f, file.as_str(), *line))
+        .collect();
+    let (caller, hot) = borrowed.split_last().unwrap();
+    let p = check_hot_stack("rust/iter.wasm", &[], hot, *caller, 0.2);
     assert_eq!(start_line(&p, "iter::checksum"), 7);
     assert_eq!(start_line(&p, "iter::checksum::{{closure}}"), 9);
 }
 
 #[test]
 fn rust_debug_build_calls_what_release_inlines() {
-    let file = "tests/fixtures/rust/iter.rs";
-    let core = "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library/core/src";
-    let map_rs = format!("{core}/iter/adapters/map.rs");
-    let macros_rs = format!("{core}/slice/iter/macros.rs");
-    let expected: Vec<(String, String, i64, bool)> = [
-        ("iter::checksum::{{closure}}", file, 9),
-        (
-            "core::iter::adapters::map::map_fold::{{closure}}",
-            &map_rs,
-            88,
-        ),
-        (
-            "<core::slice::iter::Iter<T> as core::iter::traits::iterator::Iterator>::fold",
-            &macros_rs,
-            279,
-        ),
-        (
-            "<core::iter::adapters::map::Map<I,F> as core::iter::traits::iterator::Iterator>::fold",
-            &map_rs,
-            128,
-        ),
-        ("iter::checksum", file, 10),
-        ("iter::main", file, 21),
-    ]
-    .iter()
-    .map(|&(f, file, line)| (f.to_string(), file.to_string(), line, false))
-    .collect();
+    let expected: Vec<(String, String, i64, bool)> = iter_closure_frames()
+        .into_iter()
+        .map(|(f, file, line)| (f.to_string(), file, line, false))
+        .collect();
     let dir = tempfile::tempdir().unwrap();
     let (output, out) = record(dir.path(), &[], &fixture("rust/iter-debug.wasm"), &["200"]);
     assert!(output.status.success(), "{}", stderr(&output));

@@ -200,7 +200,7 @@ mod tests {
         b.sample(s1, 0, vec![1, 100]);
         b.sample(s2, 1, vec![1, 50]);
         b.sample(s1, 2, vec![1, 70]);
-        let profile = b.build(ProfileHeader {
+        let header = ProfileHeader {
             sample_types: vec![
                 ValueType::new("samples", "count"),
                 ValueType::new("cpu", "nanoseconds"),
@@ -211,7 +211,8 @@ mod tests {
             start_unix_ns: 5,
             duration_ns: 9,
             comments: vec!["hello".into()],
-        });
+        };
+        let profile = b.build(header, b.samples().to_vec());
 
         let p = decode(&encode(&profile).unwrap()).unwrap();
         let s = |i: i64| p.string_table[i as usize].as_str();

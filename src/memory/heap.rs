@@ -20,7 +20,7 @@ pub struct HeapSampler {
 }
 
 impl HeapSampler {
-    /// `seed` must not be zero.
+    /// `seed` starts the random intervals (zero is taken as one: xorshift needs a bit set).
     pub fn new(rate: u64, seed: u64) -> Self {
         let mut sampler = HeapSampler {
             rate,

@@ -301,7 +301,7 @@ impl Scan {
             if let Some(order) = id.and_then(SectionId::order_of) {
                 while let Some(&missing) = pending.first().filter(|s| s.order() < order) {
                     pending.remove(0);
-                    self.emit_new(&mut out, missing, hook_table);
+                    emit_new(&mut out, missing, hook_table);
                 }
             }
             match payload {
@@ -383,34 +383,13 @@ impl Scan {
             }
         }
         for missing in pending {
-            self.emit_new(&mut out, missing, hook_table);
+            emit_new(&mut out, missing, hook_table);
         }
         let bytes = out.finish();
         wasmparser::Validator::new_with_features(wasmparser::WasmFeatures::all())
             .validate_all(&bytes)
             .context("the rewritten module does not validate")?;
         Ok(bytes)
-    }
-
-    /// A section of ours where the module had none of its kind.
-    fn emit_new(&self, out: &mut Module, id: SectionId, hook_table: u32) {
-        match id {
-            SectionId::Table => {
-                let mut tables = TableSection::new();
-                tables.table(hook_table_type());
-                out.section(&tables);
-            }
-            SectionId::Global => {
-                let mut globals = GlobalSection::new();
-                globals.global(depth_global_type(), &ConstExpr::i32_const(0));
-                out.section(&globals);
-            }
-            SectionId::Export => {
-                let mut exports = ExportSection::new();
-                exports.export(HOOK_TABLE, ExportKind::Table, hook_table);
-                out.section(&exports);
-            }
-        }
     }
 
     /// Where each function body of the rewritten module came from.
@@ -446,6 +425,27 @@ impl Scan {
         }
         moved.sort_unstable_by_key(|(r, _, _)| r.start);
         Ok(moved)
+    }
+}
+
+/// A section of ours where the module had none of its kind.
+fn emit_new(out: &mut Module, id: SectionId, hook_table: u32) {
+    match id {
+        SectionId::Table => {
+            let mut tables = TableSection::new();
+            tables.table(hook_table_type());
+            out.section(&tables);
+        }
+        SectionId::Global => {
+            let mut globals = GlobalSection::new();
+            globals.global(depth_global_type(), &ConstExpr::i32_const(0));
+            out.section(&globals);
+        }
+        SectionId::Export => {
+            let mut exports = ExportSection::new();
+            exports.export(HOOK_TABLE, ExportKind::Table, hook_table);
+            out.section(&exports);
+        }
     }
 }
 

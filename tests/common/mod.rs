@@ -33,6 +33,35 @@ pub fn record(dir: &Path, extra: &[&str], module: &Path, args: &[&str]) -> (Outp
     (output, out)
 }
 
+/// Sends Ctrl-C (SIGINT) to a running `wasmspy`.
+pub fn sigint(child: &std::process::Child) {
+    // SAFETY: plain kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+}
+
+/// Runs `wasmspy record RECORD_ARGS... tests/fixtures/c/cprog.wasm stdin` with stdin open and
+/// empty, so the guest blocks in `fd_read` and never reaches an epoch check; presses Ctrl-C
+/// after a second; returns what it printed and how it ended.
+pub fn ctrl_c_while_reading_stdin(record_args: &[&std::ffi::OsStr]) -> Output {
+    use std::process::Stdio;
+    let mut child = wasmspy()
+        .arg("record")
+        .args(record_args)
+        .arg(fixture("c/cprog.wasm"))
+        .arg("stdin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run wasmspy");
+    let stdin = child.stdin.take(); // held open until the child is gone
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    sigint(&child);
+    let output = child.wait_with_output().unwrap();
+    drop(stdin);
+    output
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
