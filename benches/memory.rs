@@ -1,6 +1,9 @@
 //! Memory-profiling overhead on the corpus's allocation-heavy programs, side by side in one
 //! run: the plain module, then its allocator rewrite recording a heap profile at the default
-//! rate (512 KiB) and at every allocation (`--mem-rate 1`), as ratios of the plain time.
+//! rate (512 KiB) and at every allocation (`--mem-rate 1`), as ratios of the plain time of
+//! the guest's run (instantiation to exit). Building the heap profile afterwards
+//! (symbolizing its stacks) costs the same whatever the program's length: it is shown apart,
+//! in seconds.
 //!
 //! `cargo bench --profile dev --bench memory [-- --reps N]`
 //!
@@ -16,11 +19,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use common::{check, median};
-use wasmspy::memory::rewrite::{rewrite, Rewritten, HOOK_TABLE};
+use wasmspy::memory::rewrite::{rewrite, Rewritten};
 use wasmspy::sampler::SamplerKind;
 use wasmspy::wasi_host::{self, DirMount, UnknownImports, WasiConfig};
 use wasmspy::{Profiler, ProfilerOptions};
-use wasmtime::{Engine, Module, Ref};
+use wasmtime::{Engine, Module};
 
 /// The corpus programs that allocate the most (bytes allocated, from the corpus test's log).
 const PROGRAMS: [&str; 6] = [
@@ -54,31 +57,40 @@ fn main() {
         let instrumented = Module::new(&engine, &rewritten.wasm).unwrap();
         let dir = path.parent().unwrap();
         let mut ratios = [Vec::new(), Vec::new()];
+        let mut profile_times = [Vec::new(), Vec::new()];
         let mut plain_times = Vec::new();
         for _ in 0..reps {
-            let base = run(&engine, dir, &plain, None);
+            let (base, _) = run(&engine, dir, &plain, None);
             plain_times.push(base);
-            for (ratio, rate) in ratios.iter_mut().zip([512 * 1024, 1]) {
+            for ((ratio, profile), rate) in ratios
+                .iter_mut()
+                .zip(&mut profile_times)
+                .zip([512 * 1024, 1])
+            {
                 let setup = (&wasm, &rewritten, rate);
-                ratio.push(run(&engine, dir, &instrumented, Some(setup)) / base);
+                let (guest, building) = run(&engine, dir, &instrumented, Some(setup));
+                ratio.push(guest / base);
+                profile.push(building);
             }
         }
         rows.push((
             program,
             median(&mut plain_times),
             ratios.map(|mut r| median(&mut r)),
+            profile_times.map(|mut t| median(&mut t)),
         ));
     }
-    println!("\nmemory-profiling overhead: median over {reps} repetitions of the time as a ratio to the plain module's");
+    println!("\nmemory-profiling overhead: median over {reps} repetitions of the guest's time as a ratio to the plain module's,");
+    println!("and the seconds to build the heap profile after the guest's exit");
     println!(
-        "{:<36} {:>9} {:>14} {:>14}",
-        "program", "plain s", "512 KiB rate", "every alloc"
+        "{:<36} {:>8} {:>12} {:>12} {:>12} {:>12}",
+        "program", "plain s", "512 KiB rate", "every alloc", "profile s", "profile s"
     );
     let mut logs = [0f64; 2];
-    for (program, plain, ratios) in &rows {
+    for (program, plain, ratios, profile) in &rows {
         println!(
-            "{program:<36} {plain:>9.3} {:>14.3} {:>14.3}",
-            ratios[0], ratios[1]
+            "{program:<36} {plain:>8.3} {:>12.3} {:>12.3} {:>12.3} {:>12.3}",
+            ratios[0], ratios[1], profile[0], profile[1]
         );
         for (sum, r) in logs.iter_mut().zip(ratios) {
             *sum += r.ln();
@@ -86,7 +98,7 @@ fn main() {
     }
     let n = rows.len() as f64;
     println!(
-        "{:<36} {:>9} {:>14.3} {:>14.3}",
+        "{:<36} {:>8} {:>12.3} {:>12.3}",
         "geometric mean",
         "",
         (logs[0] / n).exp(),
@@ -97,9 +109,14 @@ fn main() {
 /// The original module, its rewrite, and the sampling rate.
 type MemorySetup<'a> = (&'a Arc<[u8]>, &'a Arc<Rewritten>, u64);
 
-/// Seconds one run takes: the plain module, or (with `memory`) the rewritten one under a
-/// profiler recording its heap at the given rate.
-fn run(engine: &Engine, dir: &Path, module: &Module, memory: Option<MemorySetup<'_>>) -> f64 {
+/// Seconds the guest runs, and then to build its heap profile: the plain module (no profile),
+/// or (with `memory`) the rewritten one under a profiler recording its heap at the given rate.
+fn run(
+    engine: &Engine,
+    dir: &Path,
+    module: &Module,
+    memory: Option<MemorySetup<'_>>,
+) -> (f64, f64) {
     let wasi = WasiConfig {
         argv: vec!["benchmark.wasm".into()],
         env: Vec::new(),
@@ -112,7 +129,7 @@ fn run(engine: &Engine, dir: &Path, module: &Module, memory: Option<MemorySetup<
         store.set_epoch_deadline(1 << 40);
         let start = Instant::now();
         check(wasi_host::run(&mut store, module, wasi.unknown_imports));
-        return start.elapsed().as_secs_f64();
+        return (start.elapsed().as_secs_f64(), 0.0);
     };
     let options = ProfilerOptions {
         rate_hz: 1,
@@ -136,14 +153,12 @@ fn run(engine: &Engine, dir: &Path, module: &Module, memory: Option<MemorySetup<
         &mut store,
         module,
         wasi.unknown_imports,
-        |store, instance| {
-            let hook = profiler.allocator_hook(&mut *store);
-            let table = instance.get_table(&mut *store, HOOK_TABLE).unwrap();
-            table.set(&mut *store, 0, Ref::Func(Some(hook)))
-        },
+        |store, instance| profiler.install_allocator_hook(&mut *store, instance),
     );
     check(exit);
-    std::hint::black_box(profiler.handle().heap_profile());
+    let guest = start.elapsed().as_secs_f64();
+    let start = Instant::now();
     profiler.stop();
-    start.elapsed().as_secs_f64()
+    std::hint::black_box(profiler.handle().heap_profile());
+    (guest, start.elapsed().as_secs_f64())
 }

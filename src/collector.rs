@@ -32,6 +32,10 @@ pub const ALLOC_SPACE: usize = 1;
 pub const INUSE_OBJECTS: usize = 2;
 pub const INUSE_SPACE: usize = 3;
 
+/// A heap profile's comment when garbage-collected allocations (Go's, TinyGo's) are in it.
+pub const COLLECTED_NOTE: &str = "garbage-collected blocks (Go, TinyGo) are freed without a call: \
+     they count in alloc_objects/alloc_space, not in the in-use values";
+
 /// A sample as a native-code sampler took it: program counters, leaf first.
 pub enum NativeSample<'a> {
     /// The interrupted PC is in a module's code; the rest are return addresses.
@@ -524,19 +528,27 @@ impl Collector {
         self.heap = Some((HeapSampler::new(rate, seed), Heap::new(rate)));
     }
 
-    /// Whether an allocation of `size` bytes is to be recorded (with its stack).
-    pub fn heap_sample(&mut self, size: u64) -> bool {
+    /// The bytes the guest is to allocate before its next sampled allocation (never, if
+    /// memory is not profiled).
+    pub fn heap_next_interval(&mut self) -> i64 {
         self.heap
             .as_mut()
-            .is_some_and(|(sampler, _)| sampler.sample(size))
+            .map_or(i64::MAX, |(sampler, _)| sampler.next_interval())
     }
 
     /// A sampled allocation of `size` bytes at `address`, made by `frames` (leaf first: the
-    /// allocator's wrapper, standing for the allocator).
-    pub fn heap_allocated(&mut self, frames: &[RawFrame], address: u32, size: u64) {
+    /// allocator's wrapper, standing for the allocator); `collected` if a garbage collector
+    /// frees it.
+    pub fn heap_allocated(
+        &mut self,
+        frames: &[RawFrame],
+        address: u32,
+        size: u64,
+        collected: bool,
+    ) {
         let id = self.stack_of(frames);
         if let Some((_, heap)) = &mut self.heap {
-            heap.allocated(id, address, size);
+            heap.allocated(id, address, size, collected);
         }
     }
 
@@ -545,6 +557,14 @@ impl Collector {
         if let Some((_, heap)) = &mut self.heap {
             heap.freed(address);
         }
+    }
+
+    /// Whether a live sampled block shares `address`'s slot of
+    /// [`SAMPLED_BLOCKS`](crate::memory::rewrite::SAMPLED_BLOCKS).
+    pub fn heap_slot_is_live(&self, address: u32) -> bool {
+        self.heap
+            .as_ref()
+            .is_some_and(|(_, heap)| heap.slot_is_live(address))
     }
 
     /// The heap profile so far (`alloc_objects`, `alloc_space`, `inuse_objects`,
@@ -568,6 +588,17 @@ impl Collector {
             })
             .collect();
         samples.sort_by_key(|s| s.stack);
+        let mut comments = vec![format!(
+            "wasmspy {}: allocations sampled every {rate} bytes on average",
+            env!("CARGO_PKG_VERSION")
+        )];
+        // In-use values without the garbage-collected blocks would mislead as a default view.
+        let default_sample_type = if heap.has_collected() {
+            comments.push(COLLECTED_NOTE.to_string());
+            ALLOC_SPACE
+        } else {
+            INUSE_SPACE
+        };
         let header = ProfileHeader {
             sample_types: vec![
                 ValueType::new("alloc_objects", "count"),
@@ -575,13 +606,10 @@ impl Collector {
                 ValueType::new("inuse_objects", "count"),
                 ValueType::new("inuse_space", "bytes"),
             ],
-            default_sample_type: INUSE_SPACE,
+            default_sample_type,
             period_type: ValueType::new("space", "bytes"),
             period: rate as i64,
-            comments: vec![format!(
-                "wasmspy {}: allocations sampled every {rate} bytes on average",
-                env!("CARGO_PKG_VERSION")
-            )],
+            comments,
             ..self.timing()
         };
         let mut profile = self.builder.build(header, samples);

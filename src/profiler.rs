@@ -30,13 +30,15 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Result};
 use wasmtime::{
-    AsContextMut, CallHook, Caller, Config, Engine, Func, Module, Store, UpdateDeadline,
-    WasmBacktrace,
+    AsContextMut, CallHook, Caller, Config, Engine, Func, Instance, Module, Ref, Store,
+    UpdateDeadline, Val, WasmBacktrace,
 };
 
 use crate::clock::{monotonic_ns, thread_cpu_ns, Clock};
 use crate::collector::{Collector, KindCounts};
-use crate::memory::rewrite::Rewritten;
+use crate::memory::rewrite::{
+    block_slot, Allocator, Rewritten, HOOK_TABLE, SAMPLED_BLOCKS, SAMPLE_COUNTDOWN,
+};
 use crate::profile::Profile;
 use crate::sampler::epoch::{self, EpochSampler};
 use crate::sampler::{SampleValues, Sampler, SamplerKind, SIGNALS_AVAILABLE};
@@ -54,7 +56,7 @@ pub struct ProfilerOptions {
     /// when false, profiles name functions only.
     pub dwarf: bool,
     /// Profile memory too: sample allocations every this many bytes on average (1: every
-    /// allocation). Allocations reach the profiler through [`Profiler::allocator_hook`].
+    /// allocation). Allocations reach the profiler through [`Profiler::install_allocator_hook`].
     pub mem_rate: Option<u64>,
 }
 
@@ -220,27 +222,63 @@ impl Profiler {
         Ok(())
     }
 
-    /// The host function for the allocator hook of a module rewritten by
-    /// [`crate::memory::rewrite`]: put it in the instance's
-    /// [`HOOK_TABLE`](crate::memory::rewrite::HOOK_TABLE) before the guest
-    /// runs. It records sampled allocations, with the guest stack that made them, and frees.
-    pub fn allocator_hook<T: 'static>(&self, store: impl AsContextMut<Data = T>) -> Func {
+    /// Connects an instance of a module rewritten by [`crate::memory::rewrite`] to the heap
+    /// profile, before the guest runs: sets its sampling countdown and puts the hook in its
+    /// [`HOOK_TABLE`]. The hook records sampled allocations, with the guest stack that made
+    /// them, and frees of sampled blocks. Does nothing for an instance of a module not
+    /// rewritten.
+    pub fn install_allocator_hook<T: 'static>(
+        &self,
+        mut store: impl AsContextMut<Data = T>,
+        instance: &Instance,
+    ) -> wasmtime::Result<()> {
+        let Some(table) = instance.get_table(&mut store, HOOK_TABLE) else {
+            return Ok(());
+        };
+        let (Some(countdown), Some(flags)) = (
+            instance.get_global(&mut store, SAMPLE_COUNTDOWN),
+            instance.get_memory(&mut store, SAMPLED_BLOCKS),
+        ) else {
+            wasmtime::bail!(
+                "the module exports {HOOK_TABLE} without the rest of the allocator rewrite"
+            );
+        };
         let collector = self.handle.collector.clone();
-        Func::wrap(
-            store,
-            move |caller: Caller<'_, T>, _allocator: i32, size: i32, freed: i32, allocated: i32| {
-                let size = u64::from(size as u32);
+        let first = self.handle.lock().heap_next_interval();
+        countdown.set(&mut store, Val::I64(first))?;
+        let hook = Func::wrap(
+            &mut store,
+            move |mut caller: Caller<'_, T>,
+                  allocator: i32,
+                  size: i32,
+                  freed: i32,
+                  allocated: i32,
+                  countdown: i64|
+                  -> i64 {
                 let mut collector = collector.lock().unwrap_or_else(|e| e.into_inner());
+                let mut next = countdown;
                 if freed != 0 {
                     collector.heap_freed(freed as u32);
                 }
-                if allocated != 0 && collector.heap_sample(size) {
+                if allocated != 0 && countdown < 0 {
+                    let collected =
+                        Allocator::from_code(allocator).is_some_and(Allocator::collected);
                     let backtrace = WasmBacktrace::capture(&caller);
                     let frames = collector.backtrace_frames(&backtrace);
-                    collector.heap_allocated(&frames, allocated as u32, size);
+                    let size = u64::from(size as u32);
+                    collector.heap_allocated(&frames, allocated as u32, size, collected);
+                    next = collector.heap_next_interval();
                 }
+                let slots = flags.data_mut(&mut caller);
+                for address in [freed as u32, allocated as u32] {
+                    if address != 0 {
+                        slots[block_slot(address)] = collector.heap_slot_is_live(address).into();
+                    }
+                }
+                next
             },
-        )
+        );
+        table.set(&mut store, 0, Ref::Func(Some(hook)))
     }
 
     pub fn start(&mut self) -> Result<()> {

@@ -8,13 +8,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use wasmspy::collector::{ALLOC_OBJECTS, ALLOC_SPACE, CPU, INUSE_SPACE, SAMPLES};
+use wasmspy::collector::{ALLOC_OBJECTS, ALLOC_SPACE, COLLECTED_NOTE, CPU, INUSE_SPACE, SAMPLES};
 use wasmspy::export::pprof;
-use wasmspy::memory::rewrite::{rewrite, HOOK_TABLE};
+use wasmspy::memory::rewrite::rewrite;
 use wasmspy::profile::Profile;
 use wasmspy::wasi_host::{self, Exit, WasiConfig};
 use wasmspy::{Profiler, ProfilerHandle, ProfilerOptions};
-use wasmtime::{Engine, Module, Ref};
+use wasmtime::{Engine, Module};
 
 use crate::cli::RecordArgs;
 use crate::interrupt;
@@ -92,15 +92,7 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         &mut store,
         &module,
         wasi.unknown_imports,
-        |store, instance| {
-            if rewritten.is_some() {
-                let hook = profiler.allocator_hook(&mut *store);
-                if let Some(table) = instance.get_table(&mut *store, HOOK_TABLE) {
-                    table.set(&mut *store, 0, Ref::Func(Some(hook)))?;
-                }
-            }
-            Ok(())
-        },
+        |store, instance| profiler.install_allocator_hook(&mut *store, instance),
     );
     let run_end = Instant::now();
     let profile = profiler.stop();
@@ -177,11 +169,17 @@ impl Outputs {
         }
         if let (Some(output), Some(heap)) = (&self.memory, heap) {
             let mib = |i| heap.total(i) as f64 / (1024.0 * 1024.0);
+            let collected = heap.comments.iter().any(|c| c == COLLECTED_NOTE);
             let summary = format!(
-                "{} allocations of {:.1} MiB, {:.1} MiB in use at the end",
+                "{} allocations of {:.1} MiB, {:.1} MiB in use at the end{}",
                 heap.total(ALLOC_OBJECTS),
                 mib(ALLOC_SPACE),
-                mib(INUSE_SPACE)
+                mib(INUSE_SPACE),
+                if collected {
+                    " (not counting garbage-collected blocks)"
+                } else {
+                    ""
+                }
             );
             result = result.and(output.save(&heap, &summary));
         }

@@ -243,8 +243,8 @@ fn tinygo_inlined_frames_across_units() {
     assert_eq!(frames, expected);
 }
 
-/// The allocator rewriting of memory profiles (in progress) yields a valid module for every
-/// corpus program, C, C++, Rust and TinyGo alike, wrapping the allocators it names.
+/// The allocator rewriting of memory profiles yields a valid module for every corpus program,
+/// C, C++, Rust and TinyGo alike, wrapping the allocators it names.
 #[test]
 fn every_sightglass_module_rewrites_to_a_valid_module() {
     let Some(root) = corpus() else { return };
@@ -269,10 +269,61 @@ fn every_sightglass_module_rewrites_to_a_valid_module() {
         "Calloc",
         "RustAlloc",
         "RustDealloc",
+        "TinyGoAlloc",
     ] {
         assert!(
             wrapped_somewhere.contains(expected),
             "{wrapped_somewhere:?}"
         );
     }
+}
+
+/// TinyGo's `runtime.alloc`, every call recorded: most of tinygo-json's bytes are allocated
+/// while it encodes JSON, under `encoding/json`'s functions; the garbage collector frees them
+/// without a call, so the profile opens on `alloc_space`.
+#[test]
+fn tinygo_allocations_by_go_function() {
+    let Some(root) = corpus() else { return };
+    let dir = root.join("tinygo");
+    let out_dir = tempfile::tempdir().unwrap();
+    let heap = out_dir.path().join("heap.pb.gz");
+    let result = wasmspy()
+        .current_dir(&dir)
+        .args(["record", "--default-values-unknown-imports", "--dir", "."])
+        .args(["--mem-rate", "1", "--mem-profile"])
+        .arg(&heap)
+        .args(["--", "tinygo-json.wasm"])
+        .output()
+        .unwrap();
+    assert!(result.status.success(), "{}", stderr(&result));
+    assert_eq!(
+        stdout(&result).trim_end(),
+        expected(&dir.join("tinygo-json.wasm"), "stdout").unwrap()
+    );
+    let p = Decoded::load(&heap);
+    assert_eq!(p.str(p.0.default_sample_type), "alloc_space");
+    let space = p.value_index("alloc_space");
+    let (mut total, mut encoding, mut objects) = (0, 0, 0);
+    for (names, values) in p.stacks() {
+        // TinyGo's `malloc` and `calloc` for C (DWARF names them so) keep their blocks until
+        // `free`.
+        if names[0].starts_with("runtime.libc_") {
+            continue;
+        }
+        assert_eq!(names[0], "runtime.alloc", "{names:?}");
+        total += values[space];
+        objects += values[p.value_index("alloc_objects")];
+        if names
+            .iter()
+            .any(|n| n == "(*encoding/json.encodeState).marshal")
+        {
+            encoding += values[space];
+        }
+        assert_eq!(values[p.value_index("inuse_space")], 0);
+    }
+    assert!(objects > 10_000, "{objects} allocations");
+    assert!(
+        encoding as f64 > 0.5 * total as f64,
+        "{encoding} of {total} bytes while encoding"
+    );
 }

@@ -125,11 +125,16 @@ fn a_rewritten_module_profiles_as_the_original() {
         wasi.unknown_imports,
         |store, instance| {
             // 2 ms of CPU per call: samples land in the hook, under the allocator's caller.
-            let hook = wasmtime::Func::wrap(&mut *store, move |_: i32, _: i32, _: i32, _: i32| {
-                counted.fetch_add(1, Ordering::Relaxed);
-                let until = thread_cpu_ns() + 2_000_000;
-                while thread_cpu_ns() < until {}
-            });
+            // Returning -1 keeps the countdown below zero: every allocation calls it.
+            let hook = wasmtime::Func::wrap(
+                &mut *store,
+                move |_: i32, _: i32, _: i32, _: i32, _: i64| -> i64 {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                    let until = thread_cpu_ns() + 2_000_000;
+                    while thread_cpu_ns() < until {}
+                    -1
+                },
+            );
             let table = instance.get_table(&mut *store, HOOK_TABLE).unwrap();
             table.set(&mut *store, 0, wasmtime::Ref::Func(Some(hook)))
         },

@@ -222,3 +222,56 @@ fn ctrl_c_writes_both_profiles() {
     Decoded::load(&cpu);
     assert_eq!(Decoded::load(&heap).0.sample_type.len(), 4);
 }
+
+/// Go's allocations, through `runtime.mallocgc` and the size-specialized entry points the
+/// compiler calls for `new`, under the Go functions that made them. Go's collector frees
+/// without a call: in-use values leave them out, and the profile opens on `alloc_space`.
+#[test]
+fn go_allocations_are_attributed_to_go_functions() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = dir.path().join("heap.pb.gz");
+    let out = wasmspy()
+        .args(["record", "--mem-rate", "1", "--mem-profile"])
+        .arg(&heap)
+        .arg("--")
+        .arg(fixture("go/alloc.wasm"))
+        .arg("10")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "2047 100\n");
+    let p = Decoded::load(&heap);
+    assert_eq!(p.str(p.0.default_sample_type), "alloc_space");
+    // (allocator, its caller, the first `main.` function) → values.
+    let mut sites: BTreeMap<(String, String, String), [i64; 4]> = BTreeMap::new();
+    for (names, values) in p.stacks() {
+        let Some(main) = names.iter().find(|n| n.starts_with("main.")) else {
+            continue;
+        };
+        let key = (names[0].clone(), names[1].clone(), main.clone());
+        let total = sites.entry(key).or_default();
+        for (t, v) in total.iter_mut().zip(values) {
+            *t += v;
+        }
+    }
+    let site = |allocator: &str, caller: &str, main: &str| {
+        sites
+            .get(&(allocator.into(), caller.into(), main.into()))
+            .copied()
+            .unwrap_or_else(|| panic!("no {allocator} under {caller} in {sites:#?}"))
+    };
+    // 2^11 − 1 nodes of 24 bytes, each a direct call to a size-specialized mallocgc.
+    assert_eq!(
+        site(
+            "runtime.mallocgcSmallScanNoHeaderSC3",
+            "main.build",
+            "main.build"
+        ),
+        [2047, 2047 * 24, 0, 0]
+    );
+    // The slice of 100 slice headers (2400 bytes) and its 100 buffers of 4096 bytes.
+    assert_eq!(
+        site("runtime.mallocgc", "runtime.makeslice", "main.buffers"),
+        [101, 100 * 24 + 100 * 4096, 0, 0]
+    );
+}

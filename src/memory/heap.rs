@@ -10,11 +10,13 @@ use std::hash::Hash;
 
 use rustc_hash::FxHashMap;
 
-/// Decides which allocations are sampled.
+use crate::memory::rewrite::block_slot;
+
+/// Draws the intervals between sampled allocations. The countdown itself runs in the guest
+/// (see [`crate::memory::rewrite`]): each allocation takes its size off the interval, and the
+/// one that takes it below zero is sampled.
 pub struct HeapSampler {
     rate: u64,
-    /// Bytes still to allocate before the next sample.
-    until_next: i64,
     /// xorshift64* state: the intervals need no more than a fast uniform source.
     rng: u64,
 }
@@ -22,32 +24,17 @@ pub struct HeapSampler {
 impl HeapSampler {
     /// `seed` starts the random intervals (zero is taken as one: xorshift needs a bit set).
     pub fn new(rate: u64, seed: u64) -> Self {
-        let mut sampler = HeapSampler {
+        HeapSampler {
             rate,
-            until_next: 0,
             rng: seed.max(1),
-        };
-        sampler.until_next = sampler.next_interval();
-        sampler
+        }
     }
 
-    /// Whether an allocation of `size` bytes is sampled.
-    pub fn sample(&mut self, size: u64) -> bool {
+    /// An exponentially distributed number of bytes, of mean `rate`; at a rate of 1, −1, so
+    /// that every allocation, even of zero bytes, is sampled.
+    pub fn next_interval(&mut self) -> i64 {
         if self.rate <= 1 {
-            return true;
-        }
-        self.until_next = self.until_next.saturating_sub(size as i64);
-        if self.until_next >= 0 {
-            return false;
-        }
-        self.until_next = self.next_interval();
-        true
-    }
-
-    /// An exponentially distributed number of bytes, of mean `rate`.
-    fn next_interval(&mut self) -> i64 {
-        if self.rate <= 1 {
-            return 0;
+            return -1;
         }
         self.rng ^= self.rng >> 12;
         self.rng ^= self.rng << 25;
@@ -73,7 +60,12 @@ pub struct Heap<K> {
     rate: u64,
     /// Address → (stack, size) of each sampled block not freed yet.
     live: FxHashMap<u32, (K, u64)>,
+    /// How many of `live` are in each [`block_slot`]: the guest asks the host about a free
+    /// only when its slot has some.
+    live_per_slot: Vec<u32>,
     by_stack: FxHashMap<K, HeapValues>,
+    /// Whether a garbage-collected block was counted: its in-use values are unknown.
+    collected: bool,
 }
 
 impl<K: Copy + Eq + Hash> Heap<K> {
@@ -81,7 +73,9 @@ impl<K: Copy + Eq + Hash> Heap<K> {
         Heap {
             rate,
             live: FxHashMap::default(),
+            live_per_slot: vec![0; 1 << 16],
             by_stack: FxHashMap::default(),
+            collected: false,
         }
     }
 
@@ -98,25 +92,43 @@ impl<K: Copy + Eq + Hash> Heap<K> {
         1.0 / (1.0 - (-(size as f64) / self.rate as f64).exp())
     }
 
-    /// A sampled allocation of `size` bytes at `address`, made by `stack`.
-    pub fn allocated(&mut self, stack: K, address: u32, size: u64) {
+    /// A sampled allocation of `size` bytes at `address`, made by `stack`. A `collected`
+    /// block (Go's, TinyGo's) is freed by a garbage collector that tells nobody: it counts as
+    /// allocated only.
+    pub fn allocated(&mut self, stack: K, address: u32, size: u64, collected: bool) {
         let scale = self.scale(size);
         let values = self.by_stack.entry(stack).or_default();
         values.alloc_objects += scale;
         values.alloc_space += scale * size as f64;
+        if collected {
+            self.collected = true;
+            return;
+        }
         values.inuse_objects += scale;
         values.inuse_space += scale * size as f64;
         // A block at an address still thought live was freed unseen (by code not wrapped).
-        if let Some((old_stack, old_size)) = self.live.insert(address, (stack, size)) {
-            self.take_out(old_stack, old_size);
+        match self.live.insert(address, (stack, size)) {
+            Some((old_stack, old_size)) => self.take_out(old_stack, old_size),
+            None => self.live_per_slot[block_slot(address)] += 1,
         }
     }
 
     /// The block at `address` was freed; only sampled blocks count.
     pub fn freed(&mut self, address: u32) {
         if let Some((stack, size)) = self.live.remove(&address) {
+            self.live_per_slot[block_slot(address)] -= 1;
             self.take_out(stack, size);
         }
+    }
+
+    /// Whether a live sampled block has the [`block_slot`] that `address` has.
+    pub fn slot_is_live(&self, address: u32) -> bool {
+        self.live_per_slot[block_slot(address)] > 0
+    }
+
+    /// Whether garbage-collected blocks were counted, whose in-use values are unknown.
+    pub fn has_collected(&self) -> bool {
+        self.collected
     }
 
     fn take_out(&mut self, stack: K, size: u64) {
@@ -150,10 +162,10 @@ mod tests {
         let mut sampler = HeapSampler::new(1, 7);
         let mut heap = Heap::new(1);
         for (i, size) in [16u64, 32, 48].into_iter().enumerate() {
-            assert!(sampler.sample(size));
-            heap.allocated(0, 100 * i as u32, size);
+            assert!(sampler.next_interval() - (size as i64) < 0);
+            heap.allocated(0, 100 * i as u32, size, false);
         }
-        heap.allocated(1, 1000, 1 << 20);
+        heap.allocated(1, 1000, 1 << 20, false);
         heap.freed(100);
         heap.freed(5000); // never allocated: ignored
         let a = of(&heap, 0);
@@ -173,10 +185,24 @@ mod tests {
     #[test]
     fn reusing_a_live_address_retires_the_block_seen_there() {
         let mut heap = Heap::new(1);
-        heap.allocated(0, 64, 10);
-        heap.allocated(1, 64, 20);
+        heap.allocated(0, 64, 10, false);
+        heap.allocated(1, 64, 20, false);
         assert_eq!(of(&heap, 0).inuse_objects, 0.0);
         assert_eq!(of(&heap, 1).inuse_space, 20.0);
+        assert!(heap.slot_is_live(64));
+        heap.freed(64);
+        assert!(!heap.slot_is_live(64));
+    }
+
+    #[test]
+    fn collected_blocks_count_as_allocated_only() {
+        let mut heap = Heap::new(1);
+        heap.allocated(0, 64, 10, true);
+        heap.freed(64);
+        let v = of(&heap, 0);
+        assert_eq!((v.alloc_objects, v.alloc_space), (1.0, 10.0));
+        assert_eq!((v.inuse_objects, v.inuse_space), (0.0, 0.0));
+        assert!(heap.has_collected() && !heap.slot_is_live(64));
     }
 
     /// Sampled at 512 KiB, the estimates of a known workload land near the truth: three call
@@ -193,11 +219,15 @@ mod tests {
             (2, 1 << 16, 30_000),
         ];
         let mut address = 0u32;
+        // As the guest's countdown does it.
+        let mut countdown = sampler.next_interval();
         for &(stack, size, count) in &sites {
             for i in 0..count {
                 address += 1;
-                if sampler.sample(size) {
-                    heap.allocated(stack, address, size);
+                countdown -= size as i64;
+                if countdown < 0 {
+                    heap.allocated(stack, address, size, false);
+                    countdown = sampler.next_interval();
                 }
                 if i % 2 == 0 {
                     heap.freed(address);

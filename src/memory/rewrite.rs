@@ -1,16 +1,23 @@
-//! Rewrites a module so that its allocator functions report each call to the host, changing
-//! nothing else's code.
+//! Rewrites a module so that its allocator functions report sampled calls to the host,
+//! changing nothing else's code.
 //!
 //! Each allocator function keeps its index, so every call to it, direct or through a table,
 //! now reaches a small wrapper: the wrapper calls the original body, moved byte for byte to a
-//! new function at the end of the index space, then reports (allocator, size, freed address,
-//! allocated address) through `call_indirect` on a new one-element table that the host fills
-//! after instantiation. A table, a type and a global are appended to their index spaces, so no
-//! existing index moves and every other function body stays byte-identical; only their
+//! new function at the end of the index space, then decides in Wasm whether the host must
+//! hear of the call, and if so reports (allocator, size, freed address, allocated address,
+//! countdown) through `call_indirect` on a new one-element table that the host fills after
+//! instantiation. A table, a type, globals and a memory are appended to their index spaces, so
+//! no existing index moves and every other function body stays byte-identical; only their
 //! positions in the code section shift, which [`Rewritten::original_offset`] undoes so that
-//! names and DWARF of the original module still apply. The global counts wrapper depth: an
-//! allocator called from inside another (`realloc` calling `malloc`, `__rust_alloc` calling
-//! `malloc`) is not reported twice.
+//! names and DWARF of the original module still apply.
+//!
+//! Leaving Wasm costs far more than an allocation, so the sampling decision is made in the
+//! wrapper: a countdown global of bytes until the next sample (Go's `nextSample`), which the
+//! host resets after each sample, and, for frees, a 64 KiB memory of one flag per hash slot
+//! of addresses, set by the host while a sampled block hashing there is live: a free reaches
+//! the host only if its block may have been sampled. A depth global makes an allocator called
+//! from inside another (`realloc` calling `malloc`, `__rust_alloc` calling `malloc`) report
+//! once.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -19,16 +26,36 @@ use anyhow::{bail, Context, Result};
 use wasm_encoder::reencode::{Reencode, RoundtripReencoder};
 use wasm_encoder::{
     BlockType, CodeSection, ConstExpr, ExportKind, ExportSection, Function, FunctionSection,
-    GlobalSection, GlobalType, MemArg, Module, RawSection, RefType, TableSection, TableType,
-    TypeSection, ValType,
+    GlobalSection, GlobalType, MemArg, MemorySection, MemoryType, Module, RawSection, RefType,
+    TableSection, TableType, TypeSection, ValType,
 };
 use wasmparser::{CompositeInnerType, KnownCustom, Name, Parser, Payload, TypeRef};
 
 use crate::symbolize::demangle::demangle;
 
 /// The export holding the table whose element 0 the host sets to its report function, of type
-/// `(allocator: i32, size: i32, freed: i32, allocated: i32) -> ()`.
+/// `(allocator: i32, size: i32, freed: i32, allocated: i32, countdown: i64) -> i64`: called
+/// when `countdown` (the bytes left before the next sample, less this allocation's) went below
+/// zero, or when `freed` hashes to a flagged slot of [`SAMPLED_BLOCKS`]; it returns the new
+/// countdown.
 pub const HOOK_TABLE: &str = "wasmspy:allocator-hook";
+
+/// The export of the `i64` global counting the bytes left before the next sampled allocation
+/// (the host sets it before the guest runs: zero samples the first allocation).
+pub const SAMPLE_COUNTDOWN: &str = "wasmspy:sample-countdown";
+
+/// The export of the one-page memory whose byte [`block_slot`]`(address)` is non-zero while a
+/// sampled block hashing there is live.
+pub const SAMPLED_BLOCKS: &str = "wasmspy:sampled-blocks";
+
+/// Fibonacci hashing: aligned addresses differ in their low bits, which this spreads over the
+/// top 16 bits.
+const SLOT_MULTIPLIER: u32 = 0x9E37_79B1;
+
+/// The byte of [`SAMPLED_BLOCKS`] that stands for the block at `address`.
+pub fn block_slot(address: u32) -> usize {
+    (address.wrapping_mul(SLOT_MULTIPLIER) >> 16) as usize
+}
 
 /// An allocator function the rewriter wraps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -43,9 +70,14 @@ pub enum Allocator {
     RustAllocZeroed,
     RustRealloc,
     RustDealloc,
+    /// Go's `runtime.mallocgc` and its size-specialized variants (`mallocgc…SC<n>`), which
+    /// the compiler calls directly for `new` of a known size.
+    GoMallocgc,
+    /// TinyGo's `runtime.alloc`.
+    TinyGoAlloc,
 }
 
-const ALL: [Allocator; 10] = [
+const ALL: [Allocator; 12] = [
     Allocator::Malloc,
     Allocator::Calloc,
     Allocator::Realloc,
@@ -56,6 +88,8 @@ const ALL: [Allocator; 10] = [
     Allocator::RustAllocZeroed,
     Allocator::RustRealloc,
     Allocator::RustDealloc,
+    Allocator::GoMallocgc,
+    Allocator::TinyGoAlloc,
 ];
 
 impl Allocator {
@@ -76,6 +110,8 @@ impl Allocator {
             (_, "__rust_alloc_zeroed") => Allocator::RustAllocZeroed,
             (_, "__rust_realloc") => Allocator::RustRealloc,
             (_, "__rust_dealloc") => Allocator::RustDealloc,
+            ("runtime.alloc", _) => Allocator::TinyGoAlloc,
+            _ if is_go_mallocgc(raw) => Allocator::GoMallocgc,
             _ => return None,
         })
     }
@@ -89,10 +125,19 @@ impl Allocator {
         usize::try_from(code).ok().and_then(|i| ALL.get(i)).copied()
     }
 
-    /// (parameter count, returns a value): all `i32` for wasm32.
-    fn signature(self) -> (usize, bool) {
-        match self {
-            Allocator::Malloc => (1, true),
+    /// Whether its blocks are freed by a garbage collector rather than by a call.
+    pub fn collected(self) -> bool {
+        matches!(self, Allocator::GoMallocgc | Allocator::TinyGoAlloc)
+    }
+
+    /// Whether a wasm32 function with `params` `i32` parameters and `results` `i32` results
+    /// can be this allocator. Go passes arguments on its own stack: every Go function takes
+    /// the resume point and returns whether to unwind. TinyGo's `runtime.alloc` has gained a
+    /// layout and a context parameter over versions; the size is always the first.
+    fn accepts(self, params: usize, results: usize) -> bool {
+        let (count, returns) = match self {
+            Allocator::TinyGoAlloc => return (1..=3).contains(&params) && results == 1,
+            Allocator::Malloc | Allocator::GoMallocgc => (1, true),
             Allocator::Calloc | Allocator::AlignedAlloc => (2, true),
             Allocator::Realloc => (2, true),
             Allocator::Free => (1, false),
@@ -100,8 +145,32 @@ impl Allocator {
             Allocator::RustAlloc | Allocator::RustAllocZeroed => (2, true),
             Allocator::RustRealloc => (4, true),
             Allocator::RustDealloc => (3, false),
-        }
+        };
+        params == count && results == usize::from(returns)
     }
+
+    fn allocates(self) -> bool {
+        !matches!(self, Allocator::Free | Allocator::RustDealloc)
+    }
+
+    fn frees(self) -> bool {
+        matches!(
+            self,
+            Allocator::Free | Allocator::RustDealloc | Allocator::Realloc | Allocator::RustRealloc
+        )
+    }
+}
+
+/// `runtime.mallocgc`, or one of the size-specialized entry points Go generates beside it
+/// (`runtime.mallocgcSmallScanNoHeaderSC3`, `runtime.mallocgcTinySC2`…), which share its
+/// arguments; not its internal helpers (`mallocgcLarge`, `…SlowPath`).
+fn is_go_mallocgc(name: &str) -> bool {
+    name.strip_prefix("runtime.mallocgc").is_some_and(|rest| {
+        rest.is_empty()
+            || rest.rsplit_once("SC").is_some_and(|(_, class)| {
+                !class.is_empty() && class.bytes().all(|b| b.is_ascii_digit())
+            })
+    })
 }
 
 /// The rewritten module, and where its code came from.
@@ -162,7 +231,7 @@ pub fn rewrite(wasm: &[u8]) -> Result<Option<Rewritten>> {
         .names
         .iter()
         .filter_map(|(&index, name)| Some((index, Allocator::by_name(name)?)))
-        .filter(|&(index, allocator)| scan.has_signature(index, allocator))
+        .filter(|&(index, allocator)| scan.allocator_params(index, allocator).is_some())
         .collect::<std::collections::BTreeMap<_, _>>()
         .into_iter()
         .collect();
@@ -186,10 +255,12 @@ struct Scan {
     types: Vec<Option<(Vec<wasmparser::ValType>, Vec<wasmparser::ValType>)>>,
     imported_functions: u32,
     imported_tables: u32,
-    imported_globals: u32,
+    imported_memories: u32,
     defined: Vec<Defined>,
     tables: u32,
-    globals: u32,
+    memories: u32,
+    /// Every global's (type, mutable), imported ones first.
+    globals: Vec<(wasmparser::ValType, bool)>,
     names: HashMap<u32, String>,
 }
 
@@ -218,7 +289,8 @@ impl Scan {
                                 scan.imported_functions += 1
                             }
                             TypeRef::Table(_) => scan.imported_tables += 1,
-                            TypeRef::Global(_) => scan.imported_globals += 1,
+                            TypeRef::Memory(_) => scan.imported_memories += 1,
+                            TypeRef::Global(g) => scan.globals.push((g.content_type, g.mutable)),
                             _ => {}
                         }
                     }
@@ -229,7 +301,13 @@ impl Scan {
                     }
                 }
                 Payload::TableSection(reader) => scan.tables = reader.count(),
-                Payload::GlobalSection(reader) => scan.globals = reader.count(),
+                Payload::MemorySection(reader) => scan.memories = reader.count(),
+                Payload::GlobalSection(reader) => {
+                    for global in reader {
+                        let ty = global?.ty;
+                        scan.globals.push((ty.content_type, ty.mutable));
+                    }
+                }
                 Payload::CodeSectionEntry(body) => {
                     let type_index = *function_types
                         .get(scan.defined.len())
@@ -261,19 +339,22 @@ impl Scan {
             .get(index.checked_sub(self.imported_functions)? as usize)
     }
 
-    fn has_signature(&self, index: u32, allocator: Allocator) -> bool {
-        let Some((params, results)) = self
+    /// The number of parameters of function `index` if it can be `allocator`.
+    fn allocator_params(&self, index: u32, allocator: Allocator) -> Option<u32> {
+        let (params, results) = self
             .defined(index)
             .and_then(|d| self.types.get(d.type_index as usize))
-            .and_then(Option::as_ref)
-        else {
-            return false;
-        };
-        let (count, returns) = allocator.signature();
-        let i32s = |types: &[wasmparser::ValType], n| {
-            types.len() == n && types.iter().all(|&t| t == wasmparser::ValType::I32)
-        };
-        i32s(params, count) && i32s(results, usize::from(returns))
+            .and_then(Option::as_ref)?;
+        let i32s =
+            |types: &[wasmparser::ValType]| types.iter().all(|&t| t == wasmparser::ValType::I32);
+        // Go keeps its stack pointer in global 0, and the arguments at it.
+        let go_stack = allocator != Allocator::GoMallocgc
+            || self.globals.first() == Some(&(wasmparser::ValType::I32, true));
+        (i32s(params)
+            && i32s(results)
+            && allocator.accepts(params.len(), results.len())
+            && go_stack)
+            .then_some(params.len() as u32)
     }
 
     /// The rewritten module's bytes.
@@ -285,13 +366,22 @@ impl Scan {
             .enumerate()
             .map(|(j, &(index, _))| (index, total_functions + j as u32))
             .collect();
-        let report_type = self.types.len() as u32;
-        let hook_table = self.imported_tables + self.tables;
-        let depth = self.imported_globals + self.globals;
+        let added = Added {
+            hook_type: self.types.len() as u32,
+            hook_table: self.imported_tables + self.tables,
+            flags: self.imported_memories + self.memories,
+            depth: self.globals.len() as u32,
+            countdown: self.globals.len() as u32 + 1,
+        };
 
         let mut re = RoundtripReencoder;
         let mut out = Module::new();
-        let mut pending = vec![SectionId::Table, SectionId::Global, SectionId::Export];
+        let mut pending = vec![
+            SectionId::Table,
+            SectionId::Memory,
+            SectionId::Global,
+            SectionId::Export,
+        ];
         let mut code = CodeSection::new();
         let mut in_code = false;
         for payload in Parser::new(0).parse_all(wasm) {
@@ -301,16 +391,23 @@ impl Scan {
             if let Some(order) = id.and_then(SectionId::order_of) {
                 while let Some(&missing) = pending.first().filter(|s| s.order() < order) {
                     pending.remove(0);
-                    emit_new(&mut out, missing, hook_table);
+                    added.emit_new(&mut out, missing);
                 }
             }
             match payload {
                 Payload::TypeSection(reader) => {
                     let mut types = TypeSection::new();
                     re.parse_type_section(&mut types, reader)?;
-                    types
-                        .ty()
-                        .function([ValType::I32, ValType::I32, ValType::I32, ValType::I32], []);
+                    types.ty().function(
+                        [
+                            ValType::I32,
+                            ValType::I32,
+                            ValType::I32,
+                            ValType::I32,
+                            ValType::I64,
+                        ],
+                        [ValType::I64],
+                    );
                     out.section(&types);
                 }
                 Payload::FunctionSection(reader) => {
@@ -325,21 +422,28 @@ impl Scan {
                     pending.retain(|&s| s != SectionId::Table);
                     let mut tables = TableSection::new();
                     re.parse_table_section(&mut tables, reader)?;
-                    tables.table(hook_table_type());
+                    added.tables(&mut tables);
                     out.section(&tables);
+                }
+                Payload::MemorySection(reader) => {
+                    pending.retain(|&s| s != SectionId::Memory);
+                    let mut memories = MemorySection::new();
+                    re.parse_memory_section(&mut memories, reader)?;
+                    added.memories(&mut memories);
+                    out.section(&memories);
                 }
                 Payload::GlobalSection(reader) => {
                     pending.retain(|&s| s != SectionId::Global);
                     let mut globals = GlobalSection::new();
                     re.parse_global_section(&mut globals, reader)?;
-                    globals.global(depth_global_type(), &ConstExpr::i32_const(0));
+                    added.globals(&mut globals);
                     out.section(&globals);
                 }
                 Payload::ExportSection(reader) => {
                     pending.retain(|&s| s != SectionId::Export);
                     let mut exports = ExportSection::new();
                     re.parse_export_section(&mut exports, reader)?;
-                    exports.export(HOOK_TABLE, ExportKind::Table, hook_table);
+                    added.exports(&mut exports);
                     out.section(&exports);
                 }
                 Payload::CodeSectionStart { .. } => in_code = true,
@@ -347,13 +451,10 @@ impl Scan {
                     let index = self.imported_functions + code.len();
                     match wrapped.iter().find(|&&(i, _)| i == index) {
                         Some(&(_, allocator)) => {
-                            code.function(&wrapper(
-                                allocator,
-                                moved_index[&index],
-                                hook_table,
-                                report_type,
-                                depth,
-                            ));
+                            let params = self
+                                .allocator_params(index, allocator)
+                                .context("not an allocator")?;
+                            code.function(&added.wrapper(allocator, params, moved_index[&index]));
                         }
                         None => {
                             code.raw(&wasm[body.range()]);
@@ -383,7 +484,7 @@ impl Scan {
             }
         }
         for missing in pending {
-            emit_new(&mut out, missing, hook_table);
+            added.emit_new(&mut out, missing);
         }
         let bytes = out.finish();
         wasmparser::Validator::new_with_features(wasmparser::WasmFeatures::all())
@@ -428,42 +529,220 @@ impl Scan {
     }
 }
 
-/// A section of ours where the module had none of its kind.
-fn emit_new(out: &mut Module, id: SectionId, hook_table: u32) {
-    match id {
-        SectionId::Table => {
-            let mut tables = TableSection::new();
-            tables.table(hook_table_type());
-            out.section(&tables);
+/// The indices of what the rewriter appends.
+struct Added {
+    /// The hook's function type.
+    hook_type: u32,
+    hook_table: u32,
+    /// The [`SAMPLED_BLOCKS`] memory.
+    flags: u32,
+    /// An `i32` global: how many wrappers are running.
+    depth: u32,
+    /// The [`SAMPLE_COUNTDOWN`] global.
+    countdown: u32,
+}
+
+impl Added {
+    fn tables(&self, tables: &mut TableSection) {
+        tables.table(TableType {
+            element_type: RefType::FUNCREF,
+            table64: false,
+            minimum: 1,
+            maximum: Some(1),
+            shared: false,
+        });
+    }
+
+    fn memories(&self, memories: &mut MemorySection) {
+        memories.memory(MemoryType {
+            minimum: 1,
+            maximum: Some(1),
+            memory64: false,
+            shared: false,
+            page_size_log2: None,
+        });
+    }
+
+    fn globals(&self, globals: &mut GlobalSection) {
+        let mutable = |val_type| GlobalType {
+            val_type,
+            mutable: true,
+            shared: false,
+        };
+        globals.global(mutable(ValType::I32), &ConstExpr::i32_const(0));
+        globals.global(mutable(ValType::I64), &ConstExpr::i64_const(0));
+    }
+
+    fn exports(&self, exports: &mut ExportSection) {
+        exports.export(HOOK_TABLE, ExportKind::Table, self.hook_table);
+        exports.export(SAMPLE_COUNTDOWN, ExportKind::Global, self.countdown);
+        exports.export(SAMPLED_BLOCKS, ExportKind::Memory, self.flags);
+    }
+
+    /// A section of ours where the module had none of its kind.
+    fn emit_new(&self, out: &mut Module, id: SectionId) {
+        match id {
+            SectionId::Table => {
+                let mut tables = TableSection::new();
+                self.tables(&mut tables);
+                out.section(&tables);
+            }
+            SectionId::Memory => {
+                let mut memories = MemorySection::new();
+                self.memories(&mut memories);
+                out.section(&memories);
+            }
+            SectionId::Global => {
+                let mut globals = GlobalSection::new();
+                self.globals(&mut globals);
+                out.section(&globals);
+            }
+            SectionId::Export => {
+                let mut exports = ExportSection::new();
+                self.exports(&mut exports);
+                out.section(&exports);
+            }
         }
-        SectionId::Global => {
-            let mut globals = GlobalSection::new();
-            globals.global(depth_global_type(), &ConstExpr::i32_const(0));
-            out.section(&globals);
+    }
+
+    /// The body that replaces `allocator` (a function of `params` parameters): calls the
+    /// original (now function `original`), then, unless called from inside another wrapper,
+    /// counts the allocation down and calls the hook when it is sampled or frees a block that
+    /// may have been.
+    fn wrapper(&self, allocator: Allocator, params: u32, original: u32) -> Function {
+        let returns = allocator.allocates();
+        let result = params;
+        let size = params + u32::from(returns);
+        let (freed, allocated, countdown) = (size + 1, size + 2, size + 3);
+        let mut f = Function::new([(u32::from(returns) + 3, ValType::I32), (1, ValType::I64)]);
+        let mut code = f.instructions();
+        code.global_get(self.depth)
+            .i32_const(1)
+            .i32_add()
+            .global_set(self.depth);
+        for p in 0..params {
+            code.local_get(p);
         }
-        SectionId::Export => {
-            let mut exports = ExportSection::new();
-            exports.export(HOOK_TABLE, ExportKind::Table, hook_table);
-            out.section(&exports);
+        code.call(original);
+        if returns {
+            code.local_set(result);
         }
+        code.global_get(self.depth)
+            .i32_const(1)
+            .i32_sub()
+            .global_set(self.depth);
+        code.global_get(self.depth).i32_eqz();
+        if allocator == Allocator::GoMallocgc {
+            // Go returns 1 while it unwinds the Wasm stack to switch goroutines; the call
+            // completes later, resumed through this wrapper, and is reported then.
+            code.local_get(result).i32_eqz().i32_and();
+        }
+        code.if_(BlockType::Empty);
+        match allocator {
+            Allocator::Malloc | Allocator::RustAlloc | Allocator::RustAllocZeroed => {
+                code.local_get(0).local_set(size);
+                code.local_get(result).local_set(allocated);
+            }
+            Allocator::Calloc => {
+                code.local_get(0).local_get(1).i32_mul().local_set(size);
+                code.local_get(result).local_set(allocated);
+            }
+            Allocator::AlignedAlloc => {
+                code.local_get(1).local_set(size);
+                code.local_get(result).local_set(allocated);
+            }
+            Allocator::Realloc => {
+                code.local_get(1).local_set(size);
+                code.local_get(0).local_set(freed);
+                code.local_get(result).local_set(allocated);
+            }
+            Allocator::RustRealloc => {
+                code.local_get(3).local_set(size);
+                code.local_get(0).local_set(freed);
+                code.local_get(result).local_set(allocated);
+            }
+            Allocator::Free | Allocator::RustDealloc => {
+                code.local_get(0).local_set(freed);
+            }
+            Allocator::PosixMemalign => {
+                // On success the block's address is at the pointer given.
+                code.local_get(2).local_set(size);
+                code.local_get(result).i32_eqz().if_(BlockType::Empty);
+                code.local_get(0)
+                    .i32_load(memarg(2, 0))
+                    .local_set(allocated);
+                code.end();
+            }
+            Allocator::GoMallocgc => {
+                // Returned, the callee has popped its return address: the caller's SP points
+                // at the arguments, `size` first, the result after the three 8-byte slots of
+                // (size, typ, needzero).
+                code.global_get(0)
+                    .i64_load(memarg(3, 0))
+                    .i32_wrap_i64()
+                    .local_set(size);
+                code.global_get(0)
+                    .i64_load(memarg(3, 24))
+                    .i32_wrap_i64()
+                    .local_set(allocated);
+            }
+            Allocator::TinyGoAlloc => {
+                code.local_get(0).local_set(size);
+                code.local_get(result).local_set(allocated);
+            }
+        }
+        if allocator.allocates() {
+            // A failed allocation (null) is not counted.
+            code.global_get(self.countdown)
+                .local_get(size)
+                .i64_extend_i32_u()
+                .i64_sub()
+                .global_get(self.countdown)
+                .local_get(allocated)
+                .select();
+        } else {
+            code.global_get(self.countdown);
+        }
+        code.local_tee(countdown).i64_const(0).i64_lt_s();
+        if allocator.frees() {
+            code.local_get(freed)
+                .i32_const(SLOT_MULTIPLIER as i32)
+                .i32_mul()
+                .i32_const(16)
+                .i32_shr_u()
+                .i32_load8_u(MemArg {
+                    offset: 0,
+                    align: 0,
+                    memory_index: self.flags,
+                })
+                .i32_or();
+        }
+        code.if_(BlockType::Empty);
+        code.i32_const(allocator.code())
+            .local_get(size)
+            .local_get(freed)
+            .local_get(allocated)
+            .local_get(countdown)
+            .i32_const(0)
+            .call_indirect(self.hook_table, self.hook_type)
+            .local_set(countdown);
+        code.end();
+        code.local_get(countdown).global_set(self.countdown);
+        code.end();
+        if returns {
+            code.local_get(result);
+        }
+        code.end();
+        f
     }
 }
 
-fn hook_table_type() -> TableType {
-    TableType {
-        element_type: RefType::FUNCREF,
-        table64: false,
-        minimum: 1,
-        maximum: Some(1),
-        shared: false,
-    }
-}
-
-fn depth_global_type() -> GlobalType {
-    GlobalType {
-        val_type: ValType::I32,
-        mutable: true,
-        shared: false,
+/// An access to the guest's memory 0.
+fn memarg(align: u32, offset: u64) -> MemArg {
+    MemArg {
+        offset,
+        align,
+        memory_index: 0,
     }
 }
 
@@ -471,6 +750,7 @@ fn depth_global_type() -> GlobalType {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SectionId {
     Table,
+    Memory,
     Global,
     Export,
 }
@@ -479,6 +759,7 @@ impl SectionId {
     fn order(self) -> u32 {
         match self {
             SectionId::Table => 4,
+            SectionId::Memory => 5,
             SectionId::Global => 7,
             SectionId::Export => 8,
         }
@@ -504,87 +785,6 @@ impl SectionId {
             _ => return None,
         })
     }
-}
-
-/// The body that replaces allocator `allocator`: calls the original (now function `original`),
-/// then, unless called from inside another wrapper, reports the call.
-fn wrapper(
-    allocator: Allocator,
-    original: u32,
-    hook_table: u32,
-    report_type: u32,
-    depth: u32,
-) -> Function {
-    let (params, returns) = allocator.signature();
-    let result = params as u32;
-    let mut f = Function::new(if returns {
-        vec![(1, ValType::I32)]
-    } else {
-        vec![]
-    });
-    let mut code = f.instructions();
-    code.global_get(depth)
-        .i32_const(1)
-        .i32_add()
-        .global_set(depth);
-    for p in 0..params as u32 {
-        code.local_get(p);
-    }
-    code.call(original);
-    if returns {
-        code.local_set(result);
-    }
-    code.global_get(depth)
-        .i32_const(1)
-        .i32_sub()
-        .global_set(depth);
-    code.global_get(depth).i32_eqz().if_(BlockType::Empty);
-    code.i32_const(allocator.code());
-    // size, freed, allocated
-    match allocator {
-        Allocator::Malloc | Allocator::RustAlloc | Allocator::RustAllocZeroed => {
-            code.local_get(0).i32_const(0).local_get(result);
-        }
-        Allocator::Calloc => {
-            code.local_get(0)
-                .local_get(1)
-                .i32_mul()
-                .i32_const(0)
-                .local_get(result);
-        }
-        Allocator::AlignedAlloc => {
-            code.local_get(1).i32_const(0).local_get(result);
-        }
-        Allocator::Realloc => {
-            code.local_get(1).local_get(0).local_get(result);
-        }
-        Allocator::RustRealloc => {
-            code.local_get(3).local_get(0).local_get(result);
-        }
-        Allocator::Free | Allocator::RustDealloc => {
-            code.i32_const(0).local_get(0).i32_const(0);
-        }
-        Allocator::PosixMemalign => {
-            // On success the block's address is at the pointer given.
-            code.local_get(2).i32_const(0);
-            code.local_get(result)
-                .i32_eqz()
-                .if_(BlockType::Result(ValType::I32));
-            code.local_get(0).i32_load(MemArg {
-                offset: 0,
-                align: 2,
-                memory_index: 0,
-            });
-            code.else_().i32_const(0).end();
-        }
-    }
-    code.i32_const(0).call_indirect(hook_table, report_type);
-    code.end();
-    if returns {
-        code.local_get(result);
-    }
-    code.end();
-    f
 }
 
 #[cfg(test)]
@@ -629,21 +829,43 @@ mod tests {
             .collect()
     }
 
-    fn run(wasm: &[u8], hook: bool) -> (i32, Vec<(Allocator, i32, i32, i32)>) {
+    /// (allocator, size, freed, allocated, countdown).
+    type Heard = (Allocator, i32, i32, i32, i64);
+
+    /// Runs `run`, with a hook acting as the host does when `interval` is given: every sampled
+    /// allocation's block flagged until freed, the countdown reset to `interval`. Returns
+    /// what the hook heard.
+    fn run(wasm: &[u8], interval: Option<i64>) -> (i32, Vec<Heard>) {
         let engine = Engine::default();
         let module = wasmtime::Module::new(&engine, wasm).unwrap();
         let mut store = Store::new(&engine, Vec::new());
         let instance = Instance::new(&mut store, &module, &[]).unwrap();
-        if hook {
+        if let Some(interval) = interval {
+            let flags = instance.get_memory(&mut store, SAMPLED_BLOCKS).unwrap();
+            let countdown = instance.get_global(&mut store, SAMPLE_COUNTDOWN).unwrap();
+            countdown
+                .set(&mut store, wasmtime::Val::I64(interval))
+                .unwrap();
             let report = Func::wrap(
                 &mut store,
-                |mut caller: wasmtime::Caller<'_, Vec<_>>,
-                 a: i32,
-                 size: i32,
-                 freed: i32,
-                 new: i32| {
+                move |mut caller: wasmtime::Caller<'_, Vec<_>>,
+                      a: i32,
+                      size: i32,
+                      freed: i32,
+                      new: i32,
+                      countdown: i64|
+                      -> i64 {
                     let allocator = Allocator::from_code(a).unwrap();
-                    caller.data_mut().push((allocator, size, freed, new));
+                    caller
+                        .data_mut()
+                        .push((allocator, size, freed, new, countdown));
+                    let slots = flags.data_mut(&mut caller);
+                    slots[block_slot(freed as u32)] = 0;
+                    if new != 0 && countdown < 0 {
+                        slots[block_slot(new as u32)] = 1;
+                        return interval;
+                    }
+                    countdown
                 },
             );
             let table = instance.get_table(&mut store, HOOK_TABLE).unwrap();
@@ -665,8 +887,9 @@ mod tests {
             names,
             [Allocator::Malloc, Allocator::Free, Allocator::Realloc]
         );
-        assert_eq!(run(&original, false), (21, vec![]));
-        let (result, events) = run(&rewritten.wasm, true);
+        assert_eq!(run(&original, None), (21, vec![]));
+        // Every allocation sampled, as at --mem-rate 1.
+        let (result, events) = run(&rewritten.wasm, Some(-1));
         assert_eq!(result, 21);
         // $malloc is function 0: its wrapper stands for it as a whole; its moved body
         // (function 5, after the five originals) is it, byte for byte.
@@ -686,14 +909,36 @@ mod tests {
         assert_eq!(
             events,
             [
-                (Allocator::Malloc, 16, 0, 1024),
+                (Allocator::Malloc, 16, 0, 1024, -17),
                 // Through the table: the table holds the same index, now the wrapper.
-                (Allocator::Malloc, 8, 0, 1040),
+                (Allocator::Malloc, 8, 0, 1040, -9),
                 // realloc's own malloc and free are inside it: not reported again.
-                (Allocator::Realloc, 32, 1040, 1048),
-                (Allocator::Free, 0, 1048, 0),
+                (Allocator::Realloc, 32, 1040, 1048, -33),
+                (Allocator::Free, 0, 1048, 0, -1),
             ]
         );
+    }
+
+    /// The wrapper counts bytes down and calls the host only for the allocation that crosses
+    /// zero and for frees of flagged blocks.
+    #[test]
+    fn only_sampled_allocations_and_their_frees_reach_the_host() {
+        let rewritten = rewrite(&wat::parse_str(BUMP).unwrap()).unwrap().unwrap();
+        let (result, events) = run(&rewritten.wasm, Some(20));
+        assert_eq!(result, 21);
+        assert_eq!(
+            events,
+            [
+                // 20 − 16 = 4 left: malloc(16) stays in Wasm; malloc(8) crosses zero.
+                (Allocator::Malloc, 8, 0, 1040, -4),
+                // Frees the sampled block at 1040, and crosses zero again (20 − 32).
+                (Allocator::Realloc, 32, 1040, 1048, -12),
+                // 1048 was sampled: its free is heard, without counting anything down.
+                (Allocator::Free, 0, 1048, 0, 20),
+            ]
+        );
+        // 100 bytes outlast the 56 allocated: nothing is sampled, no free is flagged.
+        assert_eq!(run(&rewritten.wasm, Some(100)), (21, vec![]));
     }
 
     #[test]
