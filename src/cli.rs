@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use wasmspy::clock::Clock;
+use wasmspy::export::Format;
 use wasmspy::sampler::SamplerKind;
 use wasmspy::wasi_host::{DirMount, UnknownImports};
 
@@ -22,18 +23,71 @@ pub struct Cli {
 pub enum Command {
     /// Run a WASI program as `wasmtime run` would, and write a CPU profile of it.
     Record(RecordArgs),
+    /// Print a profile's top functions (or lines), as `go tool pprof -top` does.
+    Report(ReportArgs),
+    /// Write a profile in another format.
+    Convert(ConvertArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(arg_required_else_help = true)]
+pub struct ReportArgs {
+    /// The profile: pprof (ours, Go's, pprof-rs's...), speedscope JSON or folded stacks.
+    #[arg(value_name = "PROFILE")]
+    pub profile: PathBuf,
+
+    /// The sample type to rank by, by name (`cpu`, `samples`, `alloc_space`...) or index;
+    /// the profile's default unless given.
+    #[arg(long, value_name = "TYPE")]
+    pub sample_index: Option<String>,
+
+    /// A row per source line rather than per function.
+    #[arg(long)]
+    pub lines: bool,
+
+    /// Print only the first N rows.
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
+}
+
+#[derive(Args, Debug)]
+#[command(arg_required_else_help = true)]
+pub struct ConvertArgs {
+    /// The profile to read: pprof, speedscope JSON or folded stacks.
+    #[arg(value_name = "IN")]
+    pub input: PathBuf,
+
+    /// Where to write it, in the format its name says (or `--format`'s).
+    #[arg(short, long, value_name = "OUT", required = true)]
+    pub output: PathBuf,
+
+    /// The output's format: pprof, firefox, speedscope, svg or folded.
+    #[arg(long, value_name = "FORMAT")]
+    pub format: Option<Format>,
+
+    /// For the single-valued formats (svg, folded): the sample type to draw, by name or index;
+    /// the profile's default unless given.
+    #[arg(long, value_name = "TYPE")]
+    pub sample_index: Option<String>,
 }
 
 #[derive(Args, Debug)]
 #[command(arg_required_else_help = true)]
 pub struct RecordArgs {
-    /// Where to write the CPU profile (gzipped pprof); `wasmspy.pb.gz` unless only a memory
-    /// profile is asked for.
+    /// Where to write the CPU profile, in the format its name says: `.pb.gz`/`.pprof`
+    /// (pprof, also for other names), `.json` (Firefox Profiler), `.speedscope.json`, `.svg`
+    /// (flame graph), `.folded`; may be given several times; `wasmspy.pb.gz` unless only a
+    /// memory profile is asked for.
     #[arg(short, long, value_name = "PATH")]
-    pub output: Option<PathBuf>,
+    pub output: Vec<PathBuf>,
 
-    /// Write a memory profile here (gzipped pprof): allocations and in-use memory by
-    /// allocation site, from the guest's malloc/calloc/realloc/free and Rust allocator.
+    /// The format of every output, whatever their names: pprof, firefox, speedscope, svg or
+    /// folded.
+    #[arg(long, value_name = "FORMAT")]
+    pub format: Option<Format>,
+
+    /// Write a memory profile here (format chosen as `-o`'s): allocations and in-use memory
+    /// by allocation site, from the guest's allocator (C, Rust, Go, TinyGo).
     #[arg(long, value_name = "PATH")]
     pub mem_profile: Option<PathBuf>,
 
@@ -104,11 +158,11 @@ pub struct RecordArgs {
 
 impl RecordArgs {
     /// Where the CPU profile goes, if one is wanted.
-    pub fn cpu_output(&self) -> Option<PathBuf> {
-        match (&self.output, &self.mem_profile) {
-            (Some(path), _) => Some(path.clone()),
-            (None, Some(_)) => None,
-            (None, None) => Some(PathBuf::from("wasmspy.pb.gz")),
+    pub fn cpu_outputs(&self) -> Vec<PathBuf> {
+        match (self.output.is_empty(), &self.mem_profile) {
+            (false, _) => self.output.clone(),
+            (true, Some(_)) => Vec::new(),
+            (true, None) => vec![PathBuf::from("wasmspy.pb.gz")],
         }
     }
 

@@ -16,7 +16,7 @@ use crate::memory::heap::{Heap, HeapSampler};
 use crate::memory::rewrite::Rewritten;
 use crate::profile::{
     Frame, FrameId, Function, FunctionId, Line, Mapping, MappingId, Profile, ProfileBuilder,
-    ProfileHeader, Sample, StackId, ValueType,
+    ProfileHeader, Sample, StackId, ValueType, RUNTIME_FRAME, UNKNOWN_HOST_CALL_FRAME,
 };
 use crate::sampler::{RawFrame, SampleValues};
 use crate::symbolize::{FunctionName, ModuleSymbolizer};
@@ -690,11 +690,6 @@ impl Collector {
         profile
     }
 }
-
-/// The frame of samples in Wasmtime's own code.
-pub const RUNTIME_FRAME: &str = "[wasmtime]";
-/// The frame of samples in a host function reached other than by a direct call.
-pub const UNKNOWN_HOST_CALL_FRAME: &str = "[host call]";
 
 fn plain_name(name: &str) -> FunctionName {
     FunctionName {

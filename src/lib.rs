@@ -6,7 +6,10 @@
 //! - [`symbolize`] maps the sampled code to source: DWARF file:line and inlined frames, the
 //!   name section, demangling;
 //! - [`collector`] turns raw samples into the format-neutral [`profile`] model;
-//! - [`export`] writes the model in a file format (pprof).
+//! - [`export`] writes the model in a file format (pprof, Firefox Profiler, speedscope,
+//!   flame graph SVG, folded stacks) and reads some back;
+//! - [`top`] is the terminal report, numbers as `go tool pprof -top` prints them;
+//! - [`memory`] rewrites a module's allocators for memory profiles.
 //!
 //! Embedders with their own `Engine`/`Store` use [`Profiler`]: see its documentation.
 
@@ -19,6 +22,7 @@ pub mod profile;
 pub mod profiler;
 pub mod sampler;
 pub mod symbolize;
+pub mod top;
 pub mod wasi_host;
 
 pub use profiler::{Profiler, ProfilerHandle, ProfilerOptions};

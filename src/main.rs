@@ -1,6 +1,7 @@
 mod cli;
 mod interrupt;
 mod record;
+mod report;
 
 use clap::error::ErrorKind;
 use clap::Parser;
@@ -35,6 +36,8 @@ fn main() {
     };
     let code = match cli.command {
         cli::Command::Record(args) => record::record(args),
+        cli::Command::Report(args) => report::report(args),
+        cli::Command::Convert(args) => report::convert(args),
     };
     let code = code.unwrap_or_else(|e| {
         eprintln!("wasmspy: error: {e:#}");

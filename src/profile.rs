@@ -91,7 +91,43 @@ pub struct Profile {
     pub comments: Vec<String>,
 }
 
+/// The frame of samples in Wasmtime's own code.
+pub const RUNTIME_FRAME: &str = "[wasmtime]";
+/// The frame of samples in a host function reached other than by a direct call.
+pub const UNKNOWN_HOST_CALL_FRAME: &str = "[host call]";
+
+/// Where a frame's code is, for viewers that color or categorize frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameKind {
+    /// The guest's own code (or, in a profile read from elsewhere, any code).
+    Guest,
+    /// A host function the guest called (an import), or an unknown one.
+    HostCall,
+    /// Wasmtime itself.
+    Runtime,
+}
+
 impl Profile {
+    /// Where a frame's code is: the collector gives an import's frame its module's mapping
+    /// and no address, and the runtime and unknown host calls their own names.
+    pub fn frame_kind(&self, frame: FrameId) -> FrameKind {
+        let f = &self.frames[frame];
+        match (f.mapping, self.frame_name(frame)) {
+            (Some(_), _) if f.address == 0 => FrameKind::HostCall,
+            (None, UNKNOWN_HOST_CALL_FRAME) => FrameKind::HostCall,
+            (None, RUNTIME_FRAME) => FrameKind::Runtime,
+            _ => FrameKind::Guest,
+        }
+    }
+
+    /// The index of the sample type named `kind` (`cpu`, `alloc_space`…) or numbered so.
+    pub fn sample_index(&self, kind: &str) -> Option<usize> {
+        self.sample_types
+            .iter()
+            .position(|t| t.kind == kind)
+            .or_else(|| kind.parse().ok().filter(|&i| i < self.sample_types.len()))
+    }
+
     /// Sum of one value over all samples.
     pub fn total(&self, value_index: usize) -> i64 {
         self.samples.iter().map(|s| s.values[value_index]).sum()

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use wasmspy::collector::{ALLOC_OBJECTS, ALLOC_SPACE, COLLECTED_NOTE, CPU, INUSE_SPACE, SAMPLES};
-use wasmspy::export::pprof;
+use wasmspy::export::Format;
 use wasmspy::memory::rewrite::rewrite;
 use wasmspy::profile::Profile;
 use wasmspy::wasi_host::{self, Exit, WasiConfig};
@@ -25,11 +25,15 @@ const TRAP_EXIT_CODE: i32 = 128 + libc::SIGABRT;
 pub fn record(args: RecordArgs) -> Result<i32> {
     // Created before the guest runs, so a bad path fails fast rather than after a long run.
     let outputs = Arc::new(Outputs {
-        cpu: args.cpu_output().map(|p| Output::create(&p)).transpose()?,
+        cpu: args
+            .cpu_outputs()
+            .iter()
+            .map(|p| Output::create(p, Format::for_output(args.format, p)))
+            .collect::<Result<_>>()?,
         memory: args
             .mem_profile
             .as_deref()
-            .map(Output::create)
+            .map(|p| Output::create(p, Format::for_output(args.format, p)))
             .transpose()?,
     });
     // Shared by the engine, the profile's build id and the symbolizer: never copied again.
@@ -149,23 +153,24 @@ pub fn record(args: RecordArgs) -> Result<i32> {
 
 /// The profiles asked for.
 struct Outputs {
-    cpu: Option<Output>,
+    cpu: Vec<Output>,
     memory: Option<Output>,
 }
 
 impl Outputs {
-    /// Writes the CPU profile `cpu` and the memory profile, after the warnings about them.
+    /// Writes the CPU profile `cpu` to each of its outputs and the memory profile, after the
+    /// warnings about them. One output failing does not keep the others from being written.
     fn save(&self, profiler: &ProfilerHandle, cpu: &Profile) -> Result<()> {
         let heap = self.memory.as_ref().and_then(|_| profiler.heap_profile());
         print_warnings(profiler);
         let mut result = Ok(());
-        if let Some(output) = &self.cpu {
-            let summary = format!(
-                "{} samples, {:.3} s CPU",
-                cpu.total(SAMPLES),
-                cpu.total(CPU) as f64 / 1e9
-            );
-            result = output.save(cpu, &summary);
+        let summary = format!(
+            "{} samples, {:.3} s CPU",
+            cpu.total(SAMPLES),
+            cpu.total(CPU) as f64 / 1e9
+        );
+        for output in &self.cpu {
+            result = result.and(output.save(cpu, &summary));
         }
         if let (Some(output), Some(heap)) = (&self.memory, heap) {
             let mib = |i| heap.total(i) as f64 / (1024.0 * 1024.0);
@@ -213,15 +218,17 @@ fn file_name(path: &Path) -> String {
 /// or by the Ctrl-C thread when the guest cannot be stopped.
 struct Output {
     path: PathBuf,
+    format: Format,
     file: Mutex<Option<File>>,
 }
 
 impl Output {
-    fn create(path: &Path) -> Result<Self> {
+    fn create(path: &Path, format: Format) -> Result<Self> {
         let file = File::create(path)
             .with_context(|| format!("cannot create output `{}`", path.display()))?;
         Ok(Output {
             path: path.to_path_buf(),
+            format,
             file: Mutex::new(Some(file)),
         })
     }
@@ -232,12 +239,17 @@ impl Output {
         let Some(mut file) = slot.take() else {
             return Ok(());
         };
-        let bytes = pprof::encode(profile)?;
+        let what = || format!("cannot write profile `{}`", self.path.display());
+        let mut bytes = Vec::new();
+        self.format.write(profile, &mut bytes).with_context(what)?;
         file.write_all(&bytes)
             .and_then(|()| file.sync_all())
-            .with_context(|| format!("cannot write profile `{}`", self.path.display()))?;
-        let path = self.path.display();
-        eprintln!("wasmspy: wrote {path} ({summary}); view it with: go tool pprof -http=: {path}");
+            .with_context(what)?;
+        eprintln!(
+            "wasmspy: wrote {} ({summary}); view it with: {}",
+            self.path.display(),
+            self.format.how_to_view(&self.path)
+        );
         Ok(())
     }
 }

@@ -85,3 +85,88 @@ fn go_tool_pprof_lists_inlined_source_lines() {
         );
     }
 }
+
+/// `wasmspy report`'s table, row for row, as `go tool pprof -top` prints it: the same values,
+/// units, percentages, order and cut-off; ours adds where each function starts, last.
+fn assert_report_agrees(profile: &std::path::Path, ours: &[&str], go: &[&str]) {
+    let out = wasmspy()
+        .arg("report")
+        .args(ours)
+        .arg(profile)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = stdout(&out);
+    let theirs = go_pprof(&[&["-top"], go].concat(), profile);
+    let rows = |text: &str| -> Vec<String> {
+        text.lines()
+            .skip_while(|l| !l.trim_start().starts_with("flat"))
+            .skip(1)
+            .map(str::to_string)
+            .collect()
+    };
+    let (our_rows, go_rows) = (rows(&report), rows(&theirs));
+    assert!(!go_rows.is_empty(), "{theirs}");
+    assert_eq!(
+        our_rows.len(),
+        go_rows.len(),
+        "ours:\n{report}\ngo:\n{theirs}"
+    );
+    for (ours, go) in our_rows.iter().zip(&go_rows) {
+        assert!(
+            ours == go || ours.starts_with(&format!("{go} ")),
+            "ours: {ours}\ngo:   {go}"
+        );
+    }
+    // The summary lines too.
+    for line in theirs
+        .lines()
+        .filter(|l| l.starts_with("Showing") || l.starts_with("Dropped"))
+    {
+        assert!(report.contains(line), "no `{line}` in\n{report}");
+    }
+}
+
+#[test]
+fn report_agrees_with_go_tool_pprof() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, cpu) = record(dir.path(), &[], &fixture("c/cprog.wasm"), &["spin", "60"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_report_agrees(&cpu, &[], &[]);
+    assert_report_agrees(
+        &cpu,
+        &["--sample-index", "samples"],
+        &["-sample_index=samples"],
+    );
+    assert_report_agrees(&cpu, &["--lines"], &["-lines"]);
+
+    // A heap profile: inlined functions, and a count and byte values.
+    let heap = dir.path().join("heap.pb.gz");
+    let out = wasmspy()
+        .args(["record", "--mem-rate", "1", "--mem-profile"])
+        .arg(&heap)
+        .arg("--")
+        .arg(fixture("rust/alloc.wasm"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_report_agrees(&heap, &[], &[]);
+    assert_report_agrees(
+        &heap,
+        &["--sample-index", "alloc_objects"],
+        &["-sample_index=alloc_objects"],
+    );
+    assert_report_agrees(&heap, &["--lines"], &["-lines"]);
+
+    // Profiles Go wrote (tests/fixtures/pprof/gen.go).
+    let go_cpu = fixture("pprof/go-cpu.pb.gz");
+    assert_report_agrees(&go_cpu, &[], &[]);
+    assert_report_agrees(&go_cpu, &["--lines"], &["-lines"]);
+    let go_heap = fixture("pprof/go-heap.pb.gz");
+    assert_report_agrees(
+        &go_heap,
+        &["--sample-index", "alloc_space"],
+        &["-sample_index=alloc_space"],
+    );
+    assert_report_agrees(&go_heap, &["--sample-index", "1"], &["-sample_index=1"]);
+}

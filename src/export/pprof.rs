@@ -6,13 +6,15 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use prost::Message;
 
 use super::pprof_proto as proto;
-use crate::profile::{Profile, ValueType};
+use crate::profile::{
+    Frame, Function, Line, Mapping, Profile, ProfileBuilder, ProfileHeader, Sample, ValueType,
+};
 
 #[derive(Default)]
 struct StringTable {
@@ -161,6 +163,136 @@ pub fn decode(bytes: &[u8]) -> Result<proto::Profile> {
         bytes.to_vec()
     };
     proto::Profile::decode(raw.as_slice()).context("not a pprof profile")
+}
+
+/// A pprof file (ours, Go's, pprof-rs's…) as a profile model.
+pub fn read(bytes: &[u8]) -> Result<Profile> {
+    from_proto(&decode(bytes)?)
+}
+
+/// The profile model of a pprof message. Locations without lines (unsymbolized addresses) get
+/// a function named as pprof prints them: the address, and the mapping's file.
+pub fn from_proto(p: &proto::Profile) -> Result<Profile> {
+    let str = |i: i64| -> Result<String> {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| p.string_table.get(i))
+            .cloned()
+            .with_context(|| format!("string {i} is not in the string table"))
+    };
+    let value_type = |vt: &proto::ValueType| -> Result<ValueType> {
+        Ok(ValueType {
+            kind: str(vt.r#type)?,
+            unit: str(vt.unit)?,
+        })
+    };
+    let sample_types = p
+        .sample_type
+        .iter()
+        .map(value_type)
+        .collect::<Result<Vec<_>>>()?;
+    let default_kind = str(p.default_sample_type)?;
+    let mut builder = ProfileBuilder::default();
+    let mut mappings = HashMap::new();
+    for m in &p.mapping {
+        let id = builder.add_mapping(Mapping {
+            file_name: str(m.filename)?,
+            build_id: str(m.build_id)?,
+            size: m.memory_limit.saturating_sub(m.memory_start),
+        });
+        mappings.insert(m.id, (id, str(m.filename)?));
+    }
+    let mut functions = HashMap::new();
+    for f in &p.function {
+        let id = builder.function(&Function {
+            name: str(f.name)?,
+            system_name: str(f.system_name)?,
+            file: str(f.filename)?,
+            start_line: f.start_line.try_into().unwrap_or(0),
+        });
+        functions.insert(f.id, id);
+    }
+    let mut frames = HashMap::new();
+    for l in &p.location {
+        let mapping = mappings.get(&l.mapping_id);
+        let mut lines = Vec::with_capacity(l.line.len().max(1));
+        for line in &l.line {
+            lines.push(Line {
+                function: *functions
+                    .get(&line.function_id)
+                    .with_context(|| format!("no function {}", line.function_id))?,
+                line: line.line.try_into().unwrap_or(0),
+                column: line.column.try_into().unwrap_or(0),
+            });
+        }
+        if lines.is_empty() {
+            let object = mapping.map_or(String::new(), |(_, file)| {
+                format!(" [{}]", file.rsplit('/').next().unwrap_or(file))
+            });
+            let name = format!("{:016x}{object}", l.address);
+            let function = builder.function(&Function {
+                system_name: name.clone(),
+                name,
+                file: String::new(),
+                start_line: 0,
+            });
+            lines.push(Line {
+                function,
+                line: 0,
+                column: 0,
+            });
+        }
+        let frame = builder.frame(&Frame {
+            mapping: mapping.map(|&(id, _)| id),
+            address: l.address,
+            lines,
+        });
+        frames.insert(l.id, frame);
+    }
+    let mut samples = Vec::with_capacity(p.sample.len());
+    for s in &p.sample {
+        if s.value.len() != sample_types.len() {
+            bail!(
+                "a sample has {} values for {} sample types",
+                s.value.len(),
+                sample_types.len()
+            );
+        }
+        let stack: Vec<usize> = s
+            .location_id
+            .iter()
+            .map(|id| {
+                frames
+                    .get(id)
+                    .copied()
+                    .with_context(|| format!("no location {id}"))
+            })
+            .collect::<Result<_>>()?;
+        samples.push(Sample {
+            stack: builder.stack(&stack),
+            time_ns: 0,
+            values: s.value.clone(),
+        });
+    }
+    let header = ProfileHeader {
+        // pprof's default when none is named: the last.
+        default_sample_type: sample_types
+            .iter()
+            .position(|t| !default_kind.is_empty() && t.kind == default_kind)
+            .unwrap_or(sample_types.len().saturating_sub(1)),
+        sample_types,
+        period_type: p
+            .period_type
+            .as_ref()
+            .map(value_type)
+            .transpose()?
+            .unwrap_or_default(),
+        period: p.period,
+        start_unix_ns: p.time_nanos,
+        duration_ns: p.duration_nanos,
+        comments: p.comment.iter().map(|&c| str(c)).collect::<Result<_>>()?,
+    };
+    Ok(builder.build(header, samples))
 }
 
 #[cfg(test)]

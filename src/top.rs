@@ -1,0 +1,443 @@
+//! The terminal report: a profile's top functions (or source lines) by one sample type, with
+//! the numbers, units, rounding, dropped-node cutoff and order of `go tool pprof -top`, and a
+//! last column of where each function is.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write;
+
+use crate::profile::{Profile, ValueType};
+
+/// pprof's `-nodefraction`: nodes whose cumulative value is under this share are dropped.
+const NODE_FRACTION: f64 = 0.005;
+
+/// One row: a function, or with `lines` a function's source line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row {
+    /// As pprof prints it: the function's name, with `file:line` when by line.
+    pub name: String,
+    /// `(inline)` when every call reaching it was inlined, `(partial-inline)` when some were.
+    pub inline: &'static str,
+    /// Where the function starts (`file:line`), when by function and it is known.
+    pub location: String,
+    pub flat: i64,
+    pub cum: i64,
+}
+
+pub struct Top {
+    pub sample_type: ValueType,
+    /// The sum of every sample's value (as absolute values), which percentages are of.
+    pub total: i64,
+    /// Rows kept, in pprof's order: flat value, then name, then cumulative value.
+    pub rows: Vec<Row>,
+    /// Rows left out for a cumulative value under `cutoff`.
+    pub dropped: usize,
+    pub cutoff: i64,
+}
+
+#[derive(Default)]
+struct Node {
+    flat: i64,
+    cum: i64,
+    inline_in: bool,
+    call_in: bool,
+    location: String,
+}
+
+/// The top table of `profile` by its sample type `index`.
+pub fn top(profile: &Profile, index: usize, lines: bool) -> Top {
+    let key = |line: &crate::profile::Line| -> String {
+        let f = &profile.functions[line.function];
+        match (lines, line.line, f.file.is_empty()) {
+            (false, _, _) => f.name.clone(),
+            (true, 0, true) => f.name.clone(),
+            (true, 0, false) => format!("{} {}", f.name, clean_path(&f.file)),
+            (true, n, _) => format!("{} {}:{n}", f.name, clean_path(&f.file)),
+        }
+    };
+    // Each stack's nodes, root first, with whether each is the outermost line of its frame
+    // (called) rather than inlined into the one before it.
+    let stack_nodes: Vec<Vec<(String, bool)>> = profile
+        .stacks
+        .iter()
+        .map(|stack| {
+            stack
+                .iter()
+                .rev()
+                .flat_map(|&f| {
+                    let lines = &profile.frames[f].lines;
+                    lines
+                        .iter()
+                        .enumerate()
+                        .rev()
+                        .map(move |(i, l)| (l, i == lines.len() - 1))
+                })
+                .map(|(l, outermost)| (key(l), outermost))
+                .collect()
+        })
+        .collect();
+    let mut nodes: HashMap<&str, Node> = HashMap::new();
+    let mut total = 0i64;
+    for sample in &profile.samples {
+        let value = sample.values[index];
+        if value == 0 {
+            continue;
+        }
+        total += value.abs();
+        let stack = &stack_nodes[sample.stack];
+        let mut seen = HashSet::new();
+        for (name, _) in stack {
+            if seen.insert(name.as_str()) {
+                nodes.entry(name).or_default().cum += value;
+            }
+        }
+        if let Some((leaf, _)) = stack.last() {
+            nodes.entry(leaf).or_default().flat += value;
+        }
+    }
+    let flat_sum: i64 = nodes.values().map(|n| n.flat).sum();
+    let cutoff = ((flat_sum as f64 * NODE_FRACTION) as i64).abs();
+    let kept = |n: &Node| n.cum.abs() >= cutoff;
+    let dropped = nodes.values().filter(|n| !kept(n)).count();
+    // pprof marks a row inlined from the calls reaching it over the rows kept.
+    let kept_names: HashSet<String> = nodes
+        .iter()
+        .filter(|(_, n)| kept(n))
+        .map(|(&k, _)| k.to_string())
+        .collect();
+    for sample in &profile.samples {
+        if sample.values[index] == 0 {
+            continue;
+        }
+        let mut parent: Option<&str> = None;
+        for (name, outermost) in &stack_nodes[sample.stack] {
+            if !kept_names.contains(name) {
+                continue;
+            }
+            if parent.is_some_and(|p| p != name) {
+                let node = nodes
+                    .get_mut(name.as_str())
+                    .expect("every node was counted");
+                if *outermost {
+                    node.call_in = true;
+                } else {
+                    node.inline_in = true;
+                }
+            }
+            parent = Some(name);
+        }
+    }
+    if !lines {
+        for line in profile.frames.iter().flat_map(|f| &f.lines) {
+            let f = &profile.functions[line.function];
+            if let Some(node) = nodes.get_mut(f.name.as_str()) {
+                if node.location.is_empty() && !f.file.is_empty() {
+                    node.location = match f.start_line {
+                        0 => f.file.clone(),
+                        n => format!("{}:{n}", f.file),
+                    };
+                }
+            }
+        }
+    }
+    let mut rows: Vec<Row> = nodes
+        .into_iter()
+        .filter(|(_, n)| kept(n))
+        .map(|(name, n)| Row {
+            name: name.to_string(),
+            inline: match (n.inline_in, n.call_in) {
+                (true, true) => "(partial-inline)",
+                (true, false) => "(inline)",
+                _ => "",
+            },
+            location: n.location,
+            flat: n.flat,
+            cum: n.cum,
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        b.flat
+            .abs()
+            .cmp(&a.flat.abs())
+            .then_with(|| a.name.cmp(&b.name))
+            .then_with(|| b.cum.abs().cmp(&a.cum.abs()))
+    });
+    Top {
+        sample_type: profile.sample_types[index].clone(),
+        total,
+        rows,
+        dropped,
+        cutoff,
+    }
+}
+
+impl Top {
+    /// The table as text, its first `limit` rows (all without one).
+    pub fn render(&self, limit: Option<usize>) -> String {
+        let unit = self.output_unit();
+        let value = |v: i64| scaled_label(v, &self.sample_type.unit, &unit);
+        let shown: i64 = self.rows.iter().map(|r| r.flat).sum();
+        let mut out = String::new();
+        let _ = writeln!(out, "Type: {}", self.sample_type.kind);
+        let _ = writeln!(
+            out,
+            "Showing nodes accounting for {}, {} of {} total",
+            value(shown),
+            percentage(shown, self.total).trim_start(),
+            value(self.total)
+        );
+        if self.dropped > 0 {
+            let _ = writeln!(
+                out,
+                "Dropped {} nodes (cum <= {})",
+                self.dropped,
+                value(self.cutoff)
+            );
+        }
+        let rows = &self.rows[..limit.unwrap_or(self.rows.len()).min(self.rows.len())];
+        if rows.len() < self.rows.len() {
+            let _ = writeln!(
+                out,
+                "Showing top {} nodes out of {}",
+                rows.len(),
+                self.rows.len()
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{:>10} {:>5}% {:>5}% {:>10} {:>5}%",
+            "flat", "flat", "sum", "cum", "cum"
+        );
+        let mut sum = 0;
+        for row in rows {
+            sum += row.flat;
+            let mut name = row.name.clone();
+            for extra in [row.inline, row.location.as_str()] {
+                if !extra.is_empty() {
+                    name.push(' ');
+                    name.push_str(extra);
+                }
+            }
+            let _ = writeln!(
+                out,
+                "{:>10} {} {} {:>10} {}  {name}",
+                value(row.flat),
+                percentage(row.flat, self.total),
+                percentage(sum, self.total),
+                value(row.cum),
+                percentage(row.cum, self.total),
+            );
+        }
+        out
+    }
+
+    /// pprof's "minimum" output unit: the one that suits the smallest value shown, or a
+    /// larger one when that is a hundredth of the total or less.
+    fn output_unit(&self) -> String {
+        let unit = &self.sample_type.unit;
+        let min = self
+            .rows
+            .iter()
+            .map(|r| {
+                if r.flat != 0 {
+                    r.flat.abs()
+                } else {
+                    r.cum.abs()
+                }
+            })
+            .filter(|&v| v > 0)
+            .min()
+            .unwrap_or(self.total);
+        let (_, min_unit) = scale(min, unit, "minimum");
+        let (_, max_unit) = scale(self.total, unit, "minimum");
+        let chosen = if min_unit != max_unit && min.saturating_mul(100) < self.total {
+            scale(min.saturating_mul(100), unit, "minimum").1
+        } else {
+            min_unit
+        };
+        if chosen.is_empty() {
+            unit.clone()
+        } else {
+            chosen
+        }
+    }
+}
+
+/// Go's `filepath.Clean`, which pprof applies to file names: no `.` elements, no `..` after a
+/// name, no repeated slashes.
+fn clean_path(path: &str) -> String {
+    let rooted = path.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." if parts.last().is_some_and(|&p| p != "..") => {
+                parts.pop();
+            }
+            ".." if rooted => {}
+            _ => parts.push(part),
+        }
+    }
+    let joined = parts.join("/");
+    match (rooted, joined.is_empty()) {
+        (true, _) => format!("/{joined}"),
+        (false, true) => ".".into(),
+        (false, false) => joined,
+    }
+}
+
+/// pprof's unit families: (canonical name, aliases, factor to the family's base unit).
+type Family = [(&'static str, &'static [&'static str], f64)];
+
+const BYTES: &Family = &[
+    ("B", &["b", "byte"], 1.0),
+    ("kB", &["kb", "kbyte", "kilobyte"], 1024.0),
+    ("MB", &["mb", "mbyte", "megabyte"], 1048576.0),
+    ("GB", &["gb", "gbyte", "gigabyte"], 1073741824.0),
+    ("TB", &["tb", "tbyte", "terabyte"], 1099511627776.0),
+    ("PB", &["pb", "pbyte", "petabyte"], 1125899906842624.0),
+];
+const TIME: &Family = &[
+    ("ns", &["ns", "nanosecond"], 1.0),
+    ("us", &["μs", "us", "microsecond"], 1e3),
+    ("ms", &["ms", "millisecond"], 1e6),
+    ("s", &["s", "sec", "second"], 1e9),
+    ("hrs", &["hour", "hr"], 3.6e12),
+];
+/// Each family with its default unit's position.
+const FAMILIES: [(&Family, usize); 2] = [(BYTES, 0), (TIME, 3)];
+
+/// pprof's unit sniffing: lower case, a plural `s` dropped.
+fn find(family: &Family, unit: &str) -> Option<(&'static str, f64)> {
+    let lower = unit.to_lowercase();
+    let unit = match lower.strip_suffix('s') {
+        Some(singular) if lower.chars().count() > 2 => singular,
+        _ => &lower,
+    };
+    family
+        .iter()
+        .find(|(_, aliases, _)| aliases.contains(&unit))
+        .map(|&(name, _, factor)| (name, factor))
+}
+
+/// `value` in `from` units as a number of `to` units (`minimum`: the largest that keeps it at
+/// least 1), and that unit's name; no name for units pprof does not know (counts).
+fn scale(value: i64, from: &str, to: &str) -> (f64, String) {
+    if value < 0 {
+        let (v, u) = scale(value.saturating_neg(), from, to);
+        return (-v, u);
+    }
+    for (family, default) in FAMILIES {
+        let Some((_, factor)) = find(family, from) else {
+            continue;
+        };
+        let base = value as f64 * factor;
+        let (name, factor) = if to == "minimum" || to == "auto" {
+            family
+                .iter()
+                .rev()
+                .find(|&&(_, _, f)| base / f >= 1.0)
+                .map(|&(n, _, f)| (n, f))
+                .unwrap_or((family[default].0, family[default].2))
+        } else {
+            find(family, to).unwrap_or((family[default].0, family[default].2))
+        };
+        return (base / factor, name.to_string());
+    }
+    match to {
+        "count" | "sample" | "unit" | "minimum" | "auto" => (value as f64, String::new()),
+        _ => (value as f64, to.to_string()),
+    }
+}
+
+/// pprof's value label: two decimals, `.00` dropped.
+fn scaled_label(value: i64, from: &str, to: &str) -> String {
+    let (v, unit) = scale(value, from, to);
+    let text = format!("{v:.2}");
+    let text = text.strip_suffix(".00").unwrap_or(&text);
+    if text == "0" || text == "-0" {
+        return "0".into();
+    }
+    format!("{text}{unit}")
+}
+
+/// pprof's percentage: `  100%`, two decimals from 1 %, two significant digits (Go's `%.2g`)
+/// below.
+fn percentage(value: i64, total: i64) -> String {
+    let ratio = if total != 0 {
+        (value as f64 / total as f64).abs() * 100.0
+    } else {
+        0.0
+    };
+    if (99.95..=100.05).contains(&ratio) {
+        "  100%".into()
+    } else if ratio >= 1.0 {
+        format!("{ratio:5.2}%")
+    } else {
+        format!("{:>5}%", go_g2(ratio))
+    }
+}
+
+/// Go's `%.2g` of a number in [0, 1).
+fn go_g2(x: f64) -> String {
+    if x == 0.0 {
+        return "0".into();
+    }
+    // Two significant digits, trailing zeros dropped: Go's digits and decimal point.
+    let e = format!("{x:.1e}");
+    let (mantissa, exponent) = e.split_once('e').unwrap_or((&e, "0"));
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    let digits = mantissa.replace('.', "");
+    let digits = digits.trim_end_matches('0');
+    let nd = digits.len().max(1) as i32;
+    if exponent < -4 {
+        let mantissa = match digits.len() {
+            0 | 1 => digits.to_string(),
+            _ => format!("{}.{}", &digits[..1], &digits[1..]),
+        };
+        return format!("{mantissa}e-{:02}", -exponent);
+    }
+    let dp = exponent + 1;
+    let decimals = (nd - dp).max(0) as usize;
+    format!("{x:.decimals$}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The expected strings are what Go 1.27 prints for the same numbers.
+    #[test]
+    fn numbers_read_as_pprof_prints_them() {
+        let cases = [
+            (0.5, "0.5"),
+            (0.05, "0.05"),
+            (0.123, "0.12"),
+            (0.0123, "0.012"),
+            (0.00001234, "1.2e-05"),
+            (0.00001, "1e-05"),
+            (0.995, "0.99"),
+            (0.996, "1"),
+        ];
+        for (x, go) in cases {
+            assert_eq!(go_g2(x), go, "{x}");
+        }
+        assert_eq!(percentage(1, 3), "33.33%");
+        assert_eq!(percentage(3, 3), "  100%");
+        assert_eq!(percentage(1, 200), "  0.5%");
+        assert_eq!(scaled_label(1_500_000_000, "nanoseconds", "s"), "1.50s");
+        assert_eq!(scaled_label(10_000_000, "nanoseconds", "ms"), "10ms");
+        assert_eq!(scaled_label(66100, "bytes", "kB"), "64.55kB");
+        assert_eq!(scaled_label(2047, "count", "count"), "2047");
+        assert_eq!(scaled_label(0, "nanoseconds", "ms"), "0");
+        assert_eq!(scale(3_000_000, "nanoseconds", "minimum").1, "ms");
+        for (path, clean) in [
+            ("././libc/a.c", "libc/a.c"),
+            ("/x//y/../z", "/x/z"),
+            ("../a/./b", "../a/b"),
+            ("/..", "/"),
+            ("wasisdk://v30/x.c", "wasisdk:/v30/x.c"),
+        ] {
+            assert_eq!(clean_path(path), clean, "{path}");
+        }
+    }
+}
