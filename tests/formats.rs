@@ -51,7 +51,8 @@ fn folded(path: &Path) -> Vec<(String, i64)> {
 /// Runs the browser checker; false (with a note) where it is not installed, except under CI.
 fn browser_check(mode: &str, file: &Path, name: &str, screenshot: &Path) -> bool {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
-    if !dir.join("node_modules/playwright-core").exists() || !Path::new("/usr/bin/chromium").exists()
+    if !dir.join("node_modules/playwright-core").exists()
+        || !Path::new("/usr/bin/chromium").exists()
     {
         assert!(
             std::env::var_os("CI").is_none(),
@@ -83,21 +84,25 @@ fn every_format_from_one_run() {
     let dir = tempfile::tempdir().unwrap();
     let paths = record_all(dir.path());
     let pprof = Decoded::load(&paths["pb.gz"]);
-    let hot_cpu = pprof.leaf_value("cpu", |l| {
-        pprof.source_frames(l)[0].0 == "hot_function"
-    });
+    let hot_cpu = pprof.leaf_value("cpu", |l| pprof.source_frames(l)[0].0 == "hot_function");
     assert!(hot_cpu as f64 > 0.6 * pprof.total("cpu") as f64);
 
     // Folded stacks: root first, the default sample type (CPU time), the same totals.
     let stacks = folded(&paths["folded"]);
-    assert!(stacks.iter().all(|(s, _)| s.starts_with("_start")), "{stacks:?}");
+    assert!(
+        stacks.iter().all(|(s, _)| s.starts_with("_start")),
+        "{stacks:?}"
+    );
     let leaf_total: i64 = stacks
         .iter()
         .filter(|(s, _)| s.ends_with(";hot_function"))
         .map(|(_, v)| v)
         .sum();
     assert_eq!(leaf_total, hot_cpu);
-    assert_eq!(stacks.iter().map(|(_, v)| v).sum::<i64>(), pprof.total("cpu"));
+    assert_eq!(
+        stacks.iter().map(|(_, v)| v).sum::<i64>(),
+        pprof.total("cpu")
+    );
     // inferno draws them.
     let mut svg = Vec::new();
     let text = std::fs::read_to_string(&paths["folded"]).unwrap();
@@ -118,16 +123,27 @@ fn every_format_from_one_run() {
     );
     let frames = speedscope["shared"]["frames"].as_array().unwrap();
     let profiles = speedscope["profiles"].as_array().unwrap();
-    let names: Vec<&str> = profiles.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = profiles
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["samples", "cpu"]);
     assert_eq!(speedscope["activeProfileIndex"], 1, "cpu is the default");
     for p in profiles {
-        let weights: i64 = p["weights"].as_array().unwrap().iter().map(|w| w.as_i64().unwrap()).sum();
+        let weights: i64 = p["weights"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w.as_i64().unwrap())
+            .sum();
         assert_eq!(weights, pprof.total(p["name"].as_str().unwrap()));
         assert_eq!(p["endValue"].as_i64().unwrap(), weights);
         for stack in p["samples"].as_array().unwrap() {
             let stack = stack.as_array().unwrap();
-            assert_eq!(frames[stack[0].as_u64().unwrap() as usize]["name"], "_start.command_export");
+            assert_eq!(
+                frames[stack[0].as_u64().unwrap() as usize]["name"],
+                "_start.command_export"
+            );
         }
     }
     assert_eq!(profiles[1]["unit"], "nanoseconds");
@@ -143,7 +159,12 @@ fn every_format_from_one_run() {
         "hot_function",
         &dir.path().join("speedscope.png"),
     );
-    browser_check("svg", &paths["svg"], "hot_function", &dir.path().join("svg.png"));
+    browser_check(
+        "svg",
+        &paths["svg"],
+        "hot_function",
+        &dir.path().join("svg.png"),
+    );
 }
 
 /// The processed profile's invariants: every table's columns as long as its `length`, every
@@ -152,7 +173,10 @@ fn every_format_from_one_run() {
 fn firefox_invariants(path: &Path, samples: i64) {
     let p: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
     let categories = p["meta"]["categories"].as_array().unwrap();
-    let category_names: Vec<&str> = categories.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    let category_names: Vec<&str> = categories
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
     for expected in ["Wasm", "Host call", "Wasmtime"] {
         assert!(category_names.contains(&expected), "{category_names:?}");
     }
@@ -161,7 +185,15 @@ fn firefox_invariants(path: &Path, samples: i64) {
     let thread = &p["threads"][0];
     let strings = thread["stringArray"].as_array().unwrap();
     let len = |table: &str| thread[table]["length"].as_u64().unwrap() as usize;
-    for table in ["samples", "stackTable", "frameTable", "funcTable", "markers", "resourceTable", "nativeSymbols"] {
+    for table in [
+        "samples",
+        "stackTable",
+        "frameTable",
+        "funcTable",
+        "markers",
+        "resourceTable",
+        "nativeSymbols",
+    ] {
         let n = len(table);
         for (column, values) in thread[table].as_object().unwrap() {
             if let Some(values) = values.as_array() {
@@ -176,21 +208,45 @@ fn firefox_invariants(path: &Path, samples: i64) {
     };
     assert_eq!(len("samples") as i64, samples);
     let mut time = 0.0;
-    for (i, delta) in thread["samples"]["timeDeltas"].as_array().unwrap().iter().enumerate() {
+    for (i, delta) in thread["samples"]["timeDeltas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
         time += delta.as_f64().unwrap();
         assert!(time >= 0.0);
-        index_in(&thread["samples"]["stack"][i], len("stackTable"), "sample stack");
+        index_in(
+            &thread["samples"]["stack"][i],
+            len("stackTable"),
+            "sample stack",
+        );
     }
     for i in 0..len("stackTable") {
         let prefix = &thread["stackTable"]["prefix"][i];
         if !prefix.is_null() {
-            assert!(index_in(prefix, len("stackTable"), "prefix") < i, "stack {i}'s prefix");
+            assert!(
+                index_in(prefix, len("stackTable"), "prefix") < i,
+                "stack {i}'s prefix"
+            );
         }
-        index_in(&thread["stackTable"]["frame"][i], len("frameTable"), "stack frame");
+        index_in(
+            &thread["stackTable"]["frame"][i],
+            len("frameTable"),
+            "stack frame",
+        );
     }
     for i in 0..len("frameTable") {
-        index_in(&thread["frameTable"]["func"][i], len("funcTable"), "frame func");
-        index_in(&thread["frameTable"]["category"][i], categories.len(), "frame category");
+        index_in(
+            &thread["frameTable"]["func"][i],
+            len("funcTable"),
+            "frame func",
+        );
+        index_in(
+            &thread["frameTable"]["category"][i],
+            categories.len(),
+            "frame category",
+        );
     }
     let func_names: Vec<&str> = (0..len("funcTable"))
         .map(|i| {
@@ -225,7 +281,11 @@ fn convert_between_formats() {
     convert(&paths["pb.gz"], &folded_again, &[]);
     assert_eq!(folded(&folded_again), folded(&paths["folded"]));
     let by_samples = dir.path().join("samples.txt");
-    convert(&paths["pb.gz"], &by_samples, &["--format", "folded", "--sample-index", "samples"]);
+    convert(
+        &paths["pb.gz"],
+        &by_samples,
+        &["--format", "folded", "--sample-index", "samples"],
+    );
     let pprof = Decoded::load(&paths["pb.gz"]);
     assert_eq!(
         folded(&by_samples).iter().map(|(_, v)| v).sum::<i64>(),
@@ -240,13 +300,26 @@ fn convert_between_formats() {
     // Folded stacks to a flame graph and to pprof.
     let svg = dir.path().join("from-folded.svg");
     convert(&paths["folded"], &svg, &[]);
-    assert!(std::fs::read_to_string(&svg).unwrap().contains("hot_function"));
+    assert!(std::fs::read_to_string(&svg)
+        .unwrap()
+        .contains("hot_function"));
     let from_folded = dir.path().join("from-folded.pb.gz");
     convert(&paths["folded"], &from_folded, &[]);
-    assert_eq!(Decoded::load(&from_folded).total("samples"), pprof.total("cpu"));
+    assert_eq!(
+        Decoded::load(&from_folded).total("samples"),
+        pprof.total("cpu")
+    );
     // A Go-written heap profile, as Firefox and speedscope profiles.
-    convert(&fixture("pprof/go-heap.pb.gz"), &dir.path().join("heap.json"), &[]);
-    convert(&fixture("pprof/go-heap.pb.gz"), &dir.path().join("heap.speedscope.json"), &[]);
+    convert(
+        &fixture("pprof/go-heap.pb.gz"),
+        &dir.path().join("heap.json"),
+        &[],
+    );
+    convert(
+        &fixture("pprof/go-heap.pb.gz"),
+        &dir.path().join("heap.speedscope.json"),
+        &[],
+    );
 
     // What cannot be read or written: one line, exit status 1 (2 for bad flags).
     let fails = |args: &[&std::ffi::OsStr], code: i32, message: &str| {
@@ -258,7 +331,12 @@ fn convert_between_formats() {
     };
     let out = dir.path().join("x.svg");
     fails(
-        &["convert".as_ref(), paths["json"].as_os_str(), "-o".as_ref(), out.as_os_str()],
+        &[
+            "convert".as_ref(),
+            paths["json"].as_os_str(),
+            "-o".as_ref(),
+            out.as_os_str(),
+        ],
         1,
         "only speedscope's JSON can be read back",
     );
@@ -268,18 +346,85 @@ fn convert_between_formats() {
         "cannot read",
     );
     fails(
-        &["convert".as_ref(), paths["pb.gz"].as_os_str(), "-o".as_ref(), out.as_os_str(), "--format".as_ref(), "png".as_ref()],
+        &[
+            "convert".as_ref(),
+            paths["pb.gz"].as_os_str(),
+            "-o".as_ref(),
+            out.as_os_str(),
+            "--format".as_ref(),
+            "png".as_ref(),
+        ],
         2,
         "unknown format `png`",
     );
     fails(
-        &["report".as_ref(), "--sample-index".as_ref(), "bytes".as_ref(), paths["pb.gz"].as_os_str()],
+        &[
+            "report".as_ref(),
+            "--sample-index".as_ref(),
+            "bytes".as_ref(),
+            paths["pb.gz"].as_os_str(),
+        ],
         1,
         "no sample type `bytes` (it has: samples, cpu)",
     );
     fails(
-        &["report".as_ref(), dir.path().join("missing.pb.gz").as_os_str()],
+        &[
+            "report".as_ref(),
+            dir.path().join("missing.pb.gz").as_os_str(),
+        ],
         1,
         "cannot read",
     );
+}
+
+/// A program spending its time in `fd_write`: in the Firefox profile, those samples' leaves
+/// are in the "Host call" category and the stretches in the call are markers named by it.
+#[test]
+fn firefox_host_calls_are_categorized_and_marked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("io.json");
+    let out = wasmspy()
+        .args(["record", "--rate", "10000", "-o"])
+        .arg(&path)
+        .arg("--")
+        .arg(fixture("c/cprog.wasm"))
+        .args(["write", "200000"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let p: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let thread = &p["threads"][0];
+    let strings = thread["stringArray"].as_array().unwrap();
+    let categories = p["meta"]["categories"].as_array().unwrap();
+    let host = categories
+        .iter()
+        .position(|c| c["name"] == "Host call")
+        .unwrap();
+    let markers = &thread["markers"];
+    let writes: Vec<(f64, f64)> = (0..markers["length"].as_u64().unwrap() as usize)
+        .filter(|&i| {
+            strings[markers["name"][i].as_u64().unwrap() as usize]
+                == "wasi_snapshot_preview1::fd_write"
+        })
+        .map(|i| {
+            (
+                markers["startTime"][i].as_f64().unwrap(),
+                markers["endTime"][i].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(!writes.is_empty(), "no fd_write marker");
+    assert!(writes.iter().all(|(start, end)| end > start));
+    assert_eq!(markers["category"][0].as_u64().unwrap() as usize, host);
+    // The frames of the import are host calls.
+    let frames = &thread["frameTable"];
+    let funcs = &thread["funcTable"];
+    let fd_write_frames = (0..frames["length"].as_u64().unwrap() as usize).filter(|&i| {
+        let func = frames["func"][i].as_u64().unwrap() as usize;
+        strings[funcs["name"][func].as_u64().unwrap() as usize]
+            == "wasi_snapshot_preview1::fd_write"
+    });
+    for i in fd_write_frames {
+        assert_eq!(frames["category"][i].as_u64().unwrap() as usize, host);
+    }
 }
