@@ -97,6 +97,21 @@ pub struct RecordArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub mem_rate: u64,
 
+    /// Serve live profiles at this address while the guest runs, as Go's net/http/pprof does
+    /// (`go tool pprof http://ADDR/debug/pprof/profile?seconds=10`).
+    #[arg(long, value_name = "ADDR")]
+    pub pprof_addr: Option<String>,
+
+    /// The longest CPU profile a request to the live server may ask for.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600, requires = "pprof_addr",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub pprof_max_seconds: u64,
+
+    /// Keep the live server up after the guest exits, until Ctrl-C, so that its last
+    /// profiles can still be fetched.
+    #[arg(long, requires = "pprof_addr")]
+    pub serve_after_exit: bool,
+
     /// Samples per second.
     #[arg(long, value_name = "HZ", default_value_t = 1000,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
@@ -157,12 +172,15 @@ pub struct RecordArgs {
 }
 
 impl RecordArgs {
-    /// Where the CPU profile goes, if one is wanted.
+    /// Where the CPU profile goes, if one is wanted: `wasmspy.pb.gz` unless nothing but a
+    /// memory profile or the live server is asked for.
     pub fn cpu_outputs(&self) -> Vec<PathBuf> {
-        match (self.output.is_empty(), &self.mem_profile) {
-            (false, _) => self.output.clone(),
-            (true, Some(_)) => Vec::new(),
-            (true, None) => vec![PathBuf::from("wasmspy.pb.gz")],
+        if !self.output.is_empty() {
+            self.output.clone()
+        } else if self.mem_profile.is_some() || self.pprof_addr.is_some() {
+            Vec::new()
+        } else {
+            vec![PathBuf::from("wasmspy.pb.gz")]
         }
     }
 

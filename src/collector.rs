@@ -528,6 +528,16 @@ impl Collector {
         self.heap = Some((HeapSampler::new(rate, seed), Heap::new(rate)));
     }
 
+    /// Time since the recording started, on the clock of the samples' `time_ns`.
+    pub fn elapsed_ns(&self) -> u64 {
+        monotonic_ns().saturating_sub(self.started_ns)
+    }
+
+    /// Whether a heap profile is kept.
+    pub fn profiles_memory(&self) -> bool {
+        self.heap.is_some()
+    }
+
     /// The bytes the guest is to allocate before its next sampled allocation (never, if
     /// memory is not profiled).
     pub fn heap_next_interval(&mut self) -> i64 {

@@ -1,5 +1,7 @@
-//! Ctrl-C during `record`: stop the guest, keep the profile, exit 130.
+//! Ctrl-C during `record`: stop the guest, keep the profile, exit 130; after the guest has
+//! ended (the live server kept up), exit with the guest's code.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -15,10 +17,23 @@ const GRACE: Duration = Duration::from_secs(1);
 
 pub const EXIT_CODE: i32 = 130;
 
+/// What the process exits with on Ctrl-C once the guest has ended (its profile written, the
+/// live server still up): the guest's exit code.
+#[derive(Clone, Default)]
+pub struct GuestEnded(Arc<OnceLock<i32>>);
+
+impl GuestEnded {
+    pub fn set(&self, code: i32) {
+        let _ = self.0.set(code);
+    }
+}
+
 /// On SIGINT, interrupts the guest; if the guest has not stopped within [`GRACE`], calls
-/// `save` with the profile so far and exits.
+/// `save` with the profile so far and exits. Once the guest has ended, exits at once with
+/// its code.
 pub fn stop_guest_on_ctrl_c(
     profiler: ProfilerHandle,
+    ended: GuestEnded,
     save: impl FnOnce(&Profile) + Send + 'static,
 ) -> Result<()> {
     let mut signals = Signals::new([SIGINT]).context("cannot handle SIGINT")?;
@@ -27,6 +42,9 @@ pub fn stop_guest_on_ctrl_c(
         .spawn(move || {
             if signals.forever().next().is_none() {
                 return;
+            }
+            if let Some(&code) = ended.0.get() {
+                std::process::exit(code);
             }
             profiler.interrupt();
             std::thread::sleep(GRACE);

@@ -337,6 +337,17 @@ impl ProfilerHandle {
         self.lock().profile()
     }
 
+    /// Time since the recording started, on the clock of the samples' `time_ns`: a profile
+    /// of a stretch of the run keeps the samples between two of these.
+    pub fn elapsed_ns(&self) -> u64 {
+        self.lock().elapsed_ns()
+    }
+
+    /// Whether memory is profiled ([`ProfilerOptions::mem_rate`]).
+    pub fn profiles_memory(&self) -> bool {
+        self.lock().profiles_memory()
+    }
+
     /// The heap profile so far, when memory is profiled ([`ProfilerOptions::mem_rate`]).
     pub fn heap_profile(&self) -> Option<Profile> {
         self.lock().heap_profile()

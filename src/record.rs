@@ -12,12 +12,13 @@ use wasmspy::collector::{ALLOC_OBJECTS, ALLOC_SPACE, COLLECTED_NOTE, CPU, INUSE_
 use wasmspy::export::Format;
 use wasmspy::memory::rewrite::rewrite;
 use wasmspy::profile::Profile;
+use wasmspy::server::{LiveServer, ServerOptions};
 use wasmspy::wasi_host::{self, Exit, WasiConfig};
 use wasmspy::{Profiler, ProfilerHandle, ProfilerOptions};
 use wasmtime::{Engine, Module};
 
 use crate::cli::RecordArgs;
-use crate::interrupt;
+use crate::interrupt::{self, GuestEnded};
 
 /// `wasmtime run`'s exit code for a trap: that of an abort.
 const TRAP_EXIT_CODE: i32 = 128 + libc::SIGABRT;
@@ -82,9 +83,14 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     };
     let mut store = wasi_host::new_store(&engine, &wasi)?;
     profiler.attach(&mut store)?;
+    let server = match &args.pprof_addr {
+        Some(addr) => Some(start_server(profiler.handle(), addr, &args, &wasi.argv)?),
+        None => None,
+    };
     let on_interrupt = outputs.clone();
     let handle = profiler.handle();
-    interrupt::stop_guest_on_ctrl_c(profiler.handle(), move |profile| {
+    let ended = GuestEnded::default();
+    interrupt::stop_guest_on_ctrl_c(profiler.handle(), ended.clone(), move |profile| {
         let _ = std::io::stdout().flush();
         if let Err(e) = on_interrupt.save(&handle, profile) {
             eprintln!("wasmspy: error: {e:#}");
@@ -99,6 +105,9 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         |store, instance| profiler.install_allocator_hook(&mut *store, instance),
     );
     let run_end = Instant::now();
+    if let Some(server) = &server {
+        server.guest_exited();
+    }
     let profile = profiler.stop();
     let _ = std::io::stdout().flush();
     if args.verbose {
@@ -142,13 +151,52 @@ pub fn record(args: RecordArgs) -> Result<i32> {
             peak_rss_kib() / 1024
         );
     }
-    match saved {
-        Ok(_) => Ok(guest_code),
+    let code = match saved {
+        Ok(_) => guest_code,
         Err(e) => {
             eprintln!("wasmspy: error: {e:#}");
-            Ok(if guest_code == 0 { 1 } else { guest_code })
+            if guest_code == 0 {
+                1
+            } else {
+                guest_code
+            }
         }
+    };
+    if let Some(server) = server {
+        if args.serve_after_exit {
+            ended.set(code);
+            let _ = std::io::stdout().flush();
+            eprintln!(
+                "wasmspy: the guest has exited; still serving http://{}/debug/pprof/ until Ctrl-C",
+                server.local_addr()
+            );
+            loop {
+                std::thread::park();
+            }
+        }
+        server.stop();
     }
+    Ok(code)
+}
+
+/// Starts the live server, warning when it listens beyond this machine.
+fn start_server(
+    profiler: ProfilerHandle,
+    addr: &str,
+    args: &RecordArgs,
+    argv: &[String],
+) -> Result<LiveServer> {
+    let options = ServerOptions {
+        max_seconds: args.pprof_max_seconds,
+        cmdline: argv.to_vec(),
+    };
+    let server = LiveServer::start(profiler, addr, options)?;
+    let local = server.local_addr();
+    if !local.ip().is_loopback() {
+        eprintln!("wasmspy: warning: serving profiles on {local}, beyond this machine: profiles reveal the guest's code structure (function names, source files)");
+    }
+    eprintln!("wasmspy: serving profiles at http://{local}/debug/pprof/");
+    Ok(server)
 }
 
 /// The profiles asked for.

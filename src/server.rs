@@ -1,0 +1,304 @@
+//! The live profile server: `net/http/pprof`'s endpoints over the running guest's profiler,
+//! on its own thread and tokio runtime, so that the guest's thread never runs server code.
+//!
+//! - `/debug/pprof/`: an HTML index;
+//! - `/debug/pprof/profile?seconds=N`: the CPU profile of the next N seconds (30 by default),
+//!   cut short when the guest exits; one at a time;
+//! - `/debug/pprof/heap`, `/debug/pprof/allocs`: the memory profile so far (in-use and
+//!   allocation views), when memory is profiled;
+//! - `/debug/pprof/cmdline`: the guest's command line, NUL-separated.
+//!
+//! Building a profile (symbolizing it, encoding it) runs on tokio's blocking threads.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use tokio::sync::{oneshot, watch};
+
+use crate::collector::{ALLOC_SPACE, INUSE_SPACE};
+use crate::export::pprof;
+use crate::profile::Profile;
+use crate::ProfilerHandle;
+
+/// What the server serves besides the profiler's data.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// The longest CPU profile a request may ask for, in seconds.
+    pub max_seconds: u64,
+    /// The guest's command line, for `/debug/pprof/cmdline`.
+    pub cmdline: Vec<String>,
+}
+
+/// A running server; dropping it stops it.
+pub struct LiveServer {
+    addr: SocketAddr,
+    exited: watch::Sender<bool>,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct Shared {
+    profiler: ProfilerHandle,
+    options: ServerOptions,
+    cpu_busy: AtomicBool,
+    exited: watch::Receiver<bool>,
+}
+
+impl LiveServer {
+    /// Listens on `addr` (bound before returning, so a bad address fails here) and serves
+    /// from a thread of its own.
+    pub fn start(profiler: ProfilerHandle, addr: &str, options: ServerOptions) -> Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .context("cannot start the server's runtime")?;
+        let listener = std::net::TcpListener::bind(addr)
+            .with_context(|| format!("cannot listen on `{addr}`"))?;
+        listener.set_nonblocking(true)?;
+        let local = listener.local_addr()?;
+        let (exited_tx, exited_rx) = watch::channel(false);
+        let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
+        let shared = Arc::new(Shared {
+            profiler,
+            options,
+            cpu_busy: AtomicBool::new(false),
+            exited: exited_rx,
+        });
+        let app = Router::new()
+            .route("/debug/pprof/", get(index))
+            .route("/debug/pprof/profile", get(cpu_profile))
+            .route("/debug/pprof/cmdline", get(cmdline))
+            .route("/debug/pprof/{name}", get(named_profile))
+            .with_state(shared);
+        let thread = std::thread::Builder::new()
+            .name("wasmspy-server".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                        return;
+                    };
+                    let _ = axum::serve(listener, app)
+                        .with_graceful_shutdown(async {
+                            let _ = shutdown_rx.await;
+                        })
+                        .await;
+                });
+            })
+            .context("cannot start the server's thread")?;
+        Ok(LiveServer {
+            addr: local,
+            exited: exited_tx,
+            shutdown: Some(shutdown_tx),
+            thread: Some(thread),
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The guest has exited: CPU profiles in progress end now, later ones at once.
+    pub fn guest_exited(&self) {
+        self.exited.send_replace(true);
+    }
+
+    /// Stops serving, after the requests in progress.
+    pub fn stop(mut self) {
+        self.shut_down();
+    }
+
+    fn shut_down(&mut self) {
+        self.guest_exited();
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for LiveServer {
+    fn drop(&mut self) {
+        self.shut_down();
+    }
+}
+
+/// A plain-text answer, as `net/http/pprof`'s `serveError` gives it.
+fn error(status: StatusCode, text: &str) -> Response {
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::HeaderName::from_static("x-go-pprof"), "1"),
+        ],
+        format!("{text}\n"),
+    )
+        .into_response()
+}
+
+/// A profile as `net/http/pprof` sends one: gzipped pprof, as an attachment.
+fn attachment(profile: &Profile, name: &str) -> Response {
+    match pprof::encode(profile) {
+        Ok(bytes) => {
+            let disposition = format!("attachment; filename=\"{name}\"");
+            let mut response =
+                ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response();
+            if let Ok(value) = HeaderValue::from_str(&disposition) {
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_DISPOSITION, value);
+            }
+            response
+        }
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("cannot encode the profile: {e:#}"),
+        ),
+    }
+}
+
+async fn index(State(shared): State<Arc<Shared>>) -> Html<String> {
+    let memory = shared.profiler.profiles_memory();
+    let row = |path: &str, name: &str, what: &str| {
+        format!("<tr><td><a href=\"{path}\">{name}</a></td><td>{what}</td></tr>\n")
+    };
+    let mut rows = row(
+        "profile?seconds=30",
+        "profile",
+        "CPU profile of the guest: samples of its stack over the next <code>seconds</code> (default 30).",
+    );
+    for (name, what) in [
+        ("heap", "Memory in use, by allocation site (sampled allocations through the guest's allocator)."),
+        ("allocs", "All allocations so far, by allocation site: the same profile, allocation view."),
+    ] {
+        if memory {
+            rows += &row(name, name, what);
+        } else {
+            rows += &format!("<tr><td>{name}</td><td>{what} Off: run with <code>--mem-profile</code>.</td></tr>\n");
+        }
+    }
+    rows += &row("cmdline", "cmdline", "The guest's command line.");
+    Html(format!(
+        "<!DOCTYPE html>\n<html><head><title>/debug/pprof/</title></head><body>\n\
+         <h1>wasmspy: /debug/pprof/</h1>\n<p>Profiles of the running guest, for \
+         <code>go tool pprof http://HOST/debug/pprof/profile</code>.</p>\n\
+         <table>\n{rows}</table>\n</body></html>\n"
+    ))
+}
+
+async fn cmdline(State(shared): State<Arc<Shared>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        shared.options.cmdline.join("\0"),
+    )
+        .into_response()
+}
+
+/// The number of seconds a request asks for, or why it is refused (as Go words it).
+fn seconds(query: &HashMap<String, String>, max: u64) -> Result<u64, String> {
+    let Some(text) = query.get("seconds") else {
+        return Ok(30);
+    };
+    match text.parse::<i64>() {
+        Ok(n) if n > 0 && n as u64 <= max => Ok(n as u64),
+        Ok(n) if n > 0 => Err(format!(
+            "profile duration exceeds the server's limit of {max} seconds"
+        )),
+        _ => Err(r#"invalid value for "seconds" - must be a positive integer"#.into()),
+    }
+}
+
+/// Releases the CPU profile slot however the request ends (a client gone mid-wait too).
+struct CpuSlot<'a>(&'a AtomicBool);
+
+impl Drop for CpuSlot<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+async fn cpu_profile(
+    State(shared): State<Arc<Shared>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let seconds = match seconds(&query, shared.options.max_seconds) {
+        Ok(s) => s,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+    };
+    if shared.cpu_busy.swap(true, Ordering::AcqRel) {
+        return error(
+            StatusCode::CONFLICT,
+            "Could not enable CPU profiling: cpu profiling already in use",
+        );
+    }
+    let _slot = CpuSlot(&shared.cpu_busy);
+    let from = shared.profiler.elapsed_ns();
+    let mut exited = shared.exited.clone();
+    tokio::select! {
+        _ = tokio::time::sleep(Duration::from_secs(seconds)) => {}
+        _ = exited.wait_for(|&e| e) => {}
+    }
+    let profiler = shared.profiler.clone();
+    let built = tokio::task::spawn_blocking(move || {
+        let to = profiler.elapsed_ns();
+        let mut profile = profiler.snapshot();
+        profile
+            .samples
+            .retain(|s| s.time_ns >= from && s.time_ns <= to);
+        profile.start_unix_ns += from as i64;
+        profile.duration_ns = to.saturating_sub(from) as i64;
+        attachment(&profile, "profile")
+    })
+    .await;
+    built.unwrap_or_else(|e| error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()))
+}
+
+async fn named_profile(
+    State(shared): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let default = match name.as_str() {
+        "heap" => INUSE_SPACE,
+        "allocs" => ALLOC_SPACE,
+        _ => return error(StatusCode::NOT_FOUND, "Unknown profile"),
+    };
+    if query.contains_key("seconds") {
+        return error(
+            StatusCode::BAD_REQUEST,
+            r#""seconds" parameter is not supported for this profile type"#,
+        );
+    }
+    if !shared.profiler.profiles_memory() {
+        return error(
+            StatusCode::NOT_FOUND,
+            "memory profiling is off: run wasmspy record with --mem-profile",
+        );
+    }
+    let profiler = shared.profiler.clone();
+    let built = tokio::task::spawn_blocking(move || match profiler.heap_profile() {
+        Some(mut profile) => {
+            // A garbage-collected guest's in-use values are unknown: its heap view stays on
+            // allocations (see the profile's comments).
+            if default == ALLOC_SPACE || profile.default_sample_type != ALLOC_SPACE {
+                profile.default_sample_type = default;
+            }
+            attachment(&profile, &name)
+        }
+        None => error(StatusCode::NOT_FOUND, "memory profiling is off"),
+    })
+    .await;
+    built.unwrap_or_else(|e| error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()))
+}

@@ -1,0 +1,332 @@
+//! The live server (`record --pprof-addr`): real HTTP requests on loopback to a running guest.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, ChildStderr, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A `wasmspy record --pprof-addr 127.0.0.1:0 …` running, with the address it serves at.
+struct Live {
+    child: Child,
+    stderr: BufReader<ChildStderr>,
+    base: String,
+    /// Every stderr line read so far.
+    lines: Vec<String>,
+}
+
+impl Live {
+    /// Serves at a port of the system's choosing on 127.0.0.1, unless `extra` says where.
+    fn start(extra: &[&str], module: &str, args: &[&str]) -> Live {
+        let mut cmd = wasmspy();
+        cmd.arg("record");
+        if !extra.contains(&"--pprof-addr") {
+            cmd.args(["--pprof-addr", "127.0.0.1:0"]);
+        }
+        let mut child = cmd
+            .args(extra)
+            .arg("--")
+            .arg(fixture(module))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut live = Live {
+            stderr: BufReader::new(child.stderr.take().unwrap()),
+            child,
+            base: String::new(),
+            lines: Vec::new(),
+        };
+        let line = live.wait_for("serving profiles at ");
+        let url = line.split("serving profiles at ").nth(1).unwrap();
+        live.base = url.trim_end_matches("/debug/pprof/").to_string();
+        live
+    }
+
+    /// Reads stderr up to a line containing `text`, and returns it.
+    fn wait_for(&mut self, text: &str) -> String {
+        loop {
+            let mut line = String::new();
+            let n = self.stderr.read_line(&mut line).unwrap();
+            assert!(n > 0, "wasmspy ended before `{text}`: {:?}", self.lines);
+            self.lines.push(line.clone());
+            if line.contains(text) {
+                return line.trim_end().to_string();
+            }
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Waits for the process; its exit code, stdout and the rest of stderr.
+    fn finish(mut self) -> (Option<i32>, String, String) {
+        let mut out = String::new();
+        self.child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        let mut rest = String::new();
+        self.stderr.read_to_string(&mut rest).unwrap();
+        let status = self.child.wait().unwrap();
+        (status.code(), out, self.lines.concat() + &rest)
+    }
+}
+
+/// GET `url`: the status, the `Content-Type` and the body.
+fn get(url: &str) -> (u16, String, Vec<u8>) {
+    let response = match ureq::get(url).timeout(Duration::from_secs(60)).call() {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("GET {url}: {e}"),
+    };
+    let status = response.status();
+    let kind = response.content_type().to_string();
+    let mut body = Vec::new();
+    response.into_reader().read_to_end(&mut body).unwrap();
+    (status, kind, body)
+}
+
+fn decode(bytes: &[u8]) -> Decoded {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.pb.gz");
+    std::fs::write(&path, bytes).unwrap();
+    Decoded::load(&path)
+}
+
+#[test]
+fn a_cpu_profile_of_the_next_seconds() {
+    // About 6 s of CPU in `hot_function`.
+    let live = Live::start(&[], "c/cprog.wasm", &["spin", "900"]);
+    let (status, kind, body) = get(&live.url("/debug/pprof/"));
+    assert_eq!(status, 200);
+    assert!(kind.starts_with("text/html"), "{kind}");
+    let index = String::from_utf8(body).unwrap();
+    for link in ["profile?seconds=30", "cmdline"] {
+        assert!(index.contains(&format!("href=\"{link}\"")), "{index}");
+    }
+    assert!(index.contains("--mem-profile"), "heap is off: {index}");
+    let (status, _, body) = get(&live.url("/debug/pprof/cmdline"));
+    assert_eq!(
+        (status, body.as_slice()),
+        (200, &b"cprog.wasm\0spin\0900"[..])
+    );
+
+    let asked = Instant::now();
+    let (status, kind, body) = get(&live.url("/debug/pprof/profile?seconds=2"));
+    let took = asked.elapsed();
+    assert_eq!(status, 200);
+    assert_eq!(kind, "application/octet-stream");
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    let profile = decode(&body);
+    let duration = profile.0.duration_nanos as f64 / 1e9;
+    assert!((duration - 2.0).abs() < 0.2, "{duration} s");
+    // The guest was busy all along: about 2 s of its CPU, most of it in hot_function.
+    let cpu = profile.total("cpu") as f64 / 1e9;
+    assert!(cpu > 1.5 && cpu < 2.2, "{cpu} s of CPU");
+    assert_eq!(profile.top_self("cpu")[0].0, "hot_function");
+
+    let (code, out, err) = live.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("spin done"), "{out}");
+    // No -o: the live server alone writes no file.
+    assert!(!err.contains("wasmspy: wrote"), "{err}");
+}
+
+#[test]
+fn bad_requests_get_the_status_and_text_go_gives() {
+    let live = Live::start(
+        &["--pprof-max-seconds", "60"],
+        "c/cprog.wasm",
+        &["spin", "900"],
+    );
+    let bad_seconds = r#"invalid value for "seconds" - must be a positive integer"#;
+    for (path, status, text) in [
+        ("/debug/pprof/profile?seconds=abc", 400, bad_seconds),
+        ("/debug/pprof/profile?seconds=-1", 400, bad_seconds),
+        ("/debug/pprof/profile?seconds=0", 400, bad_seconds),
+        (
+            "/debug/pprof/profile?seconds=61",
+            400,
+            "profile duration exceeds the server's limit of 60 seconds",
+        ),
+        ("/debug/pprof/goroutine", 404, "Unknown profile"),
+        (
+            "/debug/pprof/heap",
+            404,
+            "memory profiling is off: run wasmspy record with --mem-profile",
+        ),
+    ] {
+        let (got, kind, body) = get(&live.url(path));
+        assert_eq!(got, status, "{path}");
+        assert_eq!(kind, "text/plain", "{path}");
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            format!("{text}\n"),
+            "{path}"
+        );
+    }
+
+    // A second CPU profile while one is running: refused, and the first one is unharmed.
+    let first = {
+        let url = live.url("/debug/pprof/profile?seconds=2");
+        std::thread::spawn(move || get(&url))
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let (status, _, body) = get(&live.url("/debug/pprof/profile?seconds=1"));
+    assert_eq!(status, 409);
+    assert_eq!(
+        String::from_utf8(body).unwrap(),
+        "Could not enable CPU profiling: cpu profiling already in use\n"
+    );
+    let (status, _, body) = first.join().unwrap();
+    assert_eq!(status, 200);
+    assert!(decode(&body).total("samples") > 0);
+    // Free again.
+    let (status, _, _) = get(&live.url("/debug/pprof/profile?seconds=1"));
+    assert_eq!(status, 200);
+    let (code, _, err) = live.finish();
+    assert_eq!(code, Some(0), "{err}");
+}
+
+/// A profile asked for longer than the guest has left ends when the guest exits, with the
+/// samples up to there; without --serve-after-exit the server then stops.
+#[test]
+fn a_request_racing_the_guests_exit() {
+    let live = Live::start(&[], "c/cprog.wasm", &["spin", "150"]);
+    let asked = Instant::now();
+    let (status, _, body) = get(&live.url("/debug/pprof/profile?seconds=30"));
+    assert_eq!(status, 200);
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        asked.elapsed()
+    );
+    let profile = decode(&body);
+    assert!(profile.total("samples") > 0);
+    assert!((profile.0.duration_nanos as f64) < 10e9);
+    let base = live.base.clone();
+    let (code, _, err) = live.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        ureq::get(&format!("{base}/debug/pprof/")).call().is_err(),
+        "still serving"
+    );
+}
+
+/// The heap endpoint after the guest's exit (`--serve-after-exit`) gives the memory profile
+/// the run wrote; Ctrl-C then ends wasmspy with the guest's exit code.
+#[test]
+fn heap_after_exit_matches_the_written_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = dir.path().join("heap.pb.gz");
+    let mut live = Live::start(
+        &[
+            "--serve-after-exit",
+            "--mem-rate",
+            "1",
+            "--mem-profile",
+            heap.to_str().unwrap(),
+        ],
+        "c/churn.wasm",
+        &["300"],
+    );
+    live.wait_for("still serving");
+    let written = Decoded::load(&heap);
+    for (path, default) in [("heap", "inuse_space"), ("allocs", "alloc_space")] {
+        let (status, _, body) = get(&live.url(&format!("/debug/pprof/{path}")));
+        assert_eq!(status, 200, "{path}");
+        let served = decode(&body);
+        assert_eq!(served.str(served.0.default_sample_type), default);
+        let mut ours = served.stacks();
+        let mut theirs = written.stacks();
+        ours.sort();
+        theirs.sort();
+        assert_eq!(ours, theirs, "{path}");
+    }
+    // 300 000 blocks from make_block, 64 of them live at the end.
+    let (objects, inuse) = (
+        written.value_index("alloc_objects"),
+        written.value_index("inuse_objects"),
+    );
+    let from_make_block: Vec<[i64; 2]> = written
+        .stacks()
+        .into_iter()
+        .filter(|(names, _)| names.iter().any(|n| n == "make_block"))
+        .map(|(_, v)| [v[objects], v[inuse]])
+        .collect();
+    assert_eq!(
+        from_make_block
+            .iter()
+            .fold([0, 0], |a, v| [a[0] + v[0], a[1] + v[1]]),
+        [300_000, 64]
+    );
+    sigint(&live.child);
+    let (code, out, err) = live.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "churn done: 300 rounds, checksum 300000\n");
+}
+
+#[test]
+fn go_tool_pprof_reads_the_live_profile() {
+    let live = Live::start(&[], "c/cprog.wasm", &["spin", "900"]);
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-top"])
+        .arg(live.url("/debug/pprof/profile?seconds=1"))
+        .output()
+        .expect("go: scripts/test.sh installs it");
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}{text}", stderr(&out));
+    assert!(text.contains("hot_function"), "{text}");
+    assert!(text.contains("Type: cpu"), "{text}");
+    let (code, _, err) = live.finish();
+    assert_eq!(code, Some(0), "{err}");
+}
+
+/// 200 heap requests one after another while the guest allocates: every one answered, and
+/// the guest's output as without the server.
+#[test]
+fn heap_requests_under_load_leave_the_guest_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = dir.path().join("heap.pb.gz");
+    let live = Live::start(
+        &["--mem-profile", heap.to_str().unwrap()],
+        "c/churn.wasm",
+        &["20000"],
+    );
+    let mut served = 0;
+    for _ in 0..200 {
+        let (status, _, body) = get(&live.url("/debug/pprof/heap"));
+        assert_eq!(status, 200);
+        assert_eq!(decode(&body).0.sample_type.len(), 4);
+        served += 1;
+    }
+    let (code, out, err) = live.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(served, 200);
+    assert_eq!(out, "churn done: 20000 rounds, checksum 20000000\n");
+}
+
+#[test]
+fn a_non_loopback_address_is_warned_about() {
+    let live = Live::start(
+        &["--pprof-addr", "0.0.0.0:0"],
+        "c/cprog.wasm",
+        &["spin", "10"],
+    );
+    let (code, _, err) = live.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("profiles reveal the guest's code structure"),
+        "{err}"
+    );
+}
