@@ -56,14 +56,18 @@ struct Shared {
 
 impl LiveServer {
     /// Listens on `addr` (bound before returning, so a bad address fails here) and serves
-    /// from a thread of its own.
+    /// from a thread of its own. A port alone (`:6060`, `6060`) is on loopback.
     pub fn start(profiler: ProfilerHandle, addr: &str, options: ServerOptions) -> Result<Self> {
+        let addr = match addr.strip_prefix(':').unwrap_or(addr) {
+            port if port.parse::<u16>().is_ok() => format!("127.0.0.1:{port}"),
+            _ => addr.to_string(),
+        };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .enable_time()
             .build()
             .context("cannot start the server's runtime")?;
-        let listener = std::net::TcpListener::bind(addr)
+        let listener = std::net::TcpListener::bind(&addr)
             .with_context(|| format!("cannot listen on `{addr}`"))?;
         listener.set_nonblocking(true)?;
         let local = listener.local_addr()?;

@@ -428,3 +428,35 @@ fn firefox_host_calls_are_categorized_and_marked() {
         assert_eq!(frames["category"][i].as_u64().unwrap() as usize, host);
     }
 }
+
+/// `--format` decides whatever the names say, for the CPU and the memory profile alike.
+#[test]
+fn format_flag_overrides_the_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cpu, heap) = (dir.path().join("cpu.out"), dir.path().join("heap.out"));
+    let out = wasmspy()
+        .args(["record", "--format", "speedscope", "-o"])
+        .arg(&cpu)
+        .arg("--mem-profile")
+        .arg(&heap)
+        .arg("--")
+        .arg(fixture("c/alloc.wasm"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    for (path, first) in [(&cpu, "samples"), (&heap, "alloc_objects")] {
+        let json: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        assert_eq!(json["profiles"][0]["name"], first, "{}", path.display());
+    }
+    // Without it, a name that says nothing is pprof.
+    let plain = dir.path().join("plain.out");
+    let out = wasmspy()
+        .args(["record", "-o"])
+        .arg(&plain)
+        .arg("--")
+        .arg(fixture("c/alloc.wasm"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    Decoded::load(&plain);
+}

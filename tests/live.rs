@@ -317,6 +317,15 @@ fn heap_requests_under_load_leave_the_guest_alone() {
 }
 
 #[test]
+fn a_port_alone_is_on_loopback() {
+    let live = Live::start(&["--pprof-addr", ":0"], "c/cprog.wasm", &["spin", "10"]);
+    assert!(live.base.starts_with("http://127.0.0.1:"), "{}", live.base);
+    let (code, _, err) = live.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("reveal"), "{err}");
+}
+
+#[test]
 fn a_non_loopback_address_is_warned_about() {
     let live = Live::start(
         &["--pprof-addr", "0.0.0.0:0"],
