@@ -455,21 +455,13 @@ impl Collector {
         address: u64,
         name: FunctionName,
     ) -> FrameId {
-        let function = self.builder.function(&Function {
+        let function = Function {
             name: name.name,
             system_name: name.system_name,
             file: String::new(),
             start_line: 0,
-        });
-        self.builder.frame(&Frame {
-            mapping,
-            address,
-            lines: vec![Line {
-                function,
-                line: 0,
-                column: 0,
-            }],
-        })
+        };
+        self.builder.function_frame(&function, mapping, address)
     }
 
     /// Gives the frames in registered modules their source lines (innermost first), from

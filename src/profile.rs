@@ -208,6 +208,25 @@ impl ProfileBuilder {
     }
 
     /// `frames` leaf first.
+    /// A frame that is `function` alone, without a line: a function known by name only.
+    pub fn function_frame(
+        &mut self,
+        function: &Function,
+        mapping: Option<MappingId>,
+        address: u64,
+    ) -> FrameId {
+        let function = self.function(function);
+        self.frame(&Frame {
+            mapping,
+            address,
+            lines: vec![Line {
+                function,
+                line: 0,
+                column: 0,
+            }],
+        })
+    }
+
     pub fn stack(&mut self, frames: &[FrameId]) -> StackId {
         self.stacks.intern(frames)
     }

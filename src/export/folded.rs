@@ -7,9 +7,7 @@ use std::io::Write;
 
 use anyhow::{bail, Context, Result};
 
-use crate::profile::{
-    Frame, Function, Line, Profile, ProfileBuilder, ProfileHeader, Sample, ValueType,
-};
+use crate::profile::{Function, Profile, ProfileBuilder, ProfileHeader, Sample, ValueType};
 
 /// Each distinct stack's `root;…;leaf` and its total of sample type `index`, zero totals left
 /// out, sorted.
@@ -60,21 +58,13 @@ pub fn read(text: &str) -> Result<Profile> {
             .split(';')
             .rev()
             .map(|name| {
-                let function = builder.function(&Function {
+                let function = Function {
                     name: name.to_string(),
                     system_name: name.to_string(),
                     file: String::new(),
                     start_line: 0,
-                });
-                builder.frame(&Frame {
-                    mapping: None,
-                    address: 0,
-                    lines: vec![Line {
-                        function,
-                        line: 0,
-                        column: 0,
-                    }],
-                })
+                };
+                builder.function_frame(&function, None, 0)
             })
             .collect();
         samples.push(Sample {

@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::profile::{
-    Frame, Function, FunctionId, Line, Profile, ProfileBuilder, ProfileHeader, Sample, ValueType,
+    Function, FunctionId, Profile, ProfileBuilder, ProfileHeader, Sample, ValueType,
 };
 
 const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
@@ -139,21 +139,13 @@ pub fn read(bytes: &[u8]) -> Result<Profile> {
     let mut builder = ProfileBuilder::default();
     let mut frame_ids = Vec::with_capacity(file.shared.frames.len());
     for f in &file.shared.frames {
-        let function = builder.function(&Function {
+        let function = Function {
             name: f.name.clone(),
             system_name: f.name.clone(),
             file: f.file.clone().unwrap_or_default(),
             start_line: f.line.unwrap_or(0),
-        });
-        frame_ids.push(builder.frame(&Frame {
-            mapping: None,
-            address: 0,
-            lines: vec![Line {
-                function,
-                line: 0,
-                column: 0,
-            }],
-        }));
+        };
+        frame_ids.push(builder.function_frame(&function, None, 0));
     }
     let mut samples = Vec::with_capacity(first.samples.len());
     for (i, stack) in first.samples.iter().enumerate() {
