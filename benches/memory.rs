@@ -8,9 +8,10 @@
 //! `cargo bench --profile dev --bench memory [-- --reps N]`
 //!
 //! Everything runs in this process (compilation outside the timed part); repetitions alternate
-//! the configurations and the table shows medians of per-repetition ratios. The CPU sampler is
-//! the epoch one at 1 Hz, so what is measured is the memory profile's cost. The guests' own
-//! output goes to this process's stdout; the table comes last.
+//! the configurations and the table shows medians of per-repetition ratios. The plain module
+//! runs on a default engine, as `wasmtime run` builds it; the CPU sampler is the signal one at
+//! 1 Hz, so what is measured is the memory profile's cost. The guests' own output goes to this
+//! process's stdout; the table comes last.
 
 mod common;
 
@@ -45,22 +46,23 @@ fn main() {
     let Some(root) = common::corpus() else {
         return;
     };
+    let plain_engine = Engine::new(&wasi_host::engine_config()).unwrap();
     let mut config = wasi_host::engine_config();
-    Profiler::configure(&mut config);
+    Profiler::configure(&mut config, &profiler_options(0));
     let engine = Engine::new(&config).unwrap();
     let mut rows = Vec::new();
     for program in PROGRAMS {
         let path = root.join(program);
         let wasm: Arc<[u8]> = std::fs::read(&path).unwrap().into();
         let rewritten = Arc::new(rewrite(&wasm).unwrap().expect("the program has allocators"));
-        let plain = Module::new(&engine, &wasm).unwrap();
+        let plain = Module::new(&plain_engine, &wasm).unwrap();
         let instrumented = Module::new(&engine, &rewritten.wasm).unwrap();
         let dir = path.parent().unwrap();
         let mut ratios = [Vec::new(), Vec::new()];
         let mut profile_times = [Vec::new(), Vec::new()];
         let mut plain_times = Vec::new();
         for _ in 0..reps {
-            let (base, _) = run(&engine, dir, &plain, None);
+            let (base, _) = run(&plain_engine, dir, &plain, None);
             plain_times.push(base);
             for ((ratio, profile), rate) in ratios
                 .iter_mut()
@@ -125,19 +127,11 @@ fn run(
     };
     let mut store = wasi_host::new_store(engine, &wasi).unwrap();
     let Some((original, rewritten, rate)) = memory else {
-        // Epoch interruption is compiled in, as with the profiler, but never fires.
-        store.set_epoch_deadline(1 << 40);
         let start = Instant::now();
         check(wasi_host::run(&mut store, module, wasi.unknown_imports));
         return (start.elapsed().as_secs_f64(), 0.0);
     };
-    let options = ProfilerOptions {
-        rate_hz: 1,
-        sampler: SamplerKind::Epoch,
-        mem_rate: Some(rate),
-        ..Default::default()
-    };
-    let mut profiler = Profiler::new(engine, options).unwrap();
+    let mut profiler = Profiler::new(engine, profiler_options(rate)).unwrap();
     profiler
         .add_rewritten_module(
             "benchmark.wasm",
@@ -161,4 +155,14 @@ fn run(
     profiler.stop();
     std::hint::black_box(profiler.handle().heap_profile());
     (guest, start.elapsed().as_secs_f64())
+}
+
+/// Memory profiling at `rate`, with CPU samples once a second: the memory profile's cost alone.
+fn profiler_options(rate: u64) -> ProfilerOptions {
+    ProfilerOptions {
+        rate_hz: 1,
+        sampler: SamplerKind::Signal,
+        mem_rate: Some(rate),
+        ..Default::default()
+    }
 }

@@ -133,7 +133,7 @@ fn main() {
     for program in &programs {
         let bytes: Arc<[u8]> = std::fs::read(&program.wasm).unwrap().into();
         let mut config = wasi_host::engine_config();
-        Profiler::configure(&mut config);
+        Profiler::configure(&mut config, &ProfilerOptions::default());
         let engine = Engine::new(&config).unwrap();
         let start = Instant::now();
         let module = Module::new(&engine, &bytes).unwrap();

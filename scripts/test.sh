@@ -4,6 +4,7 @@
 # - Debian's Chromium and the npm packages speedscope and playwright-core
 #   (tests/browser/install.sh): the real speedscope app and a browser read our speedscope JSON
 #   and flame graph SVG.
+# - Debian's linux-perf: Linux perf profiles `wasmtime run` for the faithfulness test.
 # The Wasm fixtures are committed, so no Wasm toolchain is needed (tests/fixtures/build.sh rebuilds them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,5 +18,8 @@ if ! go version >/dev/null 2>&1; then
 fi
 go version
 tests/browser/install.sh
+if ! command -v perf >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null
+fi
 
 cargo test --no-fail-fast "$@"

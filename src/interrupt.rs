@@ -10,9 +10,9 @@ use signal_hook::iterator::Signals;
 use wasmspy::profile::Profile;
 use wasmspy::ProfilerHandle;
 
-/// How long the guest has to reach an epoch check after Ctrl-C. A guest blocked in a host
-/// call (reading stdin, sleeping) never gets there, so after this the profile recorded so
-/// far is saved from here.
+/// How long the guest has to reach an epoch check after Ctrl-C, on an engine with epochs (the
+/// epoch sampler's). A guest blocked in a host call (reading stdin, sleeping) never gets there,
+/// so after this the profile recorded so far is saved from here.
 const GRACE: Duration = Duration::from_secs(1);
 
 pub const EXIT_CODE: i32 = 130;
@@ -28,9 +28,12 @@ impl GuestEnded {
     }
 }
 
-/// On SIGINT, interrupts the guest; if the guest has not stopped within [`GRACE`], calls
-/// `save` with the profile so far and exits. Once the guest has ended, exits at once with
-/// its code.
+/// On SIGINT, calls `save` with the profile so far and exits, the guest still running: with
+/// the signal sampler the engine has no epochs, so nothing could stop the guest's code, and
+/// the process ends as `wasmtime run` does on Ctrl-C, with the profile written first. On an
+/// engine with epochs the guest is interrupted first and given [`GRACE`] to stop, its run then
+/// ending as any other (the main thread writes the profile). Once the guest has ended, exits
+/// at once with its code.
 pub fn stop_guest_on_ctrl_c(
     profiler: ProfilerHandle,
     ended: GuestEnded,
@@ -46,8 +49,9 @@ pub fn stop_guest_on_ctrl_c(
             if let Some(&code) = ended.0.get() {
                 std::process::exit(code);
             }
-            profiler.interrupt();
-            std::thread::sleep(GRACE);
+            if profiler.interrupt() {
+                std::thread::sleep(GRACE);
+            }
             save(&profiler.snapshot());
             std::process::exit(EXIT_CODE);
         })

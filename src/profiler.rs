@@ -3,13 +3,14 @@
 //! ```no_run
 //! # fn main() -> anyhow::Result<()> {
 //! use wasmspy::{Profiler, ProfilerOptions};
+//! let options = ProfilerOptions::default();
 //! let mut config = wasmtime::Config::new();
-//! Profiler::configure(&mut config);
+//! Profiler::configure(&mut config, &options); // only what the chosen sampler needs
 //! let engine = wasmtime::Engine::new(&config)?;
 //! let wasm: std::sync::Arc<[u8]> = std::fs::read("app.wasm")?.into();
 //! let module = wasmtime::Module::new(&engine, &wasm)?;
 //!
-//! let mut profiler = Profiler::new(&engine, ProfilerOptions::default())?;
+//! let mut profiler = Profiler::new(&engine, options)?;
 //! profiler.add_module("app.wasm", &module, wasm.clone())?;
 //! let mut store = wasmtime::Store::new(&engine, ());
 //! profiler.attach(&mut store)?; // on the thread that will run the guest
@@ -98,15 +99,30 @@ pub struct ProfilerHandle {
 }
 
 impl Profiler {
-    /// Sets what the profiler needs in an engine's configuration: epoch interruption (epoch
-    /// sampling, and stopping the guest), and backtraces deep enough for real stacks (Wasmtime
-    /// keeps only the 20 innermost frames by default).
-    pub fn configure(config: &mut Config) {
-        config.epoch_interruption(true);
+    /// Sets in an engine's configuration what the sampler `options` choose needs, and nothing
+    /// else, so that the guest runs as it does on an engine without the profiler:
+    /// - both samplers: backtraces of up to [`MAX_STACK_DEPTH`] frames (Wasmtime keeps 20 by
+    ///   default), for the stacks captured at host calls and allocations. Free while the guest
+    ///   runs (a backtrace is only walked when one is captured); the one visible effect is that
+    ///   a trap's error lists up to that many frames;
+    /// - the signal sampler: fiber stacks allocated by wasmspy (`Config::with_host_stack`), as
+    ///   Wasmtime allocates them, so that the signal handler knows where a guest called with
+    ///   `call_async` runs. Free: the same kind of mapping, made once per asynchronous call;
+    /// - the epoch sampler: epoch interruption, which compiles a check of the epoch into every
+    ///   function entry and loop back-edge: up to a third slower guest code, most on call-heavy
+    ///   code (see the README's table). The signal sampler needs none: it samples from a timer
+    ///   signal, and an engine without epochs runs the guest's code as Wasmtime does by default.
+    pub fn configure(config: &mut Config, options: &ProfilerOptions) {
         config.wasm_backtrace_max_frames(NonZeroUsize::new(MAX_STACK_DEPTH));
+        match options.sampler.resolve() {
+            SamplerKind::Epoch => {
+                config.epoch_interruption(true);
+            }
+            _ => use_walkable_fiber_stacks(config),
+        }
     }
 
-    /// `engine` must have been configured with [`Profiler::configure`].
+    /// `engine` must have been configured with [`Profiler::configure`] for the same options.
     pub fn new(engine: &Engine, options: ProfilerOptions) -> Result<Self> {
         let signals = SIGNALS_AVAILABLE && !engine.is_pulley();
         let use_signals = match options.sampler {
@@ -117,6 +133,9 @@ impl Profiler {
             ),
             SamplerKind::Epoch => false,
         };
+        if !use_signals && !engine.get_epoch_interruption() {
+            bail!("the epoch sampler needs an engine with epoch interruption: configure it with Profiler::configure for these options");
+        }
         let name = if use_signals { "signal" } else { "epoch" };
         let mut collector = Collector::new(options.rate_hz, options.clock, name, options.dwarf);
         if let Some(rate) = options.mem_rate {
@@ -174,31 +193,15 @@ impl Profiler {
     }
 
     /// Installs the profiler in `store`, on the thread that will run the guest (the one that is
-    /// sampled). This replaces the store's epoch-deadline callback, its deadline and its call
-    /// hook.
+    /// sampled). With the signal sampler this sets the store's call hook (to charge samples
+    /// taken in host calls to the import called); on an engine with epoch interruption it also
+    /// replaces the store's epoch-deadline callback and deadline (the epoch sampler samples
+    /// there, and [`ProfilerHandle::interrupt`] stops the guest there).
     pub fn attach<T: 'static>(&mut self, store: &mut Store<T>) -> Result<()> {
         self.sampler.bind_to_current_thread()?;
-        let collector = self.handle.collector.clone();
-        let interrupt = self.handle.interrupt.clone();
-        let samples_at_epochs = self.sampler.samples_at_epochs();
-        let mut last_cpu = thread_cpu_ns();
-        let mut last_wall = monotonic_ns();
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |ctx| {
-            if interrupt.load(Ordering::Relaxed) {
-                return Err(Interrupted.into());
-            }
-            if samples_at_epochs {
-                let (cpu, wall) = (thread_cpu_ns(), monotonic_ns());
-                let values = SampleValues {
-                    cpu_ns: cpu.saturating_sub(last_cpu),
-                    wall_ns: wall.saturating_sub(last_wall),
-                };
-                (last_cpu, last_wall) = (cpu, wall);
-                epoch::take_sample(&ctx, &collector, values);
-            }
-            Ok(UpdateDeadline::Continue(1))
-        });
+        if self.handle.engine.get_epoch_interruption() {
+            self.attach_epoch_callback(store);
+        }
         if let Some(calls) = self.sampler.call_tracker() {
             let collector = self.handle.collector.clone();
             store.call_hook(move |ctx, hook| {
@@ -220,6 +223,32 @@ impl Profiler {
             });
         }
         Ok(())
+    }
+
+    /// Samples at epoch deadlines (the epoch sampler), and stops the guest there once
+    /// interrupted.
+    fn attach_epoch_callback<T: 'static>(&self, store: &mut Store<T>) {
+        let collector = self.handle.collector.clone();
+        let interrupt = self.handle.interrupt.clone();
+        let samples_at_epochs = self.sampler.samples_at_epochs();
+        let mut last_cpu = thread_cpu_ns();
+        let mut last_wall = monotonic_ns();
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |ctx| {
+            if interrupt.load(Ordering::Relaxed) {
+                return Err(Interrupted.into());
+            }
+            if samples_at_epochs {
+                let (cpu, wall) = (thread_cpu_ns(), monotonic_ns());
+                let values = SampleValues {
+                    cpu_ns: cpu.saturating_sub(last_cpu),
+                    wall_ns: wall.saturating_sub(last_wall),
+                };
+                (last_cpu, last_wall) = (cpu, wall);
+                epoch::take_sample(&ctx, &collector, values);
+            }
+            Ok(UpdateDeadline::Continue(1))
+        });
     }
 
     /// Connects an instance of a module rewritten by [`crate::memory::rewrite`] to the heap
@@ -313,6 +342,20 @@ fn new_signal_sampler(
     ))
 }
 
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+fn use_walkable_fiber_stacks(config: &mut Config) {
+    config.with_host_stack(Arc::new(crate::sampler::signal::fiber_stacks::FiberStacks));
+}
+
+#[cfg(not(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+)))]
+fn use_walkable_fiber_stacks(_: &mut Config) {}
+
 #[cfg(not(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
@@ -326,10 +369,18 @@ impl ProfilerHandle {
         self.collector.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Makes the guest's current call return [`Interrupted`] at its next epoch check.
-    pub fn interrupt(&self) {
+    /// Makes the guest's current call return [`Interrupted`] at its next epoch check, on an
+    /// engine with epoch interruption (the epoch sampler's). False where the engine has none:
+    /// then nothing stops the guest's code (the signal sampler does without epochs, so that the
+    /// guest runs at full speed), and the caller must end the run another way, e.g. by writing
+    /// the [`snapshot`](Self::snapshot) and exiting, as `wasmspy record` does on Ctrl-C.
+    pub fn interrupt(&self) -> bool {
+        if !self.engine.get_epoch_interruption() {
+            return false;
+        }
         self.interrupt.store(true, Ordering::Relaxed);
         self.engine.increment_epoch();
+        true
     }
 
     /// The profile recorded so far.

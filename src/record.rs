@@ -50,8 +50,15 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         eprintln!("wasmspy: warning: {name} has no allocator function wasmspy knows (malloc, free, __rust_alloc, ...): the memory profile will be empty");
     }
 
+    let options = ProfilerOptions {
+        rate_hz: args.rate,
+        sampler: args.sampler,
+        clock: args.clock,
+        dwarf: !args.no_dwarf,
+        mem_rate: outputs.memory.as_ref().map(|_| args.mem_rate),
+    };
     let mut config = wasi_host::engine_config();
-    Profiler::configure(&mut config);
+    Profiler::configure(&mut config, &options);
     let engine = Engine::new(&config)?;
     let compile_start = Instant::now();
     let code: &[u8] = rewritten.as_ref().map_or(&wasm, |r| &r.wasm);
@@ -60,13 +67,6 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         .with_context(|| format!("cannot compile `{}`", args.module.display()))?;
     let compile_time = compile_start.elapsed();
 
-    let options = ProfilerOptions {
-        rate_hz: args.rate,
-        sampler: args.sampler,
-        clock: args.clock,
-        dwarf: !args.no_dwarf,
-        mem_rate: outputs.memory.as_ref().map(|_| args.mem_rate),
-    };
     let mut profiler = Profiler::new(&engine, options)?;
     match &rewritten {
         Some(r) => profiler.add_rewritten_module(&name, &module, wasm.clone(), r.clone())?,
@@ -92,6 +92,7 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     let ended = GuestEnded::default();
     interrupt::stop_guest_on_ctrl_c(profiler.handle(), ended.clone(), move |profile| {
         let _ = std::io::stdout().flush();
+        eprintln!("wasmspy: interrupted");
         if let Err(e) = on_interrupt.save(&handle, profile) {
             eprintln!("wasmspy: error: {e:#}");
         }

@@ -18,15 +18,15 @@ const GUEST: &str = r#"(module
     (func (export "run") (param i32) (result i32) (call $busy (local.get 0))))"#;
 
 fn setup(sampler: SamplerKind) -> (Engine, Module, Vec<u8>, Profiler) {
-    let mut config = Config::new();
-    Profiler::configure(&mut config);
-    let engine = Engine::new(&config).unwrap();
-    let wasm = wat::parse_str(GUEST).unwrap();
-    let module = Module::new(&engine, &wasm).unwrap();
     let options = ProfilerOptions {
         sampler,
         ..Default::default()
     };
+    let mut config = Config::new();
+    Profiler::configure(&mut config, &options);
+    let engine = Engine::new(&config).unwrap();
+    let wasm = wat::parse_str(GUEST).unwrap();
+    let module = Module::new(&engine, &wasm).unwrap();
     let profiler = Profiler::new(&engine, options).unwrap();
     profiler
         .add_module("guest.wasm", &module, wasm.as_slice())
@@ -95,15 +95,15 @@ fn a_rewritten_module_profiles_as_the_original() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/rust/iter.wasm");
     let original: Arc<[u8]> = std::fs::read(path).unwrap().into();
     let rewritten = Arc::new(rewrite(&original).unwrap().unwrap());
-    let mut config = wasi_host::engine_config();
-    Profiler::configure(&mut config);
-    let engine = Engine::new(&config).unwrap();
-    let module = Module::new(&engine, &rewritten.wasm).unwrap();
     let options = ProfilerOptions {
         rate_hz: 10_000,
         sampler: SamplerKind::Signal,
         ..Default::default()
     };
+    let mut config = wasi_host::engine_config();
+    Profiler::configure(&mut config, &options);
+    let engine = Engine::new(&config).unwrap();
+    let module = Module::new(&engine, &rewritten.wasm).unwrap();
     let mut profiler = Profiler::new(&engine, options).unwrap();
     profiler
         .add_rewritten_module("iter.wasm", &module, original, rewritten)
@@ -175,4 +175,69 @@ fn a_rewritten_module_profiles_as_the_original() {
     }
     assert!(in_hook > 5, "{in_hook} samples in the allocator hook");
     assert!(hot > 5, "{hot} samples of the hot line");
+}
+
+/// Each sampler's engine has only what that sampler needs: the signal sampler's has no epoch
+/// interruption (so nothing can interrupt the guest through the profiler), the epoch sampler's
+/// has it; the epoch sampler refuses an engine without it.
+#[test]
+fn each_sampler_configures_only_what_it_needs() {
+    for (sampler, epochs) in [(SamplerKind::Signal, false), (SamplerKind::Epoch, true)] {
+        let options = ProfilerOptions {
+            sampler,
+            ..Default::default()
+        };
+        let mut config = Config::new();
+        Profiler::configure(&mut config, &options);
+        let engine = Engine::new(&config).unwrap();
+        assert_eq!(engine.get_epoch_interruption(), epochs, "{sampler:?}");
+        let profiler = Profiler::new(&engine, options).unwrap();
+        assert_eq!(profiler.handle().interrupt(), epochs, "{sampler:?}");
+    }
+    let options = ProfilerOptions {
+        sampler: SamplerKind::Epoch,
+        ..Default::default()
+    };
+    let err = Profiler::new(&Engine::default(), options).err().unwrap();
+    assert!(err.to_string().contains("epoch interruption"), "{err}");
+}
+
+/// A guest called asynchronously runs on a fiber stack: the signal handler walks it too, so
+/// samples keep their callers.
+#[test]
+fn a_guest_on_a_fiber_keeps_its_callers() {
+    let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
+    let (engine, module, _, mut profiler) = setup(SamplerKind::Signal);
+    let mut store = Store::new(&engine, ());
+    profiler.attach(&mut store).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    profiler.start().unwrap();
+    runtime.block_on(async {
+        let instance = Instance::new_async(&mut store, &module, &[]).await.unwrap();
+        let run = instance
+            .get_typed_func::<i32, i32>(&mut store, "run")
+            .unwrap();
+        run.call_async(&mut store, 300_000_000).await.unwrap();
+    });
+    let profile = profiler.stop();
+    let stacks: Vec<Vec<&str>> = profile
+        .samples
+        .iter()
+        .map(|s| {
+            profile.stacks[s.stack]
+                .iter()
+                .map(|&f| profile.frame_name(f))
+                .collect()
+        })
+        .filter(|names: &Vec<&str>| names[0] == "busy")
+        .collect();
+    assert!(stacks.len() > 100, "{} samples in busy", stacks.len());
+    let with_caller = stacks.iter().filter(|s| s.get(1) == Some(&"run")).count();
+    assert!(
+        with_caller as f64 > 0.95 * stacks.len() as f64,
+        "{with_caller} of {} samples in busy show run above it",
+        stacks.len()
+    );
 }

@@ -1,4 +1,8 @@
 //! What the benchmarks share.
+#![allow(dead_code)] // each benchmark uses its own subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 use wasmspy::wasi_host::Exit;
 
@@ -14,10 +18,13 @@ pub fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
+pub fn geometric_mean(values: &[f64]) -> f64 {
+    (values.iter().map(|v| v.ln()).sum::<f64>() / values.len() as f64).exp()
+}
+
 /// The Sightglass corpus's benchmarks folder, or `None` (said on stdout) where it is absent.
-pub fn corpus() -> Option<std::path::PathBuf> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/corpus/sightglass/benchmarks");
+pub fn corpus() -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/sightglass/benchmarks");
     if root.is_dir() {
         return Some(root);
     }
@@ -26,4 +33,48 @@ pub fn corpus() -> Option<std::path::PathBuf> {
         root.display()
     );
     None
+}
+
+/// Seconds that configuration `config` of this benchmark takes on `module` run with `args`, in
+/// a fresh process of this binary (`--run CONFIG MODULE ARGS...`, in the module's folder),
+/// which prints them on its last line.
+pub fn seconds_in_child(config: &str, module: &Path, args: &[String]) -> f64 {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--run", config])
+        .arg(module.file_name().unwrap())
+        .args(args)
+        .current_dir(module.parent().unwrap())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run a measurement");
+    assert!(
+        out.status.success(),
+        "{config} {} failed: {}",
+        module.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .last()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or_else(|| panic!("{config} {}: no time in its output", module.display()))
+}
+
+/// Runs `f` with this process's stdout on /dev/null (the guest's output), then prints
+/// `seconds`, what `f` returned, for [`seconds_in_child`] to read.
+pub fn report_seconds_with_stdout_silenced(f: impl FnOnce() -> f64) {
+    use std::io::Write;
+    let null = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/null")
+        .unwrap();
+    // SAFETY: dup and dup2 of descriptors this process owns.
+    let saved = unsafe { libc::dup(1) };
+    unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 1) };
+    let seconds = f();
+    let _ = std::io::stdout().flush();
+    // SAFETY: restores the stdout saved above.
+    unsafe { libc::dup2(saved, 1) };
+    println!("{seconds}");
 }

@@ -64,6 +64,17 @@ pub enum SamplerKind {
     Epoch,
 }
 
+impl SamplerKind {
+    /// The sampler this choice means on this platform: `Signal` or `Epoch`.
+    pub fn resolve(self) -> SamplerKind {
+        match self {
+            SamplerKind::Auto if SIGNALS_AVAILABLE => SamplerKind::Signal,
+            SamplerKind::Auto => SamplerKind::Epoch,
+            chosen => chosen,
+        }
+    }
+}
+
 impl std::str::FromStr for SamplerKind {
     type Err = String;
 

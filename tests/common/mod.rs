@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: run the `wasmspy` binary, decode what it wrote.
 #![allow(dead_code)] // each test crate uses its own subset
 
+pub mod lines_input;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

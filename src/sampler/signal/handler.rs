@@ -2,14 +2,16 @@
 //!
 //! Invariants, which every change must keep:
 //! - **Async-signal-safe**: no allocation, no locks, no panics; only atomics, `clock_gettime`
-//!   (async-signal-safe per POSIX) and reads of memory proven mapped (below). `errno` is saved
-//!   and restored.
+//!   (async-signal-safe per POSIX), `timer_settime` (a system call: arming the timer for the
+//!   next sample) and reads of memory proven mapped (below). `errno` is saved and restored.
 //! - **Bounded**: at most [`MAX_FRAMES`] frame records followed, at most [`SCAN_WORDS`] stack
 //!   words scanned, each probed at most [`PROBE_WORDS`] times.
-//! - **Reads only mapped memory**: stack reads stay in `[sp, stack_top)` of the guest thread
-//!   (live frames; the sampled thread is the one the handler runs on), and are skipped entirely
-//!   when `sp` is not on that stack (e.g. on Wasmtime's alternate signal stack). Code reads
-//!   (instruction bytes at the PC) happen only for a PC inside a registered module's text.
+//! - **Reads only mapped memory**: stack reads stay in `[sp, top)` of the stack `sp` is on
+//!   (live frames; the sampled thread is the one the handler runs on): the guest thread's own
+//!   stack, or a fiber stack that [`fiber_stacks`] publishes while it is mapped (guests called
+//!   with `call_async`). They are skipped entirely when `sp` is on neither (e.g. on Wasmtime's
+//!   alternate signal stack). Code reads (instruction bytes at the PC) happen only for a PC
+//!   inside a registered module's text.
 //! - **Lifetime**: the handler reaches its state only through [`STATE`], after counting itself
 //!   in [`RUNNING`]; [`detach`] clears `STATE` and waits for `RUNNING` to drop to zero before
 //!   the state may be freed.
@@ -23,6 +25,7 @@
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
+use super::fiber_stacks;
 use super::ring::Ring;
 use crate::clock::clock_ns;
 use crate::sampler::call_tracker::CallTracker;
@@ -91,8 +94,17 @@ pub struct HandlerState {
     /// CPU time at which the next tick is recorded.
     cpu_period_ns: u64,
     next_cpu_ns: AtomicU64,
+    /// The timer that sends the signals, its period and the time of its last tick: the handler
+    /// arms it for the next one.
+    timer: libc::timer_t,
+    tick_ns: u64,
+    last_tick_ns: AtomicU64,
     pub lost: AtomicU64,
 }
+
+// SAFETY: the timer id is a kernel handle, usable from any thread; everything else is Sync.
+unsafe impl Sync for HandlerState {}
+unsafe impl Send for HandlerState {}
 
 impl HandlerState {
     /// `stack` is the guest thread's stack; `code`, the text of every module it may run.
@@ -102,6 +114,8 @@ impl HandlerState {
         stack: std::ops::Range<usize>,
         code: impl Iterator<Item = std::ops::Range<usize>>,
         cpu_period_ns: u64,
+        timer: libc::timer_t,
+        tick: std::time::Duration,
     ) -> Self {
         let mut ranges = [(0, 0); MAX_CODE_RANGES];
         let mut len = 0;
@@ -120,6 +134,9 @@ impl HandlerState {
             last_wall_ns: AtomicU64::new(0),
             cpu_period_ns,
             next_cpu_ns: AtomicU64::new(0),
+            timer,
+            tick_ns: tick.as_nanos() as u64,
+            last_tick_ns: AtomicU64::new(clock_ns(libc::CLOCK_MONOTONIC)),
             lost: AtomicU64::new(0),
         }
     }
@@ -134,14 +151,32 @@ impl HandlerState {
             .store(clock_ns(libc::CLOCK_MONOTONIC), Ordering::Relaxed);
     }
 
+    /// Arms the timer for the next tick of the grid that is still ahead. Async-signal-safe.
+    pub fn arm_next_tick(&self) -> std::io::Result<()> {
+        let now = clock_ns(libc::CLOCK_MONOTONIC);
+        let mut next = self.last_tick_ns.load(Ordering::Relaxed) + self.tick_ns;
+        if next <= now {
+            next += ((now - next) / self.tick_ns + 1) * self.tick_ns;
+        }
+        self.last_tick_ns.store(next, Ordering::Relaxed);
+        super::timer::arm_at(self.timer, next)
+    }
+
     fn in_code(&self, pc: usize) -> bool {
         self.code[..self.code_len]
             .iter()
             .any(|&(start, end)| pc >= start && pc < end)
     }
 
-    fn on_stack(&self, sp: usize, addr: usize) -> bool {
-        addr >= sp && addr < self.stack_top && addr.is_multiple_of(WORD)
+    /// The live part of the stack `sp` is on, if wasmspy knows that stack.
+    fn stack_at(&self, sp: usize) -> Option<Stack> {
+        if sp >= self.stack_low && sp < self.stack_top {
+            return Some(Stack {
+                sp,
+                top: self.stack_top,
+            });
+        }
+        fiber_stacks::top_of(sp).map(|top| Stack { sp, top })
     }
 
     fn take_sample(&self, regs: &Registers) {
@@ -167,13 +202,13 @@ impl HandlerState {
             s.time_ns = wall;
             s.host_call = 0;
             s.depth = 0;
-            let stack_ok = regs.sp >= self.stack_low && regs.sp < self.stack_top;
+            let stack = self.stack_at(regs.sp);
             if self.in_code(regs.pc) {
                 s.kind = Kind::Guest;
                 s.pcs[0] = regs.pc;
                 s.depth = 1;
-                if stack_ok {
-                    self.walk(regs, s);
+                if let Some(stack) = stack {
+                    self.walk(regs, stack, s);
                 }
             } else if let Some(call) = self.calls.sample_host_call() {
                 s.kind = Kind::HostCall;
@@ -182,8 +217,8 @@ impl HandlerState {
                 s.kind = Kind::Runtime;
                 s.pcs[0] = regs.pc;
                 s.depth = 1;
-                if stack_ok && self.calls.wasm_active() {
-                    self.scan(regs.sp, s);
+                if let Some(stack) = stack.filter(|_| self.calls.wasm_active()) {
+                    self.scan(stack, s);
                 }
             }
         });
@@ -193,12 +228,12 @@ impl HandlerState {
     }
 
     /// Appends the callers of a PC in Wasm code to `s`.
-    fn walk(&self, regs: &Registers, s: &mut RawSample) {
+    fn walk(&self, regs: &Registers, stack: Stack, s: &mut RawSample) {
         // SAFETY: regs.pc is inside a registered module's text, which is mapped and readable.
         let state = unsafe { prologue_state(regs.pc) };
         let caller = match state {
-            Prologue::Entry => caller_at_entry(regs, self),
-            Prologue::FramePushed => caller_after_push(regs, self),
+            Prologue::Entry => caller_at_entry(regs, stack),
+            Prologue::FramePushed => caller_after_push(regs, stack),
             Prologue::Body => None,
         };
         if let Some(ra) = caller {
@@ -207,13 +242,13 @@ impl HandlerState {
             }
             push(s, ra);
         }
-        self.follow_chain(regs.sp, regs.fp, s);
+        self.follow_chain(stack, regs.fp, s);
     }
 
     /// Follows frame records from `fp`, appending return addresses into known code.
-    fn follow_chain(&self, sp: usize, mut fp: usize, s: &mut RawSample) {
-        while s.depth < MAX_FRAMES && self.on_stack(sp, fp) && self.on_stack(sp, fp + WORD) {
-            // SAFETY: fp and fp + word are on the guest thread's live stack (checked above).
+    fn follow_chain(&self, stack: Stack, mut fp: usize, s: &mut RawSample) {
+        while s.depth < MAX_FRAMES && stack.holds(fp) && stack.holds(fp + WORD) {
+            // SAFETY: fp and fp + word are on the live stack (checked above).
             let (next, ra) = unsafe { (read(fp), read(fp + WORD)) };
             if !self.in_code(ra) {
                 break;
@@ -229,23 +264,23 @@ impl HandlerState {
     /// From a PC in Wasmtime's own code (whose frames need not keep frame records), finds the
     /// return address into Wasm code that the runtime was called from, and the frame record of
     /// the frame it returns to, then follows the chain from there.
-    fn scan(&self, sp: usize, s: &mut RawSample) {
-        let end = self.stack_top.min(sp.saturating_add(SCAN_WORDS * WORD));
-        let mut addr = sp;
+    fn scan(&self, stack: Stack, s: &mut RawSample) {
+        let end = stack.top.min(stack.sp.saturating_add(SCAN_WORDS * WORD));
+        let mut addr = stack.sp;
         while addr + WORD <= end {
-            // SAFETY: addr is in [sp, stack_top): the live part of the guest thread's stack.
+            // SAFETY: addr is in [sp, top): the live part of the stack.
             let word = unsafe { read(addr) };
             if self.in_code(word) {
                 for k in 1..=PROBE_WORDS {
                     let fp = addr + k * WORD;
-                    if !self.on_stack(sp, fp + WORD) {
+                    if !stack.holds(fp + WORD) {
                         break;
                     }
                     // SAFETY: fp and fp + word are on the live stack (checked above).
                     let (next, ra) = unsafe { (read(fp), read(fp + WORD)) };
-                    if next > fp && self.on_stack(sp, next) && self.in_code(ra) {
+                    if next > fp && stack.holds(next) && self.in_code(ra) {
                         push(s, word);
-                        self.follow_chain(sp, fp, s);
+                        self.follow_chain(stack, fp, s);
                         return;
                     }
                 }
@@ -256,6 +291,19 @@ impl HandlerState {
 }
 
 const WORD: usize = std::mem::size_of::<usize>();
+
+/// The live part of the stack the interrupted code runs on: `[sp, top)`.
+#[derive(Clone, Copy)]
+struct Stack {
+    sp: usize,
+    top: usize,
+}
+
+impl Stack {
+    fn holds(self, addr: usize) -> bool {
+        addr >= self.sp && addr < self.top && addr.is_multiple_of(WORD)
+    }
+}
 
 fn push(s: &mut RawSample, pc: usize) {
     if s.depth < MAX_FRAMES {
@@ -342,33 +390,31 @@ unsafe fn prologue_state(pc: usize) -> Prologue {
 }
 
 /// The caller's return address when the frame record is not set up yet or already popped.
-fn caller_at_entry(regs: &Registers, state: &HandlerState) -> Option<usize> {
+fn caller_at_entry(regs: &Registers, stack: Stack) -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: sp is read only after checking it is on the live stack.
-        state
-            .on_stack(regs.sp, regs.sp)
-            .then(|| unsafe { read(regs.sp) })
+        stack.holds(regs.sp).then(|| unsafe { read(regs.sp) })
     }
     #[cfg(target_arch = "aarch64")]
     {
-        let _ = state;
+        let _ = stack;
         Some(regs.lr)
     }
 }
 
 /// The caller's return address when only the old frame pointer has been pushed.
-fn caller_after_push(regs: &Registers, state: &HandlerState) -> Option<usize> {
+fn caller_after_push(regs: &Registers, stack: Stack) -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: sp + word is read only after checking it is on the live stack.
-        state
-            .on_stack(regs.sp, regs.sp.wrapping_add(WORD))
+        stack
+            .holds(regs.sp.wrapping_add(WORD))
             .then(|| unsafe { read(regs.sp + WORD) })
     }
     #[cfg(target_arch = "aarch64")]
     {
-        let _ = state;
+        let _ = stack;
         Some(regs.lr)
     }
 }
@@ -435,6 +481,9 @@ extern "C" fn on_sigprof(_signal: libc::c_int, _info: *mut libc::siginfo_t, uc: 
         // SAFETY: the kernel passes a valid ucontext to SA_SIGINFO handlers.
         let regs = unsafe { Registers::from_ucontext(uc as *const libc::ucontext_t) };
         state.take_sample(&regs);
+        // On this thread, so that the next expiry fires on the CPU the guest runs on (see
+        // `timer`). A failure cannot be reported here; it ends the sampling.
+        let _ = state.arm_next_tick();
     }
     RUNNING.fetch_sub(1, Ordering::SeqCst);
     // SAFETY: as above.

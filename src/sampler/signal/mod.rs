@@ -1,8 +1,11 @@
 //! Signal-driven sampling: the kernel sends SIGPROF to the guest thread at the sampling rate of
 //! its CPU time or of wall time ([`timer`]). The handler ([`handler`]) records raw PCs into a
-//! ring; a drain thread turns them into samples in the collector. Unlike epoch sampling, a
+//! ring; a drain thread turns them into samples in the collector. Guests called with
+//! `call_async` run on fiber stacks that [`fiber_stacks`] allocates, so the handler can walk
+//! them too. Unlike epoch sampling, a
 //! sample lands wherever the guest is: in loop-free code, in a host call, in Wasmtime itself.
 
+pub mod fiber_stacks;
 pub mod handler;
 mod ring;
 mod timer;
@@ -90,12 +93,15 @@ impl Sampler for SignalSampler {
             Clock::Cpu => self.period.as_nanos() as u64,
             Clock::Wall => 0,
         };
+        let timer = SignalTimer::create(guest.tid).context("cannot create the sampling timer")?;
         let state = Arc::new(HandlerState::new(
             Ring::new(RING_SLOTS, RawSample::empty),
             self.calls.clone(),
             guest.stack.clone(),
             code.into_iter(),
             cpu_period_ns,
+            timer.id(),
+            self.period,
         ));
         state.reset_clocks();
         if !handler::attach(&state) {
@@ -121,13 +127,14 @@ impl Sampler for SignalSampler {
         let started = drain
             .context("cannot start the drain thread")
             .and_then(|drain| {
-                let timer = SignalTimer::start(guest.tid, self.period)
-                    .context("cannot create the sampling timer")?;
-                Ok((timer, drain))
+                state
+                    .arm_next_tick()
+                    .context("cannot arm the sampling timer")?;
+                Ok(drain)
             });
         // On failure, returning drops `stop_drain`, which ends the drain thread.
-        let (timer, drain) = match started {
-            Ok(started) => started,
+        let drain = match started {
+            Ok(drain) => drain,
             Err(e) => {
                 handler::detach();
                 return Err(e);
@@ -146,8 +153,9 @@ impl Sampler for SignalSampler {
         let Some(running) = self.running.take() else {
             return;
         };
-        drop(running.timer);
+        // Detached first: the handler re-arms the timer until then.
         handler::detach();
+        drop(running.timer);
         drop(running.stop_drain);
         let _ = running.drain.join();
         let lost = running
