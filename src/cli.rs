@@ -119,7 +119,8 @@ pub struct RecordArgs {
 
     /// How to sample: `signal` (wherever the guest is, host calls included; Linux x86_64 and
     /// aarch64), `epoch` (where compiled code checks Wasmtime's epoch: function entries and
-    /// loop headers), or `auto` (signal where available).
+    /// loop headers; the checks slow call-heavy guests by up to a third), or `auto` (signal
+    /// where available).
     #[arg(long, value_name = "SAMPLER", default_value = "auto")]
     pub sampler: SamplerKind,
 

@@ -1,6 +1,7 @@
 //! Ctrl-C during `record`: stop the guest, keep the profile, exit 130; after the guest has
 //! ended (the live server kept up), exit with the guest's code.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -17,14 +18,21 @@ const GRACE: Duration = Duration::from_secs(1);
 
 pub const EXIT_CODE: i32 = 130;
 
-/// What the process exits with on Ctrl-C once the guest has ended (its profile written, the
-/// live server still up): the guest's exit code.
+/// How far the guest's run has come, for Ctrl-C: whether its run has returned (the main
+/// thread then writes the profile and exits), and once the profile is written and the live
+/// server still up, the code to exit with.
 #[derive(Clone, Default)]
-pub struct GuestEnded(Arc<OnceLock<i32>>);
+pub struct GuestEnded(Arc<(AtomicBool, OnceLock<i32>)>);
 
 impl GuestEnded {
+    /// The guest's run has returned.
+    pub fn returned(&self) {
+        self.0 .0.store(true, Ordering::SeqCst);
+    }
+
+    /// Its profile is written: Ctrl-C now exits with `code`.
     pub fn set(&self, code: i32) {
-        let _ = self.0.set(code);
+        let _ = self.0 .1.set(code);
     }
 }
 
@@ -46,11 +54,14 @@ pub fn stop_guest_on_ctrl_c(
             if signals.forever().next().is_none() {
                 return;
             }
-            if let Some(&code) = ended.0.get() {
+            if let Some(&code) = ended.0 .1.get() {
                 std::process::exit(code);
             }
             if profiler.interrupt() {
                 std::thread::sleep(GRACE);
+                if ended.0 .0.load(Ordering::SeqCst) {
+                    return; // stopped: the main thread writes the profile and exits
+                }
             }
             save(&profiler.snapshot());
             std::process::exit(EXIT_CODE);

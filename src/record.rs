@@ -106,6 +106,7 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         |store, instance| profiler.install_allocator_hook(&mut *store, instance),
     );
     let run_end = Instant::now();
+    ended.returned();
     if let Some(server) = &server {
         server.guest_exited();
     }

@@ -406,26 +406,32 @@ fn assert_one_line_error(out: &std::process::Output, expect: &str, what: &dyn st
     assert!(!err.contains("panicked"), "{err}");
 }
 
+/// With the signal sampler the engine has no epochs: the profile is written while the guest
+/// still runs, and the process exits; with the epoch sampler the guest is stopped first.
 #[test]
 fn ctrl_c_stops_the_guest_and_writes_the_profile() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out.pb.gz");
-    let child = wasmspy()
-        .args(["record", "-o"])
-        .arg(&out)
-        .arg(fixture(C))
-        .args(["spin", "1000000"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    sigint(&child);
-    let result = child.wait_with_output().unwrap();
-    assert_eq!(result.status.code(), Some(130), "{}", stderr(&result));
-    let p = Decoded::load(&out);
-    assert!(p.total("samples") > 100);
-    assert_eq!(p.top_self("cpu")[0].0, "hot_function");
+    for sampler in ["signal", "epoch"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.pb.gz");
+        let child = wasmspy()
+            .args(["record", "--sampler", sampler, "-o"])
+            .arg(&out)
+            .arg(fixture(C))
+            .args(["spin", "1000000"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        sigint(&child);
+        let result = child.wait_with_output().unwrap();
+        let err = stderr(&result);
+        assert_eq!(result.status.code(), Some(130), "{sampler}: {err}");
+        assert_eq!(err.matches("wasmspy: interrupted").count(), 1, "{err}");
+        let p = Decoded::load(&out);
+        assert!(p.total("samples") > 100, "{sampler}");
+        assert_eq!(p.top_self("cpu")[0].0, "hot_function", "{sampler}");
+    }
 }
 
 #[test]

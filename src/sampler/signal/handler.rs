@@ -3,7 +3,7 @@
 //! Invariants, which every change must keep:
 //! - **Async-signal-safe**: no allocation, no locks, no panics; only atomics, `clock_gettime`
 //!   (async-signal-safe per POSIX), `timer_settime` (a system call: arming the timer for the
-//!   next sample) and reads of memory proven mapped (below). `errno` is saved and restored.
+//!   next sample; see [`super::timer`]) and reads of memory proven mapped (below). `errno` is saved and restored.
 //! - **Bounded**: at most [`MAX_FRAMES`] frame records followed, at most [`SCAN_WORDS`] stack
 //!   words scanned, each probed at most [`PROBE_WORDS`] times.
 //! - **Reads only mapped memory**: stack reads stay in `[sp, top)` of the stack `sp` is on
@@ -151,7 +151,8 @@ impl HandlerState {
             .store(clock_ns(libc::CLOCK_MONOTONIC), Ordering::Relaxed);
     }
 
-    /// Arms the timer for the next tick of the grid that is still ahead. Async-signal-safe.
+    /// Arms the timer, on the CPU this thread runs on, for the next tick of the grid that is
+    /// still ahead (see [`super::timer`]). Async-signal-safe.
     pub fn arm_next_tick(&self) -> std::io::Result<()> {
         let now = clock_ns(libc::CLOCK_MONOTONIC);
         let mut next = self.last_tick_ns.load(Ordering::Relaxed) + self.tick_ns;
@@ -481,8 +482,8 @@ extern "C" fn on_sigprof(_signal: libc::c_int, _info: *mut libc::siginfo_t, uc: 
         // SAFETY: the kernel passes a valid ucontext to SA_SIGINFO handlers.
         let regs = unsafe { Registers::from_ucontext(uc as *const libc::ucontext_t) };
         state.take_sample(&regs);
-        // On this thread, so that the next expiry fires on the CPU the guest runs on (see
-        // `timer`). A failure cannot be reported here; it ends the sampling.
+        // A failure cannot be reported here; it ends the sampling (`--verbose` shows how
+        // many samples were taken).
         let _ = state.arm_next_tick();
     }
     RUNNING.fetch_sub(1, Ordering::SeqCst);
