@@ -98,30 +98,14 @@ fn main() {
     };
     let mut table: Vec<Vec<f64>> = vec![Vec::new(); 2];
     for p in &programs {
-        let mut base = Vec::new();
-        let mut ratios = vec![Vec::new(); 2];
-        for rep in 0..reps {
-            let mut times = [0f64; 3];
-            let mut cmds = commands(p);
-            for k in 0..3 {
-                let c = (k + rep) % 3;
-                times[c] = wall_seconds(&mut cmds[c]);
-            }
-            base.push(times[0]);
-            for (r, t) in ratios.iter_mut().zip(&times[1..]) {
-                r.push(t / times[0]);
-            }
-        }
-        let ratios: Vec<f64> = ratios.iter_mut().map(|r| median(r)).collect();
+        let mut cmds = commands(p);
+        let (base, ratios) = paired(3, reps, |c| wall_seconds(&mut cmds[c]));
         println!(
-            "{:<12} {:>11.3} {:>16.3} {:>16.3}",
-            p.name,
-            median(&mut base),
-            ratios[0],
-            ratios[1]
+            "{:<12} {base:>11.3} {:>16.3} {:>16.3}",
+            p.name, ratios[1], ratios[2]
         );
-        for (column, r) in table.iter_mut().zip(ratios) {
-            column.push(r);
+        for (column, r) in table.iter_mut().zip(&ratios[1..]) {
+            column.push(*r);
         }
     }
     println!(
@@ -138,28 +122,12 @@ fn main() {
         "program", "default s", "epochs", "profiler 1 Hz", "blocking pool", "sync WASI"
     );
     for p in &programs {
-        let mut base = Vec::new();
-        let mut ratios = vec![Vec::new(); SETTINGS.len()];
-        for rep in 0..reps {
-            let mut times = [0f64; SETTINGS.len()];
-            for k in 0..SETTINGS.len() {
-                let s = (k + rep) % SETTINGS.len();
-                times[s] = seconds_in_child(SETTINGS[s], &p.module, &p.args);
-            }
-            base.push(times[0]);
-            for (r, t) in ratios.iter_mut().zip(times) {
-                r.push(t / times[0]);
-            }
-        }
-        let r: Vec<f64> = ratios.iter_mut().map(|r| median(r)).collect();
+        let (base, r) = paired(SETTINGS.len(), reps, |s| {
+            seconds_in_child(SETTINGS[s], &p.module, &p.args)
+        });
         println!(
-            "{:<12} {:>10.3} {:>8.3} {:>14.3} {:>14.3} {:>10.3}",
-            p.name,
-            median(&mut base),
-            r[1],
-            r[2],
-            r[3],
-            r[4]
+            "{:<12} {base:>10.3} {:>8.3} {:>14.3} {:>14.3} {:>10.3}",
+            p.name, r[1], r[2], r[3], r[4]
         );
     }
 }

@@ -86,21 +86,10 @@ fn main() {
             println!("{name:<34} (shorter than {MIN_SECONDS} s: skipped)");
             continue;
         }
-        let mut plain = Vec::new();
-        let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); CONFIGS.len()];
-        for rep in 0..reps {
-            let mut times = [0f64; CONFIGS.len()];
-            for k in 0..CONFIGS.len() {
-                let c = (k + rep) % CONFIGS.len();
-                times[c] = seconds_in_child(CONFIGS[c], module, &[]);
-            }
-            plain.push(times[0]);
-            for (r, t) in ratios.iter_mut().zip(times) {
-                r.push(t / times[0]);
-            }
-        }
-        let ratios: Vec<f64> = ratios.iter_mut().map(|r| median(r)).collect();
-        print_row(&name, &format!("{:.3}", median(&mut plain)), &ratios);
+        let (plain, ratios) = paired(CONFIGS.len(), reps, |c| {
+            seconds_in_child(CONFIGS[c], module, &[])
+        });
+        print_row(&name, &format!("{plain:.3}"), &ratios);
         for (column, r) in all.iter_mut().zip(&ratios) {
             column.push(*r);
         }

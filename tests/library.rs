@@ -17,14 +17,19 @@ const GUEST: &str = r#"(module
         (local.get $acc))
     (func (export "run") (param i32) (result i32) (call $busy (local.get 0))))"#;
 
-fn setup(sampler: SamplerKind) -> (Engine, Module, Vec<u8>, Profiler) {
+/// An engine configured for `sampler`, and the options that choose it.
+fn engine_for(sampler: SamplerKind) -> (Engine, ProfilerOptions) {
     let options = ProfilerOptions {
         sampler,
         ..Default::default()
     };
     let mut config = Config::new();
     Profiler::configure(&mut config, &options);
-    let engine = Engine::new(&config).unwrap();
+    (Engine::new(&config).unwrap(), options)
+}
+
+fn setup(sampler: SamplerKind) -> (Engine, Module, Vec<u8>, Profiler) {
+    let (engine, options) = engine_for(sampler);
     let wasm = wat::parse_str(GUEST).unwrap();
     let module = Module::new(&engine, &wasm).unwrap();
     let profiler = Profiler::new(&engine, options).unwrap();
@@ -183,13 +188,7 @@ fn a_rewritten_module_profiles_as_the_original() {
 #[test]
 fn each_sampler_configures_only_what_it_needs() {
     for (sampler, epochs) in [(SamplerKind::Signal, false), (SamplerKind::Epoch, true)] {
-        let options = ProfilerOptions {
-            sampler,
-            ..Default::default()
-        };
-        let mut config = Config::new();
-        Profiler::configure(&mut config, &options);
-        let engine = Engine::new(&config).unwrap();
+        let (engine, options) = engine_for(sampler);
         assert_eq!(engine.get_epoch_interruption(), epochs, "{sampler:?}");
         let profiler = Profiler::new(&engine, options).unwrap();
         assert_eq!(profiler.handle().interrupt(), epochs, "{sampler:?}");

@@ -22,6 +22,27 @@ pub fn geometric_mean(values: &[f64]) -> f64 {
     (values.iter().map(|v| v.ln()).sum::<f64>() / values.len() as f64).exp()
 }
 
+/// Paired measurements: `reps` repetitions, each running every one of `configs`
+/// configurations (`measure(c)` gives its time) right after the others, in an order that
+/// rotates; returns the median time of configuration 0 and, for each configuration, the median
+/// of its per-repetition ratios to configuration 0.
+pub fn paired(configs: usize, reps: usize, mut measure: impl FnMut(usize) -> f64) -> (f64, Vec<f64>) {
+    let mut base = Vec::new();
+    let mut ratios = vec![Vec::new(); configs];
+    for rep in 0..reps {
+        let mut times = vec![0f64; configs];
+        for k in 0..configs {
+            let c = (k + rep) % configs;
+            times[c] = measure(c);
+        }
+        base.push(times[0]);
+        for (r, t) in ratios.iter_mut().zip(&times) {
+            r.push(t / times[0]);
+        }
+    }
+    (median(&mut base), ratios.iter_mut().map(|r| median(r)).collect())
+}
+
 /// The Sightglass corpus's benchmarks folder, or `None` (said on stdout) where it is absent.
 pub fn corpus() -> Option<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/sightglass/benchmarks");
