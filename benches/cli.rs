@@ -29,7 +29,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use common::{
-    check, geometric_mean, median, report_seconds_with_stdout_silenced, seconds_in_child,
+    check, geometric_mean, paired, report_seconds_with_stdout_silenced, seconds_in_child,
 };
 use wasmspy::sampler::SamplerKind;
 use wasmspy::wasi_host::{self, DirMount, Exit, UnknownImports, WasiConfig};

@@ -5,7 +5,9 @@
 //! 1 kHz as `1 + (ratio − 1) / 10`), its epoch sampler at 1 kHz, and Wasmtime's own
 //! `GuestProfiler` at 1 kHz, set up as `wasmtime run --profile=guest` sets it up (epoch
 //! interruption, sampling at epoch ticks and host calls). Each profiler's engine is configured
-//! with what it needs and nothing more (`Profiler::configure`).
+//! with what it needs and nothing more (`Profiler::configure`). The last column is the floor
+//! of any timer-signal sampler on this machine: the same timer at 10 kHz with a handler that
+//! does nothing (extrapolated to 1 kHz), on a default engine.
 //!
 //! `cargo bench --profile dev --bench overhead [-- --reps N] [-- NAME-FILTER]`
 //!
@@ -23,14 +25,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use common::{
-    check, geometric_mean, median, report_seconds_with_stdout_silenced, seconds_in_child,
+    check, geometric_mean, paired, report_seconds_with_stdout_silenced, seconds_in_child,
 };
 use wasmspy::sampler::SamplerKind;
 use wasmspy::wasi_host::{self, DirMount, UnknownImports, WasiConfig};
 use wasmspy::{Profiler, ProfilerOptions};
 use wasmtime::{Engine, GuestProfiler, Module, UpdateDeadline};
 
-const CONFIGS: [&str; 5] = ["default", "signal", "signal-10k", "epoch", "guest-profiler"];
+const CONFIGS: [&str; 6] = [
+    "default",
+    "signal",
+    "signal-10k",
+    "epoch",
+    "guest-profiler",
+    "empty-handler-10k",
+];
 const RATE_HZ: u32 = 1000;
 /// Programs faster than this on a default engine are too short to time reliably here.
 const MIN_SECONDS: f64 = 0.2;
@@ -70,14 +79,15 @@ fn main() {
 
     println!("sampling overhead: median over {reps} repetitions of the time as a ratio to a default engine's (no profiler)");
     println!(
-        "{:<34} {:>9} {:>10} {:>11} {:>14} {:>10} {:>15}",
+        "{:<34} {:>9} {:>10} {:>11} {:>14} {:>10} {:>15} {:>16}",
         "program",
         "default s",
         "signal 1k",
         "signal 10k",
         "(10k → 1 kHz)",
         "epoch 1k",
-        "guest-prof. 1k"
+        "guest-prof. 1k",
+        "floor (→ 1 kHz)"
     );
     let mut all: Vec<Vec<f64>> = vec![Vec::new(); CONFIGS.len()];
     for module in &modules {
@@ -112,12 +122,13 @@ fn main() {
 
 fn print_row(name: &str, seconds: &str, ratios: &[f64]) {
     println!(
-        "{name:<34} {seconds:>9} {:>10.3} {:>11.3} {:>14.4} {:>10.3} {:>15.3}",
+        "{name:<34} {seconds:>9} {:>10.3} {:>11.3} {:>14.4} {:>10.3} {:>15.3} {:>16.4}",
         ratios[1],
         ratios[2],
         1.0 + (ratios[2] - 1.0) / 10.0,
         ratios[3],
-        ratios[4]
+        ratios[4],
+        1.0 + (ratios[5] - 1.0) / 10.0
     );
 }
 
@@ -178,6 +189,12 @@ fn run_one(config: &str, module_path: &Path) -> f64 {
     };
     let mut store = wasi_host::new_store(&engine, &wasi).unwrap();
     let elapsed = match config {
+        "empty-handler-10k" => {
+            let _timer = EmptyHandlerTimer::start(10 * RATE_HZ);
+            let start = Instant::now();
+            check(wasi_host::run(&mut store, &module, wasi.unknown_imports));
+            start.elapsed()
+        }
         "default" => {
             let start = Instant::now();
             check(wasi_host::run(&mut store, &module, wasi.unknown_imports));
@@ -235,4 +252,54 @@ fn run_one(config: &str, module_path: &Path) -> f64 {
         }
     };
     elapsed.as_secs_f64()
+}
+
+/// SIGPROF at `rate_hz` to this thread, from the same kind of timer as the signal sampler's,
+/// with a handler that does nothing: what any timer-signal sampler costs at the least.
+struct EmptyHandlerTimer(libc::timer_t);
+
+impl EmptyHandlerTimer {
+    fn start(rate_hz: u32) -> Self {
+        extern "C" fn nothing(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
+        let period = wasmspy::clock::sampling_period(rate_hz);
+        // SAFETY: a handler that touches nothing; zeroed structs filled in before use.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = nothing as *const () as usize;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            assert_eq!(
+                libc::sigaction(libc::SIGPROF, &action, std::ptr::null_mut()),
+                0
+            );
+            let mut event: libc::sigevent = std::mem::zeroed();
+            event.sigev_notify = libc::SIGEV_THREAD_ID;
+            event.sigev_signo = libc::SIGPROF;
+            event.sigev_notify_thread_id = libc::gettid();
+            let mut timer: libc::timer_t = std::ptr::null_mut();
+            assert_eq!(
+                libc::timer_create(libc::CLOCK_MONOTONIC, &mut event, &mut timer),
+                0
+            );
+            let spec = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: period.subsec_nanos() as libc::c_long,
+            };
+            let value = libc::itimerspec {
+                it_interval: spec,
+                it_value: spec,
+            };
+            assert_eq!(
+                libc::timer_settime(timer, 0, &value, std::ptr::null_mut()),
+                0
+            );
+            EmptyHandlerTimer(timer)
+        }
+    }
+}
+
+impl Drop for EmptyHandlerTimer {
+    fn drop(&mut self) {
+        // SAFETY: the timer created in `start`, deleted once.
+        unsafe { libc::timer_delete(self.0) };
+    }
 }

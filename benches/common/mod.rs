@@ -26,7 +26,11 @@ pub fn geometric_mean(values: &[f64]) -> f64 {
 /// configurations (`measure(c)` gives its time) right after the others, in an order that
 /// rotates; returns the median time of configuration 0 and, for each configuration, the median
 /// of its per-repetition ratios to configuration 0.
-pub fn paired(configs: usize, reps: usize, mut measure: impl FnMut(usize) -> f64) -> (f64, Vec<f64>) {
+pub fn paired(
+    configs: usize,
+    reps: usize,
+    mut measure: impl FnMut(usize) -> f64,
+) -> (f64, Vec<f64>) {
     let mut base = Vec::new();
     let mut ratios = vec![Vec::new(); configs];
     for rep in 0..reps {
@@ -40,7 +44,10 @@ pub fn paired(configs: usize, reps: usize, mut measure: impl FnMut(usize) -> f64
             r.push(t / times[0]);
         }
     }
-    (median(&mut base), ratios.iter_mut().map(|r| median(r)).collect())
+    (
+        median(&mut base),
+        ratios.iter_mut().map(|r| median(r)).collect(),
+    )
 }
 
 /// The Sightglass corpus's benchmarks folder, or `None` (said on stdout) where it is absent.

@@ -68,7 +68,8 @@ pub fn arm_at(timer: libc::timer_t, deadline_ns: u64) -> std::io::Result<()> {
     };
     // SAFETY: a valid itimerspec; a timer id that is not (or no longer) valid makes the call
     // fail, nothing else.
-    let rc = unsafe { libc::timer_settime(timer, libc::TIMER_ABSTIME, &value, std::ptr::null_mut()) };
+    let rc =
+        unsafe { libc::timer_settime(timer, libc::TIMER_ABSTIME, &value, std::ptr::null_mut()) };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }
