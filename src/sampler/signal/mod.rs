@@ -2,8 +2,8 @@
 //! its CPU time or of wall time ([`timer`]). The handler ([`handler`]) records raw PCs into a
 //! ring; a drain thread turns them into samples in the collector. Guests called with
 //! `call_async` run on fiber stacks that [`fiber_stacks`] allocates, so the handler can walk
-//! them too. Unlike epoch sampling, a
-//! sample lands wherever the guest is: in loop-free code, in a host call, in Wasmtime itself.
+//! them too. Unlike epoch sampling, a sample lands wherever the guest is: in loop-free code,
+//! in a host call, in Wasmtime itself.
 
 pub mod fiber_stacks;
 pub mod handler;
