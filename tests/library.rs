@@ -15,7 +15,7 @@ const GUEST: &str = r#"(module
             (local.tee $n (i32.sub (local.get $n) (i32.const 1)))
             (br_if $l))
         (local.get $acc))
-    (func (export "run") (param i32) (result i32) (call $busy (local.get 0))))"#;
+    (func $run (export "run") (param i32) (result i32) (call $busy (local.get 0))))"#;
 
 /// An engine configured for `sampler`, and the options that choose it.
 fn engine_for(sampler: SamplerKind) -> (Engine, ProfilerOptions) {
