@@ -102,6 +102,7 @@ pub fn read_module(path: &Path) -> Result<Vec<u8>> {
 /// A store whose WASI context gives the guest `config`'s argv, environment and directories,
 /// and this process's stdio.
 pub fn new_store(engine: &Engine, config: &WasiConfig) -> Result<Store<WasiP1Ctx>> {
+    runtime()?;
     let mut builder = WasiCtxBuilder::new();
     // As `wasmtime run`: file operations block the guest's thread rather than go through
     // tokio's blocking pool, a thread hand-off per call that made a program reading a file
@@ -136,13 +137,9 @@ pub fn run_with(
     unknown: UnknownImports,
     setup: impl FnOnce(&mut Store<WasiP1Ctx>, &wasmtime::Instance) -> wasmtime::Result<()>,
 ) -> Exit {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_time()
-        .enable_io()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(runtime) => runtime,
-        Err(e) => return Exit::Error(anyhow!("cannot start the WASI host's runtime: {e}")),
+        Err(e) => return Exit::Error(e),
     };
     runtime.block_on(async {
         let instance = match instantiate(store, module, unknown).await {
@@ -169,6 +166,22 @@ pub fn run_with(
             )),
         }
     })
+}
+
+/// The tokio runtime guests run in, one for the process, as `wasmtime run` has. Started by
+/// [`new_store`], before a profiler starts, and never shut down: its threads' start and end
+/// are not the guest's time.
+fn runtime() -> Result<&'static tokio::runtime::Runtime> {
+    static RUNTIME: std::sync::LazyLock<std::io::Result<tokio::runtime::Runtime>> =
+        std::sync::LazyLock::new(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_time()
+                .enable_io()
+                .build()
+        });
+    RUNTIME
+        .as_ref()
+        .map_err(|e| anyhow!("cannot start the WASI host's runtime: {e}"))
 }
 
 /// Calls the export `name` of type [] -> [], if there is one.

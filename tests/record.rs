@@ -91,17 +91,22 @@ fn rust_hot_path_is_demangled_and_has_its_known_share() {
     );
     for (names, _) in p.stacks() {
         assert_rooted_at_start(&names);
-        assert!(names.iter().any(|n| n == "hotspot::main"), "{names:?}");
+        assert!(
+            names == ["[wasmtime]"] || names.iter().any(|n| n == "hotspot::main"),
+            "{names:?}"
+        );
     }
 }
 
 /// The root is the exported `_start`; wasm-ld names the export wrapper it generates for C
 /// programs `_start.command_export`, and that wrapper calls the constructors (wasi-libc's
 /// finding its preopened directories, a host call a sample can land in), then wasi-libc's
-/// `_start`, then the destructors.
+/// `_start`, then the destructors. A sample in Wasmtime's own code before or after the guest
+/// runs (instantiating it, creating its fiber) has no guest stack at all.
 fn assert_rooted_at_start(names: &[String]) {
     match names.last().unwrap().as_str() {
         "_start" => {}
+        "[wasmtime]" if names.len() == 1 => {}
         "_start.command_export" => assert!(
             ["_start", "__wasm_call_ctors", "__wasm_call_dtors"]
                 .contains(&names[names.len() - 2].as_str()),
