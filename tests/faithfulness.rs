@@ -34,23 +34,30 @@ struct Shares {
 }
 
 impl Shares {
-    fn mean(runs: &[Shares]) -> Shares {
-        let mut mean = Shares {
-            functions: HashMap::new(),
-            outside: 0.0,
-            host_leaves: HashMap::new(),
+    /// Each share's median over the runs (0 in a run that has none): a run the machine
+    /// disturbed does not move it.
+    fn median(runs: &[Shares]) -> Shares {
+        let median_of = |values: Vec<f64>| -> f64 {
+            let mut values = values;
+            values.sort_by(f64::total_cmp);
+            values[values.len() / 2]
         };
-        let n = runs.len() as f64;
-        for run in runs {
-            for (name, share) in &run.functions {
-                *mean.functions.entry(name.clone()).or_default() += share / n;
-            }
-            for (name, share) in &run.host_leaves {
-                *mean.host_leaves.entry(name.clone()).or_default() += share / n;
-            }
-            mean.outside += run.outside / n;
+        let per_name = |map: fn(&Shares) -> &HashMap<String, f64>| -> HashMap<String, f64> {
+            let names: std::collections::BTreeSet<&String> =
+                runs.iter().flat_map(|r| map(r).keys()).collect();
+            names
+                .into_iter()
+                .map(|name| {
+                    let values = runs.iter().map(|r| share(map(r), name)).collect();
+                    (name.clone(), median_of(values))
+                })
+                .collect()
+        };
+        Shares {
+            functions: per_name(|r| &r.functions),
+            outside: median_of(runs.iter().map(|r| r.outside).collect()),
+            host_leaves: per_name(|r| &r.host_leaves),
         }
-        mean
     }
 }
 
@@ -75,9 +82,9 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn compare(dir: &Path, module: &Path, args: &[&str]) {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // A program's own split moves by several points from one run to the next on these
-    // machines (measured: 44 to 53 % for `hash_words`, under either profiler; with three runs
-    // of each, the means still differed by up to 4.5 points once in ten): each profiler's
-    // shares are averaged over runs taken in turn.
+    // machines, and drifts over minutes (measured: 38 to 54 % for `hash_words`, under either
+    // profiler; with three or five runs of each the means still differed by up to 4.5 points
+    // in a few CI runs): each profiler's shares are the medians of runs taken in turn.
     let mut perf_runs = Vec::new();
     let mut our_runs = Vec::new();
     for _ in 0..RUNS {
@@ -87,7 +94,7 @@ fn compare(dir: &Path, module: &Path, args: &[&str]) {
         perf_runs.push(perf);
         our_runs.push(wasmspy_shares(dir, module, args));
     }
-    let (perf, ours) = (Shares::mean(&perf_runs), Shares::mean(&our_runs));
+    let (perf, ours) = (Shares::median(&perf_runs), Shares::median(&our_runs));
     eprintln!("{:<32} {:>8} {:>8}", "function", "perf", "wasmspy");
     let mut names: Vec<&String> = perf.functions.keys().chain(ours.functions.keys()).collect();
     names.sort();
