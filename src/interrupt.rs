@@ -1,12 +1,14 @@
-//! Ctrl-C during `record`: stop the guest, keep the profile, exit 130; after the guest has
-//! ended (the live server kept up), exit with the guest's code.
+//! Ctrl-C (SIGINT), SIGTERM and SIGHUP during `record`: keep the profile, then exit with the
+//! status a shell reports for that signal (130, 143, 129); a second one while the profile is
+//! being written exits at once. After the guest has ended (the live server kept up), exit with
+//! the guest's code.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use signal_hook::consts::SIGINT;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use wasmspy::profile::Profile;
 use wasmspy::ProfilerHandle;
@@ -16,7 +18,22 @@ use wasmspy::ProfilerHandle;
 /// so after this the profile recorded so far is saved from here.
 const GRACE: Duration = Duration::from_secs(1);
 
-pub const EXIT_CODE: i32 = 130;
+/// The signal that ended the run (SIGINT until one arrives).
+static SIGNAL: AtomicI32 = AtomicI32::new(SIGINT);
+
+/// The status a shell reports for a process ended by the signal that ended the run.
+pub fn exit_code() -> i32 {
+    128 + SIGNAL.load(Ordering::SeqCst)
+}
+
+/// How the run ended, for stderr.
+pub fn ended_by() -> &'static str {
+    match SIGNAL.load(Ordering::SeqCst) {
+        SIGTERM => "terminated (SIGTERM)",
+        SIGHUP => "hung up (SIGHUP)",
+        _ => "interrupted",
+    }
+}
 
 /// How far the guest's run has come, for Ctrl-C: whether its run has returned (the main
 /// thread then writes the profile and exits), and once the profile is written and the live
@@ -36,36 +53,46 @@ impl GuestEnded {
     }
 }
 
-/// On SIGINT, calls `save` with the profile so far and exits, the guest still running: with
-/// the signal sampler the engine has no epochs, so nothing could stop the guest's code, and
-/// the process ends as `wasmtime run` does on Ctrl-C, with the profile written first. On an
-/// engine with epochs the guest is interrupted first and given [`GRACE`] to stop, its run then
-/// ending as any other (the main thread writes the profile). Once the guest has ended, exits
-/// at once with its code.
-pub fn stop_guest_on_ctrl_c(
+/// On SIGINT, SIGTERM or SIGHUP, calls `save` with the profile so far and exits, the guest
+/// still running: with the signal sampler the engine has no epochs, so nothing could stop the
+/// guest's code, and the process ends as `wasmtime run` does on such a signal, with the
+/// profile written first. On an engine with epochs the guest is interrupted first and given
+/// [`GRACE`] to stop, its run then ending as any other (the main thread writes the profile).
+/// Once the guest has ended, exits at once with its code. A second signal exits at once.
+pub fn stop_guest_on_signals(
     profiler: ProfilerHandle,
     ended: GuestEnded,
     save: impl FnOnce(&Profile) + Send + 'static,
 ) -> Result<()> {
-    let mut signals = Signals::new([SIGINT]).context("cannot handle SIGINT")?;
+    let mut signals =
+        Signals::new([SIGINT, SIGTERM, SIGHUP]).context("cannot handle SIGINT and SIGTERM")?;
     std::thread::Builder::new()
-        .name("wasmspy-sigint".into())
+        .name("wasmspy-signals".into())
         .spawn(move || {
-            if signals.forever().next().is_none() {
+            let mut received = signals.forever();
+            let Some(signal) = received.next() else {
                 return;
-            }
+            };
             if let Some(&code) = ended.0 .1.get() {
                 std::process::exit(code);
             }
-            if profiler.interrupt() {
-                std::thread::sleep(GRACE);
-                if ended.0 .0.load(Ordering::SeqCst) {
-                    return; // stopped: the main thread writes the profile and exits
+            SIGNAL.store(signal, Ordering::SeqCst);
+            let saving = std::thread::spawn(move || {
+                if profiler.interrupt() {
+                    std::thread::sleep(GRACE);
+                    if ended.0 .0.load(Ordering::SeqCst) {
+                        return; // stopped: the main thread writes the profile and exits
+                    }
                 }
+                save(&profiler.snapshot());
+                std::process::exit(exit_code());
+            });
+            if let Some(again) = received.next() {
+                eprintln!("wasmspy: a second signal: exiting without waiting for the profile");
+                std::process::exit(128 + again);
             }
-            save(&profiler.snapshot());
-            std::process::exit(EXIT_CODE);
+            let _ = saving.join();
         })
-        .context("cannot start the SIGINT thread")?;
+        .context("cannot start the signal thread")?;
     Ok(())
 }

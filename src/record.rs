@@ -1,13 +1,14 @@
 //! `wasmspy record`: run the guest under the profiler and write its profile, whatever way the
 //! guest ends.
 
-use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use tempfile::NamedTempFile;
 use wasmspy::collector::{ALLOC_OBJECTS, ALLOC_SPACE, COLLECTED_NOTE, CPU, INUSE_SPACE, SAMPLES};
 use wasmspy::export::Format;
 use wasmspy::memory::rewrite::rewrite;
@@ -90,9 +91,9 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     let on_interrupt = outputs.clone();
     let handle = profiler.handle();
     let ended = GuestEnded::default();
-    interrupt::stop_guest_on_ctrl_c(profiler.handle(), ended.clone(), move |profile| {
+    interrupt::stop_guest_on_signals(profiler.handle(), ended.clone(), move |profile| {
         let _ = std::io::stdout().flush();
-        eprintln!("wasmspy: interrupted");
+        eprintln!("wasmspy: {}", interrupt::ended_by());
         if let Err(e) = on_interrupt.save(&handle, profile) {
             eprintln!("wasmspy: error: {e:#}");
         }
@@ -136,8 +137,8 @@ pub fn record(args: RecordArgs) -> Result<i32> {
             TRAP_EXIT_CODE
         }
         Exit::Interrupted => {
-            eprintln!("wasmspy: interrupted");
-            interrupt::EXIT_CODE
+            eprintln!("wasmspy: {}", interrupt::ended_by());
+            interrupt::exit_code()
         }
         Exit::Error(e) => {
             eprintln!("wasmspy: error: {e:#}");
@@ -265,17 +266,33 @@ fn file_name(path: &Path) -> String {
 }
 
 /// The profile's destination, written exactly once: by the main thread when the guest ends,
-/// or by the Ctrl-C thread when the guest cannot be stopped.
+/// or by the signal thread when the guest cannot be stopped. The profile goes to a temporary
+/// file beside it, renamed into place once complete: a run that fails, or is killed, before
+/// or while writing leaves whatever was at the path untouched.
 struct Output {
     path: PathBuf,
     format: Format,
-    file: Mutex<Option<File>>,
+    file: Mutex<Option<NamedTempFile>>,
 }
 
 impl Output {
+    /// Fails, before the guest runs, where the profile could not be written.
     fn create(path: &Path, format: Format) -> Result<Self> {
-        let file = File::create(path)
-            .with_context(|| format!("cannot create output `{}`", path.display()))?;
+        let what = || format!("cannot create output `{}`", path.display());
+        if path.is_dir() {
+            return Err(anyhow::anyhow!("it is a directory")).with_context(what);
+        }
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        let file = tempfile::Builder::new()
+            .prefix(".wasmspy-")
+            .suffix(".tmp")
+            // As `File::create` would: the process's umask applies.
+            .permissions(std::fs::Permissions::from_mode(0o666))
+            .tempfile_in(dir)
+            .with_context(what)?;
         Ok(Output {
             path: path.to_path_buf(),
             format,
@@ -293,7 +310,10 @@ impl Output {
         let mut bytes = Vec::new();
         self.format.write(profile, &mut bytes).with_context(what)?;
         file.write_all(&bytes)
-            .and_then(|()| file.sync_all())
+            .and_then(|()| file.as_file().sync_all())
+            .with_context(what)?;
+        file.persist(&self.path)
+            .map_err(|e| e.error)
             .with_context(what)?;
         eprintln!(
             "wasmspy: wrote {} ({summary}); view it with: {}",

@@ -331,6 +331,8 @@ fn bad_input_gets_one_line_and_a_nonzero_exit() {
     std::fs::write(&component, wat::parse_str("(component)").unwrap()).unwrap();
     let missing = dir.path().join("missing.wasm");
     let out_ok = dir.path().join("out.pb.gz");
+    // An older profile there is kept by every failed run, and nothing is left beside it.
+    std::fs::write(&out_ok, "an older profile").unwrap();
     let unwritable = dir.path().join("no/such/dir/out.pb.gz");
 
     let cases: Vec<(Vec<String>, &str)> = vec![
@@ -373,7 +375,18 @@ fn bad_input_gets_one_line_and_a_nonzero_exit() {
             .output()
             .unwrap();
         assert_one_line_error(&out, expect, &args);
+        assert_eq!(
+            std::fs::read_to_string(&out_ok).unwrap(),
+            "an older profile",
+            "{args:?}"
+        );
     }
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".wasmspy-"))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
     let out = wasmspy()
         .args(["record", "-o"])
         .arg(&unwritable)
@@ -442,6 +455,37 @@ fn ctrl_c_stops_the_guest_and_writes_the_profile() {
         let p = Decoded::load(&out);
         assert!(p.total("samples") > 100, "{sampler}");
         assert_eq!(p.top_self("cpu")[0].0, "hot_function", "{sampler}");
+    }
+}
+
+/// SIGTERM and SIGHUP (what `timeout`, `kill`, systemd and terminals send) end the recording
+/// as Ctrl-C does, with the status a shell reports for them.
+#[test]
+fn sigterm_and_sighup_write_the_profile() {
+    for (signal, code, said) in [
+        (libc::SIGTERM, 143, "wasmspy: terminated (SIGTERM)"),
+        (libc::SIGHUP, 129, "wasmspy: hung up (SIGHUP)"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.pb.gz");
+        let child = wasmspy()
+            .args(["record", "-o"])
+            .arg(&out)
+            .arg(fixture(C))
+            .args(["spin", "1000000"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        // SAFETY: plain kill(2) of our own child.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+        let result = child.wait_with_output().unwrap();
+        let err = stderr(&result);
+        assert_eq!(result.status.code(), Some(code), "{err}");
+        assert!(err.contains(said), "{err}");
+        let p = Decoded::load(&out);
+        assert_eq!(p.top_self("cpu")[0].0, "hot_function");
     }
 }
 
