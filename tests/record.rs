@@ -430,29 +430,35 @@ fn assert_one_line_error(out: &std::process::Output, expect: &str, what: &dyn st
     assert!(!err.contains("panicked"), "{err}");
 }
 
+/// Runs `record --sampler SAMPLER` on the busy C fixture, sends `signal` after 1.5 s, and
+/// returns how it ended, what it wrote on stderr, and the profile.
+fn signal_while_spinning(sampler: &str, signal: i32) -> (Option<i32>, String, Decoded) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.pb.gz");
+    let child = wasmspy()
+        .args(["record", "--sampler", sampler, "-o"])
+        .arg(&out)
+        .arg(fixture(C))
+        .args(["spin", "1000000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: plain kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+    let result = child.wait_with_output().unwrap();
+    (result.status.code(), stderr(&result), Decoded::load(&out))
+}
+
 /// With the signal sampler the engine has no epochs: the profile is written while the guest
 /// still runs, and the process exits; with the epoch sampler the guest is stopped first.
 #[test]
 fn ctrl_c_stops_the_guest_and_writes_the_profile() {
     for sampler in ["signal", "epoch"] {
-        let dir = tempfile::tempdir().unwrap();
-        let out = dir.path().join("out.pb.gz");
-        let child = wasmspy()
-            .args(["record", "--sampler", sampler, "-o"])
-            .arg(&out)
-            .arg(fixture(C))
-            .args(["spin", "1000000"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(1500));
-        sigint(&child);
-        let result = child.wait_with_output().unwrap();
-        let err = stderr(&result);
-        assert_eq!(result.status.code(), Some(130), "{sampler}: {err}");
+        let (code, err, p) = signal_while_spinning(sampler, libc::SIGINT);
+        assert_eq!(code, Some(130), "{sampler}: {err}");
         assert_eq!(err.matches("wasmspy: interrupted").count(), 1, "{err}");
-        let p = Decoded::load(&out);
         assert!(p.total("samples") > 100, "{sampler}");
         assert_eq!(p.top_self("cpu")[0].0, "hot_function", "{sampler}");
     }
@@ -462,29 +468,13 @@ fn ctrl_c_stops_the_guest_and_writes_the_profile() {
 /// as Ctrl-C does, with the status a shell reports for them.
 #[test]
 fn sigterm_and_sighup_write_the_profile() {
-    for (signal, code, said) in [
+    for (signal, status, said) in [
         (libc::SIGTERM, 143, "wasmspy: terminated (SIGTERM)"),
         (libc::SIGHUP, 129, "wasmspy: hung up (SIGHUP)"),
     ] {
-        let dir = tempfile::tempdir().unwrap();
-        let out = dir.path().join("out.pb.gz");
-        let child = wasmspy()
-            .args(["record", "-o"])
-            .arg(&out)
-            .arg(fixture(C))
-            .args(["spin", "1000000"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(1500));
-        // SAFETY: plain kill(2) of our own child.
-        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
-        let result = child.wait_with_output().unwrap();
-        let err = stderr(&result);
-        assert_eq!(result.status.code(), Some(code), "{err}");
+        let (code, err, p) = signal_while_spinning("signal", signal);
+        assert_eq!(code, Some(status), "{err}");
         assert!(err.contains(said), "{err}");
-        let p = Decoded::load(&out);
         assert_eq!(p.top_self("cpu")[0].0, "hot_function");
     }
 }
