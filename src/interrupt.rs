@@ -39,17 +39,23 @@ pub fn ended_by() -> &'static str {
 /// thread then writes the profile and exits), and once the profile is written and the live
 /// server still up, the code to exit with.
 #[derive(Clone, Default)]
-pub struct GuestEnded(Arc<(AtomicBool, OnceLock<i32>)>);
+pub struct GuestEnded(Arc<RunState>);
+
+#[derive(Default)]
+struct RunState {
+    returned: AtomicBool,
+    exit_code: OnceLock<i32>,
+}
 
 impl GuestEnded {
     /// The guest's run has returned.
     pub fn returned(&self) {
-        self.0 .0.store(true, Ordering::SeqCst);
+        self.0.returned.store(true, Ordering::SeqCst);
     }
 
-    /// Its profile is written: Ctrl-C now exits with `code`.
+    /// Its profile is written: a signal now exits with `code`.
     pub fn set(&self, code: i32) {
-        let _ = self.0 .1.set(code);
+        let _ = self.0.exit_code.set(code);
     }
 }
 
@@ -73,14 +79,14 @@ pub fn stop_guest_on_signals(
             let Some(signal) = received.next() else {
                 return;
             };
-            if let Some(&code) = ended.0 .1.get() {
+            if let Some(&code) = ended.0.exit_code.get() {
                 std::process::exit(code);
             }
             SIGNAL.store(signal, Ordering::SeqCst);
             let saving = std::thread::spawn(move || {
                 if profiler.interrupt() {
                     std::thread::sleep(GRACE);
-                    if ended.0 .0.load(Ordering::SeqCst) {
+                    if ended.0.returned.load(Ordering::SeqCst) {
                         return; // stopped: the main thread writes the profile and exits
                     }
                 }

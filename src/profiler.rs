@@ -125,14 +125,12 @@ impl Profiler {
     /// `engine` must have been configured with [`Profiler::configure`] for the same options.
     pub fn new(engine: &Engine, options: ProfilerOptions) -> Result<Self> {
         let signals = SIGNALS_AVAILABLE && !engine.is_pulley();
-        let use_signals = match options.sampler {
-            SamplerKind::Auto => signals,
-            SamplerKind::Signal if signals => true,
-            SamplerKind::Signal => bail!(
+        if options.sampler == SamplerKind::Signal && !signals {
+            bail!(
                 "the signal sampler needs Linux on x86_64 or aarch64 and natively compiled code; use the epoch sampler"
-            ),
-            SamplerKind::Epoch => false,
-        };
+            );
+        }
+        let use_signals = signals && options.sampler.resolve() == SamplerKind::Signal;
         if !use_signals && !engine.get_epoch_interruption() {
             bail!("the epoch sampler needs an engine with epoch interruption: configure it with Profiler::configure for these options");
         }

@@ -153,8 +153,7 @@ impl HandlerState {
 
     /// Arms the timer, on the CPU this thread runs on, for the next tick of the grid that is
     /// still ahead (see [`super::timer`]). Async-signal-safe.
-    pub fn arm_next_tick(&self) -> std::io::Result<()> {
-        let now = clock_ns(libc::CLOCK_MONOTONIC);
+    pub fn arm_next_tick(&self, now: u64) -> std::io::Result<()> {
         let mut next = self.last_tick_ns.load(Ordering::Relaxed) + self.tick_ns;
         if next <= now {
             next += ((now - next) / self.tick_ns + 1) * self.tick_ns;
@@ -180,7 +179,8 @@ impl HandlerState {
         fiber_stacks::top_of(sp).map(|top| Stack { sp, top })
     }
 
-    fn take_sample(&self, regs: &Registers) {
+    /// `wall` is `CLOCK_MONOTONIC` now, read once per signal for the sample and the timer.
+    fn take_sample(&self, regs: &Registers, wall: u64) {
         let cpu = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
         if self.cpu_period_ns > 0 {
             // CPU-clock sampling from wall ticks: a tick is recorded once the thread has used
@@ -195,7 +195,6 @@ impl HandlerState {
             self.next_cpu_ns.store(following, Ordering::Relaxed);
         }
         let cpu_delta = cpu.saturating_sub(self.last_cpu_ns.swap(cpu, Ordering::Relaxed));
-        let wall = clock_ns(libc::CLOCK_MONOTONIC);
         let wall_delta = wall.saturating_sub(self.last_wall_ns.swap(wall, Ordering::Relaxed));
         let pushed = self.ring.push_with(|s| {
             s.cpu_delta_ns = cpu_delta;
@@ -481,10 +480,11 @@ extern "C" fn on_sigprof(_signal: libc::c_int, _info: *mut libc::siginfo_t, uc: 
         let state = unsafe { &*state };
         // SAFETY: the kernel passes a valid ucontext to SA_SIGINFO handlers.
         let regs = unsafe { Registers::from_ucontext(uc as *const libc::ucontext_t) };
-        state.take_sample(&regs);
+        let wall = clock_ns(libc::CLOCK_MONOTONIC);
+        state.take_sample(&regs, wall);
         // A failure cannot be reported here; it ends the sampling (`--verbose` shows how
         // many samples were taken).
-        let _ = state.arm_next_tick();
+        let _ = state.arm_next_tick(wall);
     }
     RUNNING.fetch_sub(1, Ordering::SeqCst);
     // SAFETY: as above.

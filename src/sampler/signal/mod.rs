@@ -128,7 +128,7 @@ impl Sampler for SignalSampler {
             .context("cannot start the drain thread")
             .and_then(|drain| {
                 state
-                    .arm_next_tick()
+                    .arm_next_tick(crate::clock::monotonic_ns())
                     .context("cannot arm the sampling timer")?;
                 Ok(drain)
             });
