@@ -30,6 +30,7 @@ use std::time::Instant;
 
 use common::{
     check, geometric_mean, paired, report_seconds_with_stdout_silenced, seconds_in_child,
+    wasmtime_cli,
 };
 use wasmspy::sampler::SamplerKind;
 use wasmspy::wasi_host::{self, DirMount, Exit, UnknownImports, WasiConfig};
@@ -159,23 +160,6 @@ fn programs(corpus: &Path, scratch: &Path) -> Vec<Program> {
             args: vec!["write".into(), "2000000".into()],
         },
     ]
-}
-
-/// `wasmtime run`: the example built beside this benchmark.
-fn wasmtime_cli() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples/wasmtime");
-    assert!(
-        path.exists(),
-        "{} is missing: build it with `cargo build --profile dev --example wasmtime`",
-        path.display()
-    );
-    path
 }
 
 fn wall_seconds(command: &mut Command) -> f64 {

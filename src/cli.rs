@@ -112,6 +112,11 @@ pub struct RecordArgs {
     #[arg(long, requires = "pprof_addr")]
     pub serve_after_exit: bool,
 
+    /// Write the profiles so far every SECONDS seconds (each write replaces the file whole),
+    /// so that a run killed without warning (SIGKILL, out of memory) loses at most that much.
+    #[arg(long, value_name = "SECONDS", value_parser = flush_interval)]
+    pub flush_every: Option<std::time::Duration>,
+
     /// Samples per second.
     #[arg(long, value_name = "HZ", default_value_t = 1000,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
@@ -213,5 +218,15 @@ impl RecordArgs {
             }
         }
         env
+    }
+}
+
+/// A positive number of seconds, fractions allowed.
+fn flush_interval(s: &str) -> Result<std::time::Duration, String> {
+    match s.parse::<f64>() {
+        Ok(secs) if secs > 0.0 && secs.is_finite() => {
+            std::time::Duration::try_from_secs_f64(secs).map_err(|e| format!("`{s}`: {e}"))
+        }
+        _ => Err(format!("expected a positive number of seconds, got `{s}`")),
     }
 }

@@ -65,14 +65,34 @@ impl std::fmt::Display for Clock {
 mod tests {
     use super::*;
 
+    /// This thread's CPU clock agrees with the kernel's accounting of the thread
+    /// (`getrusage(RUSAGE_THREAD)`, in ticks) and does not count time spent asleep.
     #[test]
-    fn thread_cpu_advances_with_work_on_this_thread() {
-        let before = thread_cpu_ns();
+    fn thread_cpu_counts_this_threads_work_and_not_its_sleep() {
+        let rusage_ns = || {
+            let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: getrusage only writes the struct it is given.
+            assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) }, 0);
+            let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+            ns(u.ru_utime) + ns(u.ru_stime)
+        };
+        let (cpu, kernel) = (thread_cpu_ns(), rusage_ns());
         let mut x = 0u64;
-        while thread_cpu_ns() - before < 5_000_000 {
-            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+        for i in 0..200_000_000u64 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
         }
-        assert!(thread_cpu_ns() - before >= 5_000_000);
-        assert!(monotonic_ns() > 0);
+        let (worked, kernel_worked) = (thread_cpu_ns() - cpu, rusage_ns() - kernel);
+        // The kernel's figure is in scheduler ticks (4 ms at 250 Hz) at each end.
+        let tick = 10_000_000;
+        assert!(
+            worked + tick >= kernel_worked && kernel_worked + tick >= worked,
+            "{worked} ns by the clock, {kernel_worked} ns by getrusage"
+        );
+        assert!(worked > 0);
+
+        let (cpu, wall) = (thread_cpu_ns(), monotonic_ns());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(monotonic_ns() - wall >= 50_000_000);
+        assert!(thread_cpu_ns() - cpu < 5_000_000, "asleep, yet using CPU");
     }
 }

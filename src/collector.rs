@@ -20,6 +20,7 @@ use crate::profile::{
 };
 use crate::sampler::{RawFrame, SampleValues};
 use crate::symbolize::{FunctionName, ModuleSymbolizer};
+use crate::timeline::{Tally, Timeline};
 
 /// Value indices of a sample: `samples`, `cpu`, and in wall-clock mode `wall`.
 pub const SAMPLES: usize = 0;
@@ -78,6 +79,38 @@ struct HostStack {
     samples_to_come: u32,
 }
 
+/// Samples of a host call still in progress, whose guest stack is not known yet: the first
+/// [`PENDING_KEPT`] one by one, with their times, the rest added up (a guest blocked in one
+/// host call for hours on the wall clock).
+#[derive(Default)]
+struct Pending {
+    samples: Vec<(Tally, u64)>,
+    rest: Option<(Tally, u64)>,
+}
+
+const PENDING_KEPT: usize = 4096;
+
+impl Pending {
+    fn add(&mut self, tally: Tally, time_ns: u64) {
+        if self.samples.len() < PENDING_KEPT {
+            self.samples.push((tally, time_ns));
+        } else {
+            self.rest
+                .get_or_insert((Tally::default(), time_ns))
+                .0
+                .add(tally);
+        }
+    }
+
+    fn count(&self) -> u64 {
+        self.samples.len() as u64 + self.rest.map_or(0, |(t, _)| t.samples)
+    }
+
+    fn entries(&self) -> impl Iterator<Item = (Tally, u64)> + '_ {
+        self.samples.iter().copied().chain(self.rest)
+    }
+}
+
 pub struct Collector {
     modules: Vec<RegisteredModule>,
     code_map: CodeMap,
@@ -89,8 +122,13 @@ pub struct Collector {
     native_frame_ids: FxHashMap<usize, Option<(FrameId, bool)>>,
     stack: Vec<FrameId>,
     host_stacks: FxHashMap<u32, HostStack>,
-    /// Host-call samples whose call has not returned yet: (call, values, time).
-    unresolved: Vec<(u32, SampleValues, u64)>,
+    /// Host-call samples whose call has not returned yet, by call.
+    pending: FxHashMap<u32, Pending>,
+    /// What the samples of each stack add up to, by stack id: memory grows with the distinct
+    /// stacks, not with time.
+    totals: Vec<Tally>,
+    /// The samples in time order, within a budget, when a format that shows time is wanted.
+    timeline: Option<Timeline>,
     counts: KindCounts,
     /// Sampled allocations by stack, and which to sample, when memory is profiled.
     heap: Option<(HeapSampler, Heap<StackId>)>,
@@ -107,10 +145,6 @@ pub struct Collector {
 impl Collector {
     /// `use_dwarf`: map code to source lines with the modules' DWARF, not only to functions.
     pub fn new(rate_hz: u32, clock: Clock, sampler: &'static str, use_dwarf: bool) -> Self {
-        let started_unix_ns = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as i64)
-            .unwrap_or(0);
         Collector {
             modules: Vec::new(),
             code_map: CodeMap::default(),
@@ -120,7 +154,9 @@ impl Collector {
             native_frame_ids: FxHashMap::default(),
             stack: Vec::new(),
             host_stacks: FxHashMap::default(),
-            unresolved: Vec::new(),
+            pending: FxHashMap::default(),
+            totals: Vec::new(),
+            timeline: None,
             counts: KindCounts::default(),
             heap: None,
             warnings: Vec::new(),
@@ -129,7 +165,7 @@ impl Collector {
             clock,
             sampler,
             started_ns: monotonic_ns(),
-            started_unix_ns,
+            started_unix_ns: unix_now_ns(),
             stopped_ns: None,
         }
     }
@@ -229,7 +265,11 @@ impl Collector {
             NativeSample::HostCall(call) => {
                 self.counts.host_call += 1;
                 let Some(host) = self.host_stacks.get_mut(&call) else {
-                    self.unresolved.push((call, values, time_ns));
+                    let time_ns = time_ns.saturating_sub(self.started_ns);
+                    self.pending
+                        .entry(call)
+                        .or_default()
+                        .add(Tally::one(values), time_ns);
                     return;
                 };
                 host.samples_to_come -= 1;
@@ -304,17 +344,15 @@ impl Collector {
         let mut frames = Vec::with_capacity(guest.len() + 1);
         frames.push(self.called_import(guest.first()));
         frames.extend_from_slice(guest);
-        let mut remaining = samples;
-        let unresolved = std::mem::take(&mut self.unresolved);
-        for (c, values, time_ns) in unresolved {
-            if c == call && remaining > 0 {
-                remaining -= 1;
-                self.push_sample(&frames, values, time_ns);
-            } else {
-                self.unresolved.push((c, values, time_ns));
+        let mut remaining = u64::from(samples);
+        if let Some(pending) = self.pending.remove(&call) {
+            remaining = remaining.saturating_sub(pending.count());
+            let stack = self.stack_of(&frames);
+            for (tally, time_ns) in pending.entries() {
+                self.add_tally(stack, tally, time_ns);
             }
         }
-        if remaining > 0 {
+        if let Ok(remaining @ 1..) = u32::try_from(remaining) {
             self.host_stacks.insert(
                 call,
                 HostStack {
@@ -360,11 +398,11 @@ impl Collector {
         self.counts
     }
 
-    fn values(&self, v: SampleValues) -> Vec<i64> {
-        let clamp = |ns: u64| ns.min(i64::MAX as u64) as i64;
-        let mut values = vec![1, clamp(v.cpu_ns)];
+    fn values(&self, t: Tally) -> Vec<i64> {
+        let clamp = |n: u64| n.min(i64::MAX as u64) as i64;
+        let mut values = vec![clamp(t.samples), clamp(t.cpu_ns)];
         if self.clock == Clock::Wall {
-            values.push(clamp(v.wall_ns));
+            values.push(clamp(t.wall_ns));
         }
         values
     }
@@ -389,10 +427,20 @@ impl Collector {
         stack_id
     }
 
-    fn record(&mut self, stack_id: StackId, values: SampleValues, time_ns: u64) {
-        let values = self.values(values);
-        self.builder
-            .sample(stack_id, time_ns.saturating_sub(self.started_ns), values);
+    fn record(&mut self, stack: StackId, values: SampleValues, time_ns: u64) {
+        let time_ns = time_ns.saturating_sub(self.started_ns);
+        self.add_tally(stack, Tally::one(values), time_ns);
+    }
+
+    /// `time_ns` since the start of the recording.
+    fn add_tally(&mut self, stack: StackId, tally: Tally, time_ns: u64) {
+        if self.totals.len() <= stack {
+            self.totals.resize(stack + 1, Tally::default());
+        }
+        self.totals[stack].add(tally);
+        if let Some(timeline) = &mut self.timeline {
+            timeline.push(stack, time_ns, tally);
+        }
     }
 
     fn frame_id(&mut self, raw: &RawFrame) -> FrameId {
@@ -629,14 +677,112 @@ impl Collector {
         }
     }
 
+    /// Marks the start of the recording: sample times and the profile's duration count from
+    /// here.
+    pub fn start(&mut self) {
+        self.started_ns = monotonic_ns();
+        self.started_unix_ns = unix_now_ns();
+    }
+
+    /// Keeps the samples in time order too (within [`crate::timeline::BUDGET`]), for the
+    /// formats that show a timeline; else only their totals by stack are kept.
+    pub fn keep_timeline(&mut self) {
+        self.timeline
+            .get_or_insert_with(|| Timeline::new(sampling_period(self.rate_hz).as_nanos() as u64));
+    }
+
     /// Marks the end of the recording: the profile's duration stops here.
     pub fn stop(&mut self) {
         self.stopped_ns.get_or_insert_with(monotonic_ns);
     }
 
-    /// The profile so far (complete once [`stop`](Self::stop) was called). Samples of a host
-    /// call still in progress, whose guest stack is not known yet, show as `[host call]` alone.
+    /// The profile so far (complete once [`stop`](Self::stop) was called): the samples in time
+    /// order when a timeline is kept ([`keep_timeline`](Self::keep_timeline)), else one per
+    /// stack. Samples of a host call still in progress, whose guest stack is not known yet,
+    /// show as `[host call]` alone.
     pub fn profile(&mut self) -> Profile {
+        let mut samples: Vec<Sample> = match &self.timeline {
+            Some(timeline) => timeline
+                .entries()
+                .into_iter()
+                .map(|e| Sample {
+                    stack: e.stack,
+                    time_ns: e.time_ns,
+                    values: self.values(e.tally),
+                })
+                .collect(),
+            None => self.samples_since(&[]),
+        };
+        samples.extend(self.pending_samples(0));
+        let header = self.cpu_header(self.timing());
+        self.cpu_profile(header, samples)
+    }
+
+    /// Where the recording stands now: [`profile_since`](Self::profile_since) keeps what comes
+    /// after.
+    pub fn mark(&self) -> Mark {
+        Mark {
+            elapsed_ns: self.elapsed_ns(),
+            totals: self.totals.clone(),
+        }
+    }
+
+    /// The profile of the samples taken since `mark`, one per stack.
+    pub fn profile_since(&mut self, mark: &Mark) -> Profile {
+        let mut samples = self.samples_since(&mark.totals);
+        samples.extend(self.pending_samples(mark.elapsed_ns));
+        let timing = self.timing();
+        let header = ProfileHeader {
+            start_unix_ns: timing.start_unix_ns + mark.elapsed_ns as i64,
+            duration_ns: timing.duration_ns - mark.elapsed_ns as i64,
+            ..timing
+        };
+        let header = self.cpu_header(header);
+        self.cpu_profile(header, samples)
+    }
+
+    /// A sample per stack of what it gained since `earlier` (totals by stack id).
+    fn samples_since(&self, earlier: &[Tally]) -> Vec<Sample> {
+        self.totals
+            .iter()
+            .enumerate()
+            .filter_map(|(stack, t)| {
+                let gained = t.since(earlier.get(stack).copied().unwrap_or_default());
+                (gained.samples > 0).then(|| Sample {
+                    stack,
+                    time_ns: 0,
+                    values: self.values(gained),
+                })
+            })
+            .collect()
+    }
+
+    /// The samples of host calls in progress taken from `from_ns` on, under `[host call]`.
+    fn pending_samples(&mut self, from_ns: u64) -> Vec<Sample> {
+        if self.pending.is_empty() {
+            return Vec::new();
+        }
+        let frame = self.frame_id(&RawFrame::UnknownHostCall);
+        let stack = self.builder.stack(&[frame]);
+        let mut entries: Vec<(Tally, u64)> = self
+            .pending
+            .values()
+            .flat_map(Pending::entries)
+            .filter(|&(_, time_ns)| time_ns >= from_ns)
+            .collect();
+        entries.sort_by_key(|&(_, time_ns)| time_ns);
+        entries
+            .into_iter()
+            .map(|(tally, time_ns)| Sample {
+                stack,
+                time_ns,
+                values: self.values(tally),
+            })
+            .collect()
+    }
+
+    /// A CPU profile's header: its sample types, period and comment, with `timing`.
+    fn cpu_header(&self, timing: ProfileHeader) -> ProfileHeader {
         let cpu = ValueType::new("cpu", "nanoseconds");
         let wall = ValueType::new("wall", "nanoseconds");
         let mut sample_types = vec![ValueType::new("samples", "count"), cpu.clone()];
@@ -647,7 +793,7 @@ impl Collector {
                 (WALL, wall)
             }
         };
-        let header = ProfileHeader {
+        ProfileHeader {
             sample_types,
             default_sample_type,
             period_type,
@@ -659,38 +805,22 @@ impl Collector {
                 self.rate_hz,
                 self.clock
             )],
-            ..self.timing()
-        };
-        let mut profile = self.builder.build(header, self.builder.samples().to_vec());
-        self.symbolize_wasm_frames(&mut profile);
-        if !self.unresolved.is_empty() {
-            let function = profile.functions.len();
-            profile.functions.push(Function {
-                name: UNKNOWN_HOST_CALL_FRAME.into(),
-                system_name: UNKNOWN_HOST_CALL_FRAME.into(),
-                file: String::new(),
-                start_line: 0,
-            });
-            profile.frames.push(Frame {
-                mapping: None,
-                address: 0,
-                lines: vec![Line {
-                    function,
-                    line: 0,
-                    column: 0,
-                }],
-            });
-            profile.stacks.push(vec![profile.frames.len() - 1]);
-            for &(_, values, time_ns) in &self.unresolved {
-                profile.samples.push(Sample {
-                    stack: profile.stacks.len() - 1,
-                    time_ns: time_ns.saturating_sub(self.started_ns),
-                    values: self.values(values),
-                });
-            }
+            ..timing
         }
+    }
+
+    fn cpu_profile(&mut self, header: ProfileHeader, samples: Vec<Sample>) -> Profile {
+        let mut profile = self.builder.build(header, samples);
+        self.symbolize_wasm_frames(&mut profile);
         profile
     }
+}
+
+/// Where a recording stood at some moment, by stack (see [`Collector::mark`]).
+#[derive(Clone, Debug)]
+pub struct Mark {
+    elapsed_ns: u64,
+    totals: Vec<Tally>,
 }
 
 fn plain_name(name: &str) -> FunctionName {
@@ -698,6 +828,13 @@ fn plain_name(name: &str) -> FunctionName {
         name: name.to_string(),
         system_name: name.to_string(),
     }
+}
+
+fn unix_now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -24,6 +24,7 @@ pub mod profiler;
 pub mod sampler;
 pub mod server;
 pub mod symbolize;
+pub mod timeline;
 pub mod top;
 pub mod wasi_host;
 

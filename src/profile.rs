@@ -178,7 +178,6 @@ pub struct ProfileBuilder {
     functions: Interner<Function>,
     frames: Interner<Frame>,
     stacks: Interner<Vec<FrameId>>,
-    samples: Vec<Sample>,
 }
 
 /// The parts of a profile that describe the whole recording rather than its samples.
@@ -231,21 +230,7 @@ impl ProfileBuilder {
         self.stacks.intern(frames)
     }
 
-    pub fn sample(&mut self, stack: StackId, time_ns: u64, values: Vec<i64>) {
-        self.samples.push(Sample {
-            stack,
-            time_ns,
-            values,
-        });
-    }
-
-    /// The samples added so far.
-    pub fn samples(&self) -> &[Sample] {
-        &self.samples
-    }
-
-    /// A profile of `samples`, whose stacks are this builder's: the builder's own samples, or
-    /// other values of its stacks (a heap profile).
+    /// A profile of `samples`, whose stacks are this builder's.
     pub fn build(&self, header: ProfileHeader, samples: Vec<Sample>) -> Profile {
         Profile {
             sample_types: header.sample_types,
@@ -297,9 +282,12 @@ mod tests {
         let s = b.stack(&[fr]);
         assert_eq!(b.stack(&[fr]), s);
         assert_ne!(b.stack(&[fr, fr]), s);
-        b.sample(s, 0, vec![1, 10]);
-        b.sample(s, 5, vec![1, 30]);
-        let p = b.build(ProfileHeader::default(), b.samples().to_vec());
+        let sample = |time_ns, cpu| Sample {
+            stack: s,
+            time_ns,
+            values: vec![1, cpu],
+        };
+        let p = b.build(ProfileHeader::default(), vec![sample(0, 10), sample(5, 30)]);
         assert_eq!(p.functions.len(), 2);
         assert_eq!(p.stacks, vec![vec![fr], vec![fr, fr]]);
         assert_eq!(p.total(1), 40);

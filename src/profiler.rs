@@ -36,7 +36,7 @@ use wasmtime::{
 };
 
 use crate::clock::{monotonic_ns, thread_cpu_ns, Clock};
-use crate::collector::{Collector, KindCounts};
+use crate::collector::{Collector, KindCounts, Mark};
 use crate::memory::rewrite::{
     block_slot, Allocator, Rewritten, HOOK_TABLE, SAMPLED_BLOCKS, SAMPLE_COUNTDOWN,
 };
@@ -59,6 +59,10 @@ pub struct ProfilerOptions {
     /// Profile memory too: sample allocations every this many bytes on average (1: every
     /// allocation). Allocations reach the profiler through [`Profiler::install_allocator_hook`].
     pub mem_rate: Option<u64>,
+    /// Keep the samples in time order, for the formats that show a timeline (Firefox
+    /// Profiler, speedscope), within a fixed budget ([`crate::timeline`]). Without it a CPU
+    /// profile has one sample per distinct stack, and memory grows with those alone.
+    pub timeline: bool,
 }
 
 impl Default for ProfilerOptions {
@@ -69,6 +73,7 @@ impl Default for ProfilerOptions {
             clock: Clock::Cpu,
             dwarf: true,
             mem_rate: None,
+            timeline: true,
         }
     }
 }
@@ -138,6 +143,9 @@ impl Profiler {
         let mut collector = Collector::new(options.rate_hz, options.clock, name, options.dwarf);
         if let Some(rate) = options.mem_rate {
             collector.profile_heap(rate);
+        }
+        if options.timeline {
+            collector.keep_timeline();
         }
         let collector = Arc::new(Mutex::new(collector));
         let sampler: Box<dyn Sampler> = if use_signals {
@@ -308,7 +316,9 @@ impl Profiler {
         table.set(&mut store, 0, Ref::Func(Some(hook)))
     }
 
+    /// Starts sampling; the profile's time counts from here.
     pub fn start(&mut self) -> Result<()> {
+        self.handle.lock().start();
         self.sampler.start()
     }
 
@@ -386,10 +396,15 @@ impl ProfilerHandle {
         self.lock().profile()
     }
 
-    /// Time since the recording started, on the clock of the samples' `time_ns`: a profile
-    /// of a stretch of the run keeps the samples between two of these.
-    pub fn elapsed_ns(&self) -> u64 {
-        self.lock().elapsed_ns()
+    /// Where the recording stands now: [`profile_since`](Self::profile_since) is the profile
+    /// of what comes after (e.g. the next 30 seconds, as `/debug/pprof/profile` serves).
+    pub fn mark(&self) -> Mark {
+        self.lock().mark()
+    }
+
+    /// The profile of the samples taken since `mark`, one per stack.
+    pub fn profile_since(&self, mark: &Mark) -> Profile {
+        self.lock().profile_since(mark)
     }
 
     /// Whether memory is profiled ([`ProfilerOptions::mem_rate`]).

@@ -1,7 +1,7 @@
 //! `wasmspy record`: run the guest under the profiler and write its profile, whatever way the
 //! guest ends.
 
-use std::io::Write;
+use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -10,6 +10,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use tempfile::NamedTempFile;
 use wasmspy::collector::{ALLOC_OBJECTS, ALLOC_SPACE, COLLECTED_NOTE, CPU, INUSE_SPACE, SAMPLES};
+use wasmspy::export::flamegraph::NothingToDraw;
 use wasmspy::export::Format;
 use wasmspy::memory::rewrite::rewrite;
 use wasmspy::profile::Profile;
@@ -57,6 +58,7 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         clock: args.clock,
         dwarf: !args.no_dwarf,
         mem_rate: outputs.memory.as_ref().map(|_| args.mem_rate),
+        timeline: outputs.cpu.iter().any(|o| o.format.shows_time()),
     };
     let mut config = wasi_host::engine_config();
     Profiler::configure(&mut config, &options);
@@ -100,6 +102,9 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     })?;
 
     profiler.start()?;
+    if let Some(every) = args.flush_every {
+        flush_periodically(outputs.clone(), profiler.handle(), every)?;
+    }
     let exit = wasi_host::run_with(
         &mut store,
         &module,
@@ -182,6 +187,33 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     Ok(code)
 }
 
+/// Writes the profiles so far every `every`, until the last write; errors are warned about
+/// once.
+fn flush_periodically(
+    outputs: Arc<Outputs>,
+    profiler: ProfilerHandle,
+    every: std::time::Duration,
+) -> Result<()> {
+    std::thread::Builder::new()
+        .name("wasmspy-flush".into())
+        .spawn(move || {
+            let mut warned = false;
+            loop {
+                std::thread::sleep(every);
+                if outputs.all_written() {
+                    return;
+                }
+                if let Err(e) = outputs.flush(&profiler) {
+                    if !std::mem::replace(&mut warned, true) {
+                        eprintln!("wasmspy: warning: {e:#}");
+                    }
+                }
+            }
+        })
+        .context("cannot start the flush thread")?;
+    Ok(())
+}
+
 /// Starts the live server, warning when it listens beyond this machine.
 fn start_server(
     profiler: ProfilerHandle,
@@ -212,8 +244,29 @@ impl Outputs {
     /// Writes the CPU profile `cpu` to each of its outputs and the memory profile, after the
     /// warnings about them. One output failing does not keep the others from being written.
     fn save(&self, profiler: &ProfilerHandle, cpu: &Profile) -> Result<()> {
+        self.write(profiler, cpu, Write::Last)
+    }
+
+    /// Whether every output had its last write.
+    fn all_written(&self) -> bool {
+        self.cpu.iter().chain(&self.memory).all(Output::written)
+    }
+
+    /// Writes the profiles so far, replacing the last flush.
+    fn flush(&self, profiler: &ProfilerHandle) -> Result<()> {
+        let cpu = if self.cpu.is_empty() {
+            Profile::default()
+        } else {
+            profiler.snapshot()
+        };
+        self.write(profiler, &cpu, Write::Flush)
+    }
+
+    fn write(&self, profiler: &ProfilerHandle, cpu: &Profile, write: Write) -> Result<()> {
         let heap = self.memory.as_ref().and_then(|_| profiler.heap_profile());
-        print_warnings(profiler);
+        if write == Write::Last {
+            print_warnings(profiler);
+        }
         let mut result = Ok(());
         let summary = format!(
             "{} samples, {:.3} s CPU",
@@ -221,7 +274,7 @@ impl Outputs {
             cpu.total(CPU) as f64 / 1e9
         );
         for output in &self.cpu {
-            result = result.and(output.save(cpu, &summary));
+            result = result.and(output.save(cpu, &summary, write));
         }
         if let (Some(output), Some(heap)) = (&self.memory, heap) {
             let mib = |i| heap.total(i) as f64 / (1024.0 * 1024.0);
@@ -237,7 +290,7 @@ impl Outputs {
                     ""
                 }
             );
-            result = result.and(output.save(&heap, &summary));
+            result = result.and(output.save(&heap, &summary, write));
         }
         result
     }
@@ -265,61 +318,109 @@ fn file_name(path: &Path) -> String {
         .unwrap_or_else(|| path.display().to_string())
 }
 
-/// The profile's destination, written exactly once: by the main thread when the guest ends,
-/// or by the signal thread when the guest cannot be stopped. The profile goes to a temporary
-/// file beside it, renamed into place once complete: a run that fails, or is killed, before
-/// or while writing leaves whatever was at the path untouched.
+/// The profile's destination. Each write goes to a temporary file beside it, renamed into
+/// place once complete: a run that fails, or is killed, before or while writing leaves
+/// whatever was at the path untouched (the last flush, or an older profile). The last write
+/// is the main thread's when the guest ends, or the signal thread's when the guest cannot be
+/// stopped; nothing is written after it.
 struct Output {
     path: PathBuf,
     format: Format,
-    file: Mutex<Option<NamedTempFile>>,
+    state: Mutex<OutputState>,
+}
+
+struct OutputState {
+    /// Made before the guest runs, to fail early where nothing can be written; used by the
+    /// first write.
+    first: Option<NamedTempFile>,
+    done: bool,
+}
+
+/// Whether a write is the run's last: reported on stderr, and final.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Write {
+    Flush,
+    Last,
 }
 
 impl Output {
     /// Fails, before the guest runs, where the profile could not be written.
     fn create(path: &Path, format: Format) -> Result<Self> {
-        let what = || format!("cannot create output `{}`", path.display());
         if path.is_dir() {
-            return Err(anyhow::anyhow!("it is a directory")).with_context(what);
+            return Err(anyhow::anyhow!("it is a directory"))
+                .with_context(|| format!("cannot create output `{}`", path.display()));
         }
-        let dir = match path.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir,
-            _ => Path::new("."),
-        };
-        let file = tempfile::Builder::new()
-            .prefix(".wasmspy-")
-            .suffix(".tmp")
-            // As `File::create` would: the process's umask applies.
-            .permissions(std::fs::Permissions::from_mode(0o666))
-            .tempfile_in(dir)
-            .with_context(what)?;
+        let first = temp_file_beside(path)?;
         Ok(Output {
             path: path.to_path_buf(),
             format,
-            file: Mutex::new(Some(file)),
+            state: Mutex::new(OutputState {
+                first: Some(first),
+                done: false,
+            }),
         })
     }
 
-    /// Writes `profile` and reports it, with `summary`, on stderr, unless it was saved already.
-    fn save(&self, profile: &Profile, summary: &str) -> Result<()> {
-        let mut slot = self.file.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(mut file) = slot.take() else {
+    fn written(&self) -> bool {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).done
+    }
+
+    /// Writes `profile`, unless the last write was made; the last one is reported, with
+    /// `summary`, on stderr. A flame graph of nothing is not drawn: the last write warns so.
+    fn save(&self, profile: &Profile, summary: &str, write: Write) -> Result<()> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.done {
             return Ok(());
-        };
+        }
+        state.done = write == Write::Last;
+        // Taken out now, so that the last write removes it even when it writes nothing.
+        let first = state.first.take();
         let what = || format!("cannot write profile `{}`", self.path.display());
         let mut bytes = Vec::new();
-        self.format.write(profile, &mut bytes).with_context(what)?;
+        match self.format.write(profile, &mut bytes) {
+            Err(e) if e.is::<NothingToDraw>() => {
+                if write == Write::Last {
+                    eprintln!(
+                        "wasmspy: warning: {} not written: {e} (the guest was not sampled)",
+                        self.path.display()
+                    );
+                }
+                return Ok(());
+            }
+            result => result.with_context(what)?,
+        }
+        let mut file = match first {
+            Some(file) => file,
+            None => temp_file_beside(&self.path)?,
+        };
         file.write_all(&bytes)
             .and_then(|()| file.as_file().sync_all())
             .with_context(what)?;
         file.persist(&self.path)
             .map_err(|e| e.error)
             .with_context(what)?;
-        eprintln!(
-            "wasmspy: wrote {} ({summary}); view it with: {}",
-            self.path.display(),
-            self.format.how_to_view(&self.path)
-        );
+        if write == Write::Last {
+            eprintln!(
+                "wasmspy: wrote {} ({summary}); view it with: {}",
+                self.path.display(),
+                self.format.how_to_view(&self.path)
+            );
+        }
         Ok(())
     }
+}
+
+/// A new temporary file in `path`'s directory, with the permissions `File::create` would give.
+fn temp_file_beside(path: &Path) -> Result<NamedTempFile> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    tempfile::Builder::new()
+        .prefix(".wasmspy-")
+        .suffix(".tmp")
+        // As `File::create` would: the process's umask applies.
+        .permissions(std::fs::Permissions::from_mode(0o666))
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot create output `{}`", path.display()))
 }

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, Context, Result};
 use wasmspy::export::{self, Format};
 use wasmspy::profile::Profile;
 use wasmspy::top::top;
@@ -34,7 +34,7 @@ pub fn convert(args: ConvertArgs) -> Result<i32> {
 
 fn read(path: &Path) -> Result<Profile> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
-    export::read(&bytes).with_context(|| format!("cannot read `{}`", path.display()))
+    export::read(&bytes).map_err(|e| anyhow!("`{}` {e:#}", path.display()))
 }
 
 /// The sample type named or numbered `chosen`, else the profile's default.

@@ -248,24 +248,16 @@ async fn cpu_profile(
         );
     }
     let _slot = CpuSlot(&shared.cpu_busy);
-    let from = shared.profiler.elapsed_ns();
+    let mark = shared.profiler.mark();
     let mut exited = shared.exited.clone();
     tokio::select! {
         _ = tokio::time::sleep(Duration::from_secs(seconds)) => {}
         _ = exited.wait_for(|&e| e) => {}
     }
     let profiler = shared.profiler.clone();
-    let built = tokio::task::spawn_blocking(move || {
-        let to = profiler.elapsed_ns();
-        let mut profile = profiler.snapshot();
-        profile
-            .samples
-            .retain(|s| s.time_ns >= from && s.time_ns <= to);
-        profile.start_unix_ns += from as i64;
-        profile.duration_ns = to.saturating_sub(from) as i64;
-        attachment(&profile, "profile")
-    })
-    .await;
+    let built =
+        tokio::task::spawn_blocking(move || attachment(&profiler.profile_since(&mark), "profile"))
+            .await;
     built.unwrap_or_else(|e| error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()))
 }
 

@@ -186,10 +186,12 @@ impl Top {
             value(self.total)
         );
         if self.dropped > 0 {
+            // As Go's pprof: "1 node", "2 nodes".
             let _ = writeln!(
                 out,
-                "Dropped {} nodes (cum <= {})",
+                "Dropped {} node{} (cum <= {})",
                 self.dropped,
+                if self.dropped == 1 { "" } else { "s" },
                 value(self.cutoff)
             );
         }

@@ -14,15 +14,8 @@ fn corpus() -> Option<PathBuf> {
     if root.is_dir() {
         return Some(root);
     }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI must have the corpus at {}",
-        root.display()
-    );
-    eprintln!(
-        "the Sightglass corpus is absent ({}): not testing it",
-        root.display()
-    );
+    let why = format!("the Sightglass corpus is absent ({})", root.display());
+    skip("corpus", &why);
     None
 }
 

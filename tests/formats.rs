@@ -54,11 +54,11 @@ fn browser_check(mode: &str, file: &Path, name: &str, screenshot: &Path) -> bool
     if !dir.join("node_modules/playwright-core").exists()
         || !Path::new("/usr/bin/chromium").exists()
     {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "tests/browser/install.sh has not been run"
+        let test = format!("browser check of {mode}");
+        skip(
+            &test,
+            "Chromium or playwright-core is missing: run tests/browser/install.sh",
         );
-        eprintln!("browser check of {mode} skipped: run tests/browser/install.sh");
         return false;
     }
     let out = Command::new("node")
@@ -342,12 +342,12 @@ fn convert_between_formats() {
             out.as_os_str(),
         ],
         1,
-        "only speedscope's JSON can be read back",
+        "is a Firefox Profiler profile, which cannot be read back",
     );
     fails(
         &["report".as_ref(), fixture("c/cprog.c").as_os_str()],
         1,
-        "cannot read",
+        "is not a pprof, speedscope or folded-stacks profile",
     );
     fails(
         &[

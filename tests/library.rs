@@ -3,19 +3,25 @@
 use wasmspy::collector::CPU;
 use wasmspy::sampler::SamplerKind;
 use wasmspy::{Profiler, ProfilerOptions};
-use wasmtime::{Config, Engine, Instance, Module, Store};
+use wasmtime::{Config, Engine, Instance, Module, Store, TypedFunc};
 
 /// One signal sampler runs per process: these tests take turns.
 static SIGNALS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-const GUEST: &str = r#"(module
-    (func $busy (param $n i32) (result i32) (local $acc i32)
+/// A busy loop of `$n` rounds.
+const BUSY: &str = r#"(func $busy (param $n i32) (result i32) (local $acc i32)
         (loop $l
             (local.set $acc (i32.add (i32.mul (local.get $acc) (i32.const 31)) (local.get $n)))
             (local.tee $n (i32.sub (local.get $n) (i32.const 1)))
             (br_if $l))
-        (local.get $acc))
-    (func $run (export "run") (param i32) (result i32) (call $busy (local.get 0))))"#;
+        (local.get $acc))"#;
+
+/// `run(n)` calls `busy(n)`.
+fn guest() -> String {
+    format!(
+        r#"(module {BUSY} (func $run (export "run") (param i32) (result i32) (call $busy (local.get 0))))"#
+    )
+}
 
 /// An engine configured for `sampler`, and the options that choose it.
 fn engine_for(sampler: SamplerKind) -> (Engine, ProfilerOptions) {
@@ -28,9 +34,13 @@ fn engine_for(sampler: SamplerKind) -> (Engine, ProfilerOptions) {
     (Engine::new(&config).unwrap(), options)
 }
 
-fn setup(sampler: SamplerKind) -> (Engine, Module, Vec<u8>, Profiler) {
-    let (engine, options) = engine_for(sampler);
-    let wasm = wat::parse_str(GUEST).unwrap();
+/// `guest` (text) compiled on an engine configured for `options`, and a profiler with it
+/// registered.
+fn compiled(options: ProfilerOptions, guest: &str) -> (Engine, Module, Vec<u8>, Profiler) {
+    let mut config = Config::new();
+    Profiler::configure(&mut config, &options);
+    let engine = Engine::new(&config).unwrap();
+    let wasm = wat::parse_str(guest).unwrap();
     let module = Module::new(&engine, &wasm).unwrap();
     let profiler = Profiler::new(&engine, options).unwrap();
     profiler
@@ -39,17 +49,35 @@ fn setup(sampler: SamplerKind) -> (Engine, Module, Vec<u8>, Profiler) {
     (engine, module, wasm, profiler)
 }
 
+fn setup(sampler: SamplerKind) -> (Engine, Module, Vec<u8>, Profiler) {
+    let options = ProfilerOptions {
+        sampler,
+        ..Default::default()
+    };
+    compiled(options, &guest())
+}
+
+/// [`guest`] on an engine configured for `options`, registered with its profiler, instantiated in
+/// a store the profiler is attached to (on this thread): the profiler, the store and `run`.
+fn attached(options: ProfilerOptions) -> (Profiler, Store<()>, TypedFunc<i32, i32>) {
+    let (engine, module, _, mut profiler) = compiled(options, &guest());
+    let mut store = Store::new(&engine, ());
+    profiler.attach(&mut store).unwrap();
+    let instance = Instance::new(&mut store, &module, &[]).unwrap();
+    let run = instance
+        .get_typed_func::<i32, i32>(&mut store, "run")
+        .unwrap();
+    (profiler, store, run)
+}
+
 #[test]
 fn an_embedders_store_is_profiled() {
     let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
     for sampler in [SamplerKind::Signal, SamplerKind::Epoch] {
-        let (engine, module, _, mut profiler) = setup(sampler);
-        let mut store = Store::new(&engine, ());
-        profiler.attach(&mut store).unwrap();
-        let instance = Instance::new(&mut store, &module, &[]).unwrap();
-        let run = instance
-            .get_typed_func::<i32, i32>(&mut store, "run")
-            .unwrap();
+        let (mut profiler, mut store, run) = attached(ProfilerOptions {
+            sampler,
+            ..Default::default()
+        });
         profiler.start().unwrap();
         run.call(&mut store, 300_000_000).unwrap();
         let profile = profiler.stop();
@@ -239,4 +267,234 @@ fn a_guest_on_a_fiber_keeps_its_callers() {
         "{with_caller} of {} samples in busy show run above it",
         stacks.len()
     );
+}
+
+/// CPU time (ns) a stack's samples carry, by the stack's function names, leaf first.
+fn cpu_by_stack(profile: &wasmspy::profile::Profile) -> Vec<(Vec<String>, i64)> {
+    profile
+        .samples
+        .iter()
+        .map(|s| {
+            let names = profile.stacks[s.stack]
+                .iter()
+                .map(|&f| profile.frame_name(f).to_string())
+                .collect();
+            (names, s.values[CPU])
+        })
+        .collect()
+}
+
+fn spin_cpu(ns: u64) {
+    let until = wasmspy::clock::thread_cpu_ns() + ns;
+    while wasmspy::clock::thread_cpu_ns() < until {}
+}
+
+/// Host → Wasm → host: an import that calls back into the guest keeps the samples of its own
+/// code, before and after the inner calls, and the inner import and Wasm keep theirs.
+#[test]
+fn a_host_call_that_calls_back_into_the_guest_keeps_its_samples() {
+    use wasmspy::clock::thread_cpu_ns;
+    use wasmtime::{Caller, Linker};
+
+    let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
+    let guest = format!(
+        r#"(module
+        (import "host" "outer" (func $outer))
+        (import "host" "inner" (func $inner))
+        {BUSY}
+        (func $nested (export "nested") (param i32) (result i32)
+            (call $inner)
+            (call $busy (local.get 0)))
+        (func $run (export "run") (call $outer)))"#
+    );
+    let (engine, module, _, mut profiler) = compiled(
+        ProfilerOptions {
+            sampler: SamplerKind::Signal,
+            ..Default::default()
+        },
+        &guest,
+    );
+    // The CPU time each host function spent in its own code, as it measured it.
+    #[derive(Default)]
+    struct Spent {
+        outer: u64,
+        inner: u64,
+    }
+    let mut store = Store::new(&engine, Spent::default());
+    profiler.attach(&mut store).unwrap();
+    let mut linker = Linker::new(&engine);
+    linker
+        .func_wrap("host", "outer", |mut caller: Caller<'_, Spent>| {
+            let nested = caller
+                .get_export("nested")
+                .and_then(|e| e.into_func())
+                .unwrap()
+                .typed::<i32, i32>(&caller)
+                .unwrap();
+            let t = thread_cpu_ns();
+            spin_cpu(150_000_000);
+            caller.data_mut().outer += thread_cpu_ns() - t;
+            nested.call(&mut caller, 100_000_000).unwrap();
+            let t = thread_cpu_ns();
+            spin_cpu(150_000_000);
+            caller.data_mut().outer += thread_cpu_ns() - t;
+        })
+        .unwrap();
+    linker
+        .func_wrap("host", "inner", |mut caller: Caller<'_, Spent>| {
+            let t = thread_cpu_ns();
+            spin_cpu(100_000_000);
+            caller.data_mut().inner += thread_cpu_ns() - t;
+        })
+        .unwrap();
+    let instance = linker.instantiate(&mut store, &module).unwrap();
+    let run = instance
+        .get_typed_func::<(), ()>(&mut store, "run")
+        .unwrap();
+    profiler.start().unwrap();
+    run.call(&mut store, ()).unwrap();
+    let profile = profiler.stop();
+
+    let stacks = cpu_by_stack(&profile);
+    // The inner stacks end where the walk or Wasmtime's backtrace leaves Wasm: at `nested`,
+    // or at `run` without the host frame between them.
+    let cpu_of = |stack: &[&str]| -> u64 {
+        stacks
+            .iter()
+            .filter(|(names, _)| {
+                names.len() >= stack.len() && names.iter().zip(stack).all(|(n, s)| n == s)
+            })
+            .map(|&(_, cpu)| cpu as u64)
+            .sum()
+    };
+    let spent = store.data();
+    let outer = cpu_of(&["host::outer", "run"]);
+    let inner = cpu_of(&["host::inner", "nested"]);
+    let busy = cpu_of(&["busy", "nested"]);
+    let near = |profiled: u64, measured: u64| {
+        (profiled as f64) > 0.8 * measured as f64 && (profiled as f64) < 1.2 * measured as f64
+    };
+    assert!(
+        near(outer, spent.outer),
+        "outer: {outer} ns profiled, {} measured; {stacks:?}",
+        spent.outer
+    );
+    assert!(
+        near(inner, spent.inner),
+        "inner: {inner} ns profiled, {} measured; {stacks:?}",
+        spent.inner
+    );
+    assert!(busy > 0, "{stacks:?}");
+}
+
+/// A SIGPROF that is not the sampler's own timer's (sent with `kill` to the process, or with
+/// `tgkill` to the guest thread) takes no sample.
+#[test]
+fn a_foreign_sigprof_takes_no_sample() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::time::Instant;
+    use wasmspy::clock::Clock;
+
+    let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut profiler, mut store, run) = attached(ProfilerOptions {
+        sampler: SamplerKind::Signal,
+        clock: Clock::Wall,
+        rate_hz: 1,
+        ..Default::default()
+    });
+    let guest_tid = unsafe { libc::gettid() };
+    let done = AtomicBool::new(false);
+    let sent = AtomicU32::new(0);
+    profiler.start().unwrap();
+    let started = Instant::now();
+    let ran = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                // SAFETY: signals to this process and its guest thread, whose handler is
+                // installed (the sampler started).
+                unsafe {
+                    libc::syscall(libc::SYS_tgkill, libc::getpid(), guest_tid, libc::SIGPROF);
+                    libc::kill(libc::getpid(), libc::SIGPROF);
+                }
+                sent.fetch_add(2, Ordering::Relaxed);
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        });
+        // Until plenty of signals arrived.
+        while sent.load(Ordering::Relaxed) < 1000 {
+            run.call(&mut store, 50_000_000).unwrap();
+        }
+        let ran = started.elapsed();
+        done.store(true, Ordering::Relaxed);
+        ran
+    });
+    let profile = profiler.stop();
+    let samples = profile.total(wasmspy::collector::SAMPLES);
+    // The timer's own ticks: one a second.
+    assert!(
+        samples as f64 <= ran.as_secs_f64() + 1.0,
+        "{samples} samples in {ran:?} at 1 Hz, with {} foreign SIGPROFs",
+        sent.load(Ordering::Relaxed)
+    );
+}
+
+/// A profile's clock starts at `start`, however long after the profiler was made.
+#[test]
+fn a_profile_counts_time_from_start() {
+    use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+    let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut profiler, mut store, run) = attached(ProfilerOptions {
+        sampler: SamplerKind::Signal,
+        ..Default::default()
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let unix_before = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    let before = Instant::now();
+    profiler.start().unwrap();
+    run.call(&mut store, 100_000_000).unwrap();
+    let profile = profiler.stop();
+    let took = before.elapsed();
+    assert!(profile.total(wasmspy::collector::SAMPLES) > 0);
+    assert!(
+        profile.duration_ns as u128 <= took.as_nanos(),
+        "{} ns recorded, {took:?} from start to stop",
+        profile.duration_ns
+    );
+    assert!(profile.start_unix_ns as u128 >= unix_before.as_nanos());
+    let last = profile.samples.iter().map(|s| s.time_ns).max().unwrap();
+    assert!(last <= profile.duration_ns as u64);
+}
+
+/// Without a timeline, samples are kept as totals by stack: one sample per distinct stack,
+/// adding up to what the timeline keeps one by one.
+#[test]
+fn without_a_timeline_samples_are_totals_by_stack() {
+    use wasmspy::collector::SAMPLES;
+
+    let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
+    for timeline in [true, false] {
+        let (mut profiler, mut store, run) = attached(ProfilerOptions {
+            sampler: SamplerKind::Signal,
+            rate_hz: 10_000,
+            timeline,
+            ..Default::default()
+        });
+        profiler.start().unwrap();
+        run.call(&mut store, 200_000_000).unwrap();
+        let profile = profiler.stop();
+        let samples = profile.total(SAMPLES);
+        assert!(samples > 100, "{samples} samples");
+        let mut stacks: Vec<usize> = profile.samples.iter().map(|s| s.stack).collect();
+        if timeline {
+            assert_eq!(profile.samples.len() as i64, samples);
+            let times: Vec<u64> = profile.samples.iter().map(|s| s.time_ns).collect();
+            assert!(times.windows(2).all(|w| w[0] <= w[1]));
+        } else {
+            stacks.sort();
+            stacks.dedup();
+            assert_eq!(stacks.len(), profile.samples.len(), "one sample per stack");
+            assert!(profile.samples.len() < 10);
+        }
+    }
 }

@@ -59,6 +59,17 @@ impl Live {
         }
     }
 
+    /// The CPU time the process has used so far (user and system, from `/proc`).
+    fn cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+        // Fields after the command name (which may hold spaces): utime and stime are the
+        // 14th and 15th fields, in clock ticks.
+        let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+        let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+        // SAFETY: sysconf has no preconditions.
+        ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+    }
+
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
@@ -119,20 +130,27 @@ fn a_cpu_profile_of_the_next_seconds() {
     );
 
     let asked = Instant::now();
+    let cpu_before = live.cpu_seconds();
     let (status, kind, body) = get(&live.url("/debug/pprof/profile?seconds=2"));
+    let cpu_used = live.cpu_seconds() - cpu_before;
     let took = asked.elapsed();
     assert_eq!(status, 200);
     assert_eq!(kind, "application/octet-stream");
-    assert!(
-        took >= Duration::from_secs(2) && took < Duration::from_secs(5),
-        "{took:?}"
-    );
+    assert!(took >= Duration::from_secs(2), "{took:?}");
     let profile = decode(&body);
     let duration = profile.0.duration_nanos as f64 / 1e9;
-    assert!((duration - 2.0).abs() < 0.2, "{duration} s");
-    // The guest was busy all along: about 2 s of its CPU, most of it in hot_function.
+    assert!(
+        duration >= 2.0 && duration <= took.as_secs_f64(),
+        "{duration} s"
+    );
+    // The guest was busy all along: the profile holds the CPU time the process used while
+    // the request was served (however much the machine let it have), most of it in
+    // hot_function. The kernel counts the process's time in 10 ms ticks.
     let cpu = profile.total("cpu") as f64 / 1e9;
-    assert!(cpu > 1.5 && cpu < 2.2, "{cpu} s of CPU");
+    assert!(
+        cpu > 0.8 * cpu_used - 0.02 && cpu < cpu_used + 0.02,
+        "{cpu} s of CPU in the profile, {cpu_used} s used by the process"
+    );
     assert_eq!(profile.top_self("cpu")[0].0, "hot_function");
 
     let (code, out, err) = live.finish();
@@ -206,14 +224,15 @@ fn a_request_racing_the_guests_exit() {
     let asked = Instant::now();
     let (status, _, body) = get(&live.url("/debug/pprof/profile?seconds=30"));
     assert_eq!(status, 200);
+    // Answered when the guest exited (about a second of CPU in), not after the 30 s asked.
     assert!(
-        asked.elapsed() < Duration::from_secs(10),
+        asked.elapsed() < Duration::from_secs(30),
         "{:?}",
         asked.elapsed()
     );
     let profile = decode(&body);
     assert!(profile.total("samples") > 0);
-    assert!((profile.0.duration_nanos as f64) < 10e9);
+    assert!((profile.0.duration_nanos as f64) < 30e9);
     let base = live.base.clone();
     let (code, _, err) = live.finish();
     assert_eq!(code, Some(0), "{err}");
@@ -303,17 +322,21 @@ fn heap_requests_under_load_leave_the_guest_alone() {
         "c/churn.wasm",
         &["20000"],
     );
-    let mut served = 0;
+    // Each profile counts at least the allocations of the one before.
+    let mut allocations = 0;
     for _ in 0..200 {
         let (status, _, body) = get(&live.url("/debug/pprof/heap"));
         assert_eq!(status, 200);
-        assert_eq!(decode(&body).0.sample_type.len(), 4);
-        served += 1;
+        let served = decode(&body);
+        assert_eq!(served.0.sample_type.len(), 4);
+        let now = served.total("alloc_objects");
+        assert!(now >= allocations, "{now} allocations after {allocations}");
+        allocations = now;
     }
     let (code, out, err) = live.finish();
     assert_eq!(code, Some(0), "{err}");
-    assert_eq!(served, 200);
     assert_eq!(out, "churn done: 20000 rounds, checksum 20000000\n");
+    assert!(Decoded::load(&heap).total("alloc_objects") >= allocations);
 }
 
 #[test]

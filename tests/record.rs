@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -414,22 +415,6 @@ fn bad_input_gets_one_line_and_a_nonzero_exit() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
-fn assert_one_line_error(out: &std::process::Output, expect: &str, what: &dyn std::fmt::Debug) {
-    let err = stderr(out);
-    let errors: Vec<&str> = err
-        .lines()
-        .filter(|l| !l.starts_with("wasmspy: wrote"))
-        .collect();
-    assert!(!out.status.success(), "{what:?} succeeded");
-    assert_eq!(errors.len(), 1, "{what:?}: not one line: {err}");
-    assert!(errors[0].starts_with("wasmspy: error: "), "{what:?}: {err}");
-    assert!(
-        errors[0].contains(expect),
-        "{what:?}: expected `{expect}` in {err}"
-    );
-    assert!(!err.contains("panicked"), "{err}");
-}
-
 /// Runs `record --sampler SAMPLER` on the busy C fixture, sends `signal` after 1.5 s, and
 /// returns how it ended, what it wrote on stderr, and the profile.
 fn signal_while_spinning(sampler: &str, signal: i32) -> (Option<i32>, String, Decoded) {
@@ -491,4 +476,120 @@ fn ctrl_c_while_blocked_in_a_host_call_still_writes_the_profile() {
         stderr(&result)
     );
     Decoded::load(&out);
+}
+
+/// A second signal while the first one's profile is being saved ends the process at once and
+/// says so; the profile is not written (an older one stays).
+#[test]
+fn a_second_signal_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.pb.gz");
+    std::fs::write(&out, "an older profile").unwrap();
+    // The epoch sampler waits a second for the guest, blocked reading stdin, to stop.
+    let mut child = wasmspy()
+        .args(["record", "--sampler", "epoch", "-o"])
+        .arg(&out)
+        .arg(fixture(C))
+        .arg("stdin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take();
+    std::thread::sleep(Duration::from_millis(1000));
+    // Two different signals, so that neither is merged into the other while pending.
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: plain kill(2) of our own child.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+    }
+    let result = child.wait_with_output().unwrap();
+    drop(stdin);
+    let err = stderr(&result);
+    assert!(
+        matches!(result.status.code(), Some(130 | 143)),
+        "{:?}: {err}",
+        result.status
+    );
+    assert!(err.contains("wasmspy: a second signal: exiting"), "{err}");
+    assert!(!err.contains("wasmspy: wrote"), "{err}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "an older profile");
+}
+
+/// `--flush-every`: the profile so far is on disk, whole, while the guest runs, and a run
+/// killed without warning (SIGKILL) keeps the last one.
+#[test]
+fn flushed_profiles_survive_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let pprof = dir.path().join("out.pb.gz");
+    let speedscope = dir.path().join("out.speedscope.json");
+    let mut child = wasmspy()
+        .args(["record", "--flush-every", "0.2", "-o"])
+        .arg(&pprof)
+        .arg("-o")
+        .arg(&speedscope)
+        .arg(fixture(C))
+        .args(["spin", "1000000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Samples in the profile on disk, once there is one.
+    let samples_on_disk = || -> Option<i64> {
+        let bytes = std::fs::read(&pprof).ok()?;
+        let profile = wasmspy::export::pprof::read(&bytes).expect("a flushed profile is whole");
+        Some(profile.total(wasmspy::collector::SAMPLES))
+    };
+    let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+        for _ in 0..1200 {
+            if done() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("no {what} after a minute");
+    };
+    wait_for("flush with samples", &|| samples_on_disk() > Some(0));
+    let first = samples_on_disk().unwrap();
+    wait_for("later flush", &|| samples_on_disk() > Some(first));
+    child.kill().unwrap();
+    let result = child.wait_with_output().unwrap();
+    assert_eq!(result.status.signal(), Some(libc::SIGKILL));
+    assert!(samples_on_disk().unwrap() > first);
+    let p = Decoded::load(&pprof);
+    assert_eq!(p.top_self("cpu")[0].0, "hot_function");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&speedscope).unwrap()).unwrap();
+    assert!(!json["profiles"][0]["samples"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+}
+
+/// A guest too short to be sampled: the flame graph, which cannot draw nothing, is not
+/// written, with a warning; the other outputs are, and the exit code is the guest's.
+#[test]
+fn a_guest_too_short_to_sample_keeps_its_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("out.svg");
+    let pprof = dir.path().join("out.pb.gz");
+    let out = wasmspy()
+        .args(["record", "--rate", "1", "-o"])
+        .arg(&svg)
+        .arg("-o")
+        .arg(&pprof)
+        .arg(fixture(C))
+        .args(["exit", "3"])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains(&format!("wasmspy: warning: {} not written", svg.display())),
+        "{err}"
+    );
+    assert!(!svg.exists());
+    assert_eq!(Decoded::load(&pprof).total("samples"), 0);
+    let left = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(left, 1, "only the pprof file is left");
 }

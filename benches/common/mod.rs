@@ -106,3 +106,20 @@ pub fn report_seconds_with_stdout_silenced(f: impl FnOnce() -> f64) {
     unsafe { libc::dup2(saved, 1) };
     println!("{seconds}");
 }
+
+/// `wasmtime run`: the example built beside this benchmark.
+pub fn wasmtime_cli() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let path = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples/wasmtime");
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo build --profile dev --example wasmtime`",
+        path.display()
+    );
+    path
+}

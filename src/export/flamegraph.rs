@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use inferno::flamegraph::{self, Options};
 
 use super::folded;
@@ -18,10 +18,7 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
         .map(|(stack, value)| format!("{stack} {value}"))
         .collect();
     if lines.is_empty() {
-        bail!(
-            "nothing to draw: no sample has a positive {} value",
-            kind.kind
-        );
+        return Err(NothingToDraw(kind.kind.clone()).into());
     }
     let mut options = Options::default();
     options.title = match profile.mappings.first() {
@@ -33,3 +30,20 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
     flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), out)
         .context("cannot draw the flame graph")
 }
+
+/// A flame graph of a profile without a positive value of the type drawn (a guest too short
+/// to be sampled): there is nothing to draw.
+#[derive(Debug)]
+pub struct NothingToDraw(pub String);
+
+impl std::fmt::Display for NothingToDraw {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "nothing to draw: no sample has a positive {} value",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for NothingToDraw {}

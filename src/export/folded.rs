@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
 use crate::profile::{Function, Profile, ProfileBuilder, ProfileHeader, Sample, ValueType};
 
@@ -45,15 +45,25 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
 pub fn read(text: &str) -> Result<Profile> {
     let mut builder = ProfileBuilder::default();
     let mut samples = Vec::new();
+    let lines = text.lines().count();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim_end();
         if line.is_empty() {
             continue;
         }
-        let (stack, value) = line
+        let Some((stack, value)) = line
             .rsplit_once(' ')
             .and_then(|(stack, value)| Some((stack, value.parse::<i64>().ok()?)))
-            .with_context(|| format!("line {}: not `frame;frame;… count`", n + 1))?;
+        else {
+            if n + 1 == lines && n > 0 && !text.ends_with('\n') {
+                bail!("ends early (its last line is cut)");
+            }
+            bail!(
+                "{} (line {} is not `frame;…;frame count`)",
+                super::FOREIGN,
+                n + 1
+            );
+        };
         let frames: Vec<usize> = stack
             .split(';')
             .rev()
@@ -74,7 +84,7 @@ pub fn read(text: &str) -> Result<Profile> {
         });
     }
     if samples.is_empty() {
-        bail!("no folded stacks in it");
+        bail!("is empty");
     }
     let header = ProfileHeader {
         sample_types: vec![ValueType::new("samples", "count")],

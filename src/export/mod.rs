@@ -77,6 +77,11 @@ impl Format {
         }
     }
 
+    /// Whether the format shows samples in time order (and needs them kept so).
+    pub fn shows_time(self) -> bool {
+        matches!(self, Format::Firefox | Format::Speedscope)
+    }
+
     /// How to look at a file of this format.
     pub fn how_to_view(self, path: &Path) -> String {
         let path = path.display();
@@ -118,21 +123,63 @@ impl fmt::Display for Format {
 }
 
 /// Reads a profile file of any format that can be read: pprof (gzipped or not), speedscope,
-/// folded stacks.
+/// folded stacks. Errors are phrases about the file, to follow its name: "is empty",
+/// "ends early", "is not a pprof, speedscope or folded-stacks profile"...
 pub fn read(bytes: &[u8]) -> Result<Profile> {
-    let text = std::str::from_utf8(bytes).ok();
-    match text.map(str::trim_start) {
-        Some(json) if json.starts_with('{') => {
-            if json.contains("speedscope.app/file-format-schema") {
-                speedscope::read(bytes)
-            } else {
-                bail!("only speedscope's JSON can be read back, not the Firefox Profiler's: convert from the pprof profile instead")
-            }
-        }
-        Some(folded) if !folded.is_empty() && !bytes.starts_with(&[0x1f, 0x8b]) => {
-            // A pprof message may happen to be valid UTF-8: try it first.
-            pprof::read(bytes).or_else(|_| folded::read(folded))
-        }
-        _ => pprof::read(bytes),
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        bail!("is empty");
     }
+    let profile = if bytes.starts_with(&GZIP_MAGIC) {
+        pprof::read(bytes)?
+    } else {
+        match std::str::from_utf8(bytes).map(str::trim_start) {
+            Ok(json) if json.starts_with('{') => {
+                if json.contains("speedscope.app/file-format-schema") {
+                    speedscope::read(bytes)?
+                } else if json.contains("\"meta\"") && json.contains("\"threads\"") {
+                    bail!("is a Firefox Profiler profile, which cannot be read back: convert from the pprof profile instead")
+                } else {
+                    bail!("{FOREIGN}")
+                }
+            }
+            // A pprof message may happen to be valid UTF-8: try it first, and if it is
+            // neither, say what the more likely one says (a cut pprof message).
+            Ok(text) => match pprof::read(bytes) {
+                Ok(profile) => profile,
+                Err(pprof) => folded::read(text).map_err(|folded| {
+                    match pprof.to_string().starts_with("ends early") {
+                        true => pprof,
+                        false => folded,
+                    }
+                })?,
+            },
+            Err(_) => pprof::read(bytes)?,
+        }
+    };
+    check_values(&profile)?;
+    Ok(profile)
+}
+
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// What a file none of the readers understands is.
+pub const FOREIGN: &str = "is not a pprof, speedscope or folded-stacks profile";
+
+/// Values every consumer can add up: each sample type's absolute values sum within an i64.
+fn check_values(profile: &Profile) -> Result<()> {
+    if profile.sample_types.is_empty() {
+        bail!("has no sample types");
+    }
+    for (i, kind) in profile.sample_types.iter().enumerate() {
+        let sum = profile.samples.iter().try_fold(0i64, |sum, s| {
+            s.values
+                .get(i)?
+                .checked_abs()
+                .and_then(|v| sum.checked_add(v))
+        });
+        if sum.is_none() {
+            bail!("has {} values too large to add up", kind.kind);
+        }
+    }
+    Ok(())
 }

@@ -124,7 +124,7 @@ pub fn to_proto(profile: &Profile) -> proto::Profile {
             Some(&i) => {
                 let values: &mut Vec<i64> = &mut out.sample[i].value;
                 for (total, v) in values.iter_mut().zip(&sample.values) {
-                    *total += v;
+                    *total = total.saturating_add(*v);
                 }
             }
             None => {
@@ -151,18 +151,37 @@ pub fn encode(profile: &Profile) -> Result<Vec<u8>> {
     Ok(gz.finish()?)
 }
 
-/// Reads a pprof file's bytes, gzipped or not.
+/// Reads a pprof file's bytes, gzipped or not. Errors are phrases about the file (see
+/// [`super::read`]).
 pub fn decode(bytes: &[u8]) -> Result<proto::Profile> {
-    let raw = if bytes.starts_with(&[0x1f, 0x8b]) {
+    let gzipped = bytes.starts_with(&[0x1f, 0x8b]);
+    let raw = if gzipped {
         let mut raw = Vec::new();
-        GzDecoder::new(bytes)
-            .read_to_end(&mut raw)
-            .context("corrupt gzip stream")?;
+        if let Err(e) = GzDecoder::new(bytes).read_to_end(&mut raw) {
+            match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => bail!("ends early (its gzip stream is cut)"),
+                _ => bail!("is a damaged gzip file ({e})"),
+            }
+        }
         raw
     } else {
         bytes.to_vec()
     };
-    proto::Profile::decode(raw.as_slice()).context("not a pprof profile")
+    let profile = match proto::Profile::decode(raw.as_slice()) {
+        Ok(profile) => profile,
+        // pprof writers (Go's, ours) begin with the sample types, field 1.
+        Err(e) if e.to_string().contains("buffer underflow") && raw.first() == Some(&0x0a) => {
+            bail!("ends early (its pprof message is cut)")
+        }
+        Err(_) if gzipped => bail!("is gzipped, but not a pprof profile"),
+        Err(_) => bail!("{}", super::FOREIGN),
+    };
+    // Every pprof string table starts with "": a message without one is something else that
+    // happened to parse.
+    if profile.string_table.first().map(String::as_str) != Some("") {
+        bail!("{}", super::FOREIGN);
+    }
+    Ok(profile)
 }
 
 /// A pprof file (ours, Go's, pprof-rs's…) as a profile model.
@@ -178,7 +197,7 @@ pub fn from_proto(p: &proto::Profile) -> Result<Profile> {
             .ok()
             .and_then(|i| p.string_table.get(i))
             .cloned()
-            .with_context(|| format!("string {i} is not in the string table"))
+            .with_context(|| format!("is damaged: string {i} is not in its string table"))
     };
     let value_type = |vt: &proto::ValueType| -> Result<ValueType> {
         Ok(ValueType {
@@ -218,9 +237,12 @@ pub fn from_proto(p: &proto::Profile) -> Result<Profile> {
         let mut lines = Vec::with_capacity(l.line.len().max(1));
         for line in &l.line {
             lines.push(Line {
-                function: *functions
-                    .get(&line.function_id)
-                    .with_context(|| format!("no function {}", line.function_id))?,
+                function: *functions.get(&line.function_id).with_context(|| {
+                    format!(
+                        "is damaged: a location names function {}, which it does not have",
+                        line.function_id
+                    )
+                })?,
                 line: line.line.try_into().unwrap_or(0),
                 column: line.column.try_into().unwrap_or(0),
             });
@@ -253,7 +275,7 @@ pub fn from_proto(p: &proto::Profile) -> Result<Profile> {
     for s in &p.sample {
         if s.value.len() != sample_types.len() {
             bail!(
-                "a sample has {} values for {} sample types",
+                "is damaged: a sample has {} values for {} sample types",
                 s.value.len(),
                 sample_types.len()
             );
@@ -262,10 +284,9 @@ pub fn from_proto(p: &proto::Profile) -> Result<Profile> {
             .location_id
             .iter()
             .map(|id| {
-                frames
-                    .get(id)
-                    .copied()
-                    .with_context(|| format!("no location {id}"))
+                frames.get(id).copied().with_context(|| {
+                    format!("is damaged: a sample names location {id}, which it does not have")
+                })
             })
             .collect::<Result<_>>()?;
         samples.push(Sample {
@@ -329,9 +350,12 @@ mod tests {
         let root = frame(&mut b, "root", 10);
         let s1 = b.stack(&[leaf, root]);
         let s2 = b.stack(&[root]);
-        b.sample(s1, 0, vec![1, 100]);
-        b.sample(s2, 1, vec![1, 50]);
-        b.sample(s1, 2, vec![1, 70]);
+        let sample = |stack, time_ns, cpu| Sample {
+            stack,
+            time_ns,
+            values: vec![1, cpu],
+        };
+        let samples = vec![sample(s1, 0, 100), sample(s2, 1, 50), sample(s1, 2, 70)];
         let header = ProfileHeader {
             sample_types: vec![
                 ValueType::new("samples", "count"),
@@ -344,7 +368,7 @@ mod tests {
             duration_ns: 9,
             comments: vec!["hello".into()],
         };
-        let profile = b.build(header, b.samples().to_vec());
+        let profile = b.build(header, samples);
 
         let p = decode(&encode(&profile).unwrap()).unwrap();
         let s = |i: i64| p.string_table[i as usize].as_str();

@@ -127,13 +127,17 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
 /// Reads a speedscope file of sampled profiles with the same stacks (as this module and
 /// py-spy write them): one sample type per profile.
 pub fn read(bytes: &[u8]) -> Result<Profile> {
-    let file: File = serde_json::from_slice(bytes).context("not a speedscope profile")?;
+    let file: File = match serde_json::from_slice(bytes) {
+        Ok(file) => file,
+        Err(e) if e.is_eof() => bail!("ends early (its JSON is cut)"),
+        Err(e) => bail!("is not a speedscope profile wasmspy can read ({e})"),
+    };
     let Some(first) = file.profiles.first() else {
-        bail!("the speedscope file has no profile");
+        bail!("is a speedscope file without profiles");
     };
     for p in &file.profiles {
         if p.kind != "sampled" || p.samples != first.samples || p.weights.len() != p.samples.len() {
-            bail!("only speedscope files of sampled profiles over the same samples can be read");
+            bail!("holds speedscope profiles wasmspy cannot read: only sampled profiles over the same samples");
         }
     }
     let mut builder = ProfileBuilder::default();
@@ -152,7 +156,11 @@ pub fn read(bytes: &[u8]) -> Result<Profile> {
         let frames: Vec<usize> = stack
             .iter()
             .rev()
-            .map(|&f| frame_ids.get(f).copied().context("a sample names no frame"))
+            .map(|&f| {
+                frame_ids.get(f).copied().with_context(|| {
+                    format!("is damaged: a sample names frame {f}, which it does not have")
+                })
+            })
             .collect::<Result<_>>()?;
         samples.push(Sample {
             stack: builder.stack(&frames),

@@ -64,6 +64,32 @@ pub fn ctrl_c_while_reading_stdin(record_args: &[&std::ffi::OsStr]) -> Output {
     output
 }
 
+/// A test that cannot run here for want of something it needs: says `skipped` where it is
+/// seen (written to stderr past the test harness's capture, which takes only `eprintln!`), and
+/// fails under CI, where everything must be there.
+pub fn skip(test: &str, why: &str) {
+    assert!(std::env::var_os("CI").is_none(), "{test}: {why}, under CI");
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "skipped: {test}: {why}");
+}
+
+/// `out` failed with one line on stderr, `wasmspy: error: …` containing `expect`, and no panic.
+pub fn assert_one_line_error(out: &std::process::Output, expect: &str, what: &dyn std::fmt::Debug) {
+    let err = stderr(out);
+    let errors: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.starts_with("wasmspy: wrote"))
+        .collect();
+    assert!(!out.status.success(), "{what:?} succeeded");
+    assert_eq!(errors.len(), 1, "{what:?}: not one line: {err}");
+    assert!(errors[0].starts_with("wasmspy: error: "), "{what:?}: {err}");
+    assert!(
+        errors[0].contains(expect),
+        "{what:?}: expected `{expect}` in {err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

@@ -15,6 +15,10 @@
 //! - **Lifetime**: the handler reaches its state only through [`STATE`], after counting itself
 //!   in [`RUNNING`]; [`detach`] clears `STATE` and waits for `RUNNING` to drop to zero before
 //!   the state may be freed.
+//! - **One producer**: only a signal of wasmspy's timer (`si_code` `SI_TIMER` with its
+//!   cookie), on the guest thread, takes a sample and re-arms the timer; any other SIGPROF
+//!   (`kill`, another library's timer, a signal to another thread) is ignored, so the ring
+//!   has one producer, the guest thread.
 //!
 //! Frame walking: Cranelift keeps a frame record (saved frame pointer, return address) in every
 //! Wasm function and trampoline. From a PC in Wasm code the handler follows the chain, keeping
@@ -97,6 +101,8 @@ pub struct HandlerState {
     /// The timer that sends the signals, its period and the time of its last tick: the handler
     /// arms it for the next one.
     timer: libc::timer_t,
+    tid: libc::pid_t,
+    cookie: usize,
     tick_ns: u64,
     last_tick_ns: AtomicU64,
     pub lost: AtomicU64,
@@ -114,7 +120,7 @@ impl HandlerState {
         stack: std::ops::Range<usize>,
         code: impl Iterator<Item = std::ops::Range<usize>>,
         cpu_period_ns: u64,
-        timer: libc::timer_t,
+        timer: &super::timer::SignalTimer,
         tick: std::time::Duration,
     ) -> Self {
         let mut ranges = [(0, 0); MAX_CODE_RANGES];
@@ -134,7 +140,9 @@ impl HandlerState {
             last_wall_ns: AtomicU64::new(0),
             cpu_period_ns,
             next_cpu_ns: AtomicU64::new(0),
-            timer,
+            timer: timer.id(),
+            tid: timer.tid(),
+            cookie: timer.cookie(),
             tick_ns: tick.as_nanos() as u64,
             last_tick_ns: AtomicU64::new(clock_ns(libc::CLOCK_MONOTONIC)),
             lost: AtomicU64::new(0),
@@ -160,6 +168,14 @@ impl HandlerState {
         }
         self.last_tick_ns.store(next, Ordering::Relaxed);
         super::timer::arm_at(self.timer, next)
+    }
+
+    /// Whether a signal is a tick of this state's timer, delivered to the guest thread.
+    fn is_own_tick(&self, info: &TimerSigInfo) -> bool {
+        // SAFETY: gettid is a system call without preconditions, async-signal-safe.
+        info.code == libc::SI_TIMER
+            && info.value == self.cookie
+            && unsafe { libc::gettid() } == self.tid
     }
 
     fn in_code(&self, pc: usize) -> bool {
@@ -469,7 +485,24 @@ pub fn install() -> std::io::Result<()> {
     }
 }
 
-extern "C" fn on_sigprof(_signal: libc::c_int, _info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+/// The start of Linux's `siginfo_t` as a POSIX timer's signal fills it (`_sigfault`'s union
+/// member `_timer`: timer id, overrun count, then the `sigev_value` given at `timer_create`),
+/// on the 64-bit targets this module is built for.
+#[repr(C)]
+struct TimerSigInfo {
+    signo: libc::c_int,
+    errno: libc::c_int,
+    code: libc::c_int,
+    _pad: libc::c_int,
+    timer_id: libc::c_int,
+    overrun: libc::c_int,
+    value: usize,
+}
+
+const _: () =
+    assert!(std::mem::size_of::<TimerSigInfo>() <= std::mem::size_of::<libc::siginfo_t>());
+
+extern "C" fn on_sigprof(_signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     // SAFETY: __errno_location returns this thread's errno slot.
     let errno = unsafe { *libc::__errno_location() };
     RUNNING.fetch_add(1, Ordering::SeqCst);
@@ -478,13 +511,18 @@ extern "C" fn on_sigprof(_signal: libc::c_int, _info: *mut libc::siginfo_t, uc: 
         // SAFETY: `detach` waits for RUNNING to reach zero before the state can be freed, and
         // we counted ourselves in RUNNING before loading the pointer.
         let state = unsafe { &*state };
-        // SAFETY: the kernel passes a valid ucontext to SA_SIGINFO handlers.
-        let regs = unsafe { Registers::from_ucontext(uc as *const libc::ucontext_t) };
-        let wall = clock_ns(libc::CLOCK_MONOTONIC);
-        state.take_sample(&regs, wall);
-        // A failure cannot be reported here; it ends the sampling (`--verbose` shows how
-        // many samples were taken).
-        let _ = state.arm_next_tick(wall);
+        // SAFETY: the kernel passes a valid siginfo_t to SA_SIGINFO handlers; TimerSigInfo is
+        // a prefix of it (checked at compile time above), whose fields any signal may read.
+        let info = unsafe { &*(info as *const TimerSigInfo) };
+        if state.is_own_tick(info) {
+            // SAFETY: the kernel passes a valid ucontext to SA_SIGINFO handlers.
+            let regs = unsafe { Registers::from_ucontext(uc as *const libc::ucontext_t) };
+            let wall = clock_ns(libc::CLOCK_MONOTONIC);
+            state.take_sample(&regs, wall);
+            // A failure cannot be reported here; it ends the sampling (`--verbose` shows how
+            // many samples were taken).
+            let _ = state.arm_next_tick(wall);
+        }
     }
     RUNNING.fetch_sub(1, Ordering::SeqCst);
     // SAFETY: as above.

@@ -100,7 +100,7 @@ impl Sampler for SignalSampler {
             guest.stack.clone(),
             code.into_iter(),
             cpu_period_ns,
-            timer.id(),
+            &timer,
             self.period,
         ));
         state.reset_clocks();

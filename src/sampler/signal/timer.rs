@@ -22,17 +22,30 @@
 //! it records a tick only once the thread has used another period of CPU (see
 //! `HandlerState::take_sample`).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use anyhow::Result;
 
+/// Where the timers' cookies start: a value no pointer a library would pass is likely to have.
+const COOKIE_BASE: usize = 0x7773_7079_0000; // "wspy"
+
 /// Deleted when dropped.
-pub struct SignalTimer(libc::timer_t);
+pub struct SignalTimer {
+    id: libc::timer_t,
+    tid: libc::pid_t,
+    cookie: usize,
+}
 
 // SAFETY: a timer id is a kernel handle usable from any thread.
 unsafe impl Send for SignalTimer {}
 
 impl SignalTimer {
-    /// A timer that will send SIGPROF to thread `tid`, not armed yet.
+    /// A timer that will send SIGPROF to thread `tid`, not armed yet. Its signals carry a
+    /// value of their own ([`cookie`](Self::cookie)), so that the handler tells them from a
+    /// SIGPROF sent by anything else.
     pub fn create(tid: libc::pid_t) -> Result<Self> {
+        static TIMERS: AtomicUsize = AtomicUsize::new(0);
+        let cookie = COOKIE_BASE + TIMERS.fetch_add(1, Ordering::Relaxed);
         // SAFETY: a zeroed sigevent is valid before its fields are set; timer_create gets valid
         // pointers.
         unsafe {
@@ -40,16 +53,31 @@ impl SignalTimer {
             event.sigev_notify = libc::SIGEV_THREAD_ID;
             event.sigev_signo = libc::SIGPROF;
             event.sigev_notify_thread_id = tid;
+            event.sigev_value.sival_ptr = cookie as *mut libc::c_void;
             let mut timer: libc::timer_t = std::ptr::null_mut();
             if libc::timer_create(libc::CLOCK_MONOTONIC, &mut event, &mut timer) != 0 {
                 return Err(std::io::Error::last_os_error().into());
             }
-            Ok(SignalTimer(timer))
+            Ok(SignalTimer {
+                id: timer,
+                tid,
+                cookie,
+            })
         }
     }
 
     pub fn id(&self) -> libc::timer_t {
-        self.0
+        self.id
+    }
+
+    /// The thread the signals go to.
+    pub fn tid(&self) -> libc::pid_t {
+        self.tid
+    }
+
+    /// The value every signal of this timer carries (`si_value`).
+    pub fn cookie(&self) -> usize {
+        self.cookie
     }
 }
 
@@ -79,6 +107,6 @@ pub fn arm_at(timer: libc::timer_t, deadline_ns: u64) -> std::io::Result<()> {
 impl Drop for SignalTimer {
     fn drop(&mut self) {
         // SAFETY: the timer was created by `create` and is deleted once, here.
-        unsafe { libc::timer_delete(self.0) };
+        unsafe { libc::timer_delete(self.id) };
     }
 }

@@ -1,0 +1,10 @@
+//! speedscope JSON files read as `wasmspy report`/`convert` read them: never a panic.
+//! `cargo fuzz run speedscope` (see README); the corpus is `fuzz/corpus/speedscope`.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+#[path = "../../tests/common/read_any.rs"]
+mod read_any;
+
+fuzz_target!(|data: &[u8]| read_any::read_and_use(data));

@@ -1,0 +1,49 @@
+//! The fuzz targets' corpora (`fuzz/corpus/{pprof,speedscope,folded}`: seeds, and the inputs
+//! `cargo fuzz` found that reach new code) replayed on stable Rust: reading any of them, as
+//! `report` and `convert` do, never panics.
+
+#[path = "common/read_any.rs"]
+mod read_any;
+
+use std::path::Path;
+
+use read_any::{gzip, read_and_use};
+
+fn corpus(target: &str) -> Vec<Vec<u8>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(target);
+    let inputs: Vec<Vec<u8>> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| std::fs::read(entry.unwrap().path()).unwrap())
+        .collect();
+    assert!(
+        inputs.len() >= 3,
+        "{}: {} inputs",
+        dir.display(),
+        inputs.len()
+    );
+    inputs
+}
+
+#[test]
+fn pprof_corpus_reads_without_panic() {
+    for input in corpus("pprof") {
+        read_and_use(&input);
+        read_and_use(&gzip(&input));
+    }
+}
+
+#[test]
+fn speedscope_corpus_reads_without_panic() {
+    for input in corpus("speedscope") {
+        read_and_use(&input);
+    }
+}
+
+#[test]
+fn folded_corpus_reads_without_panic() {
+    for input in corpus("folded") {
+        read_and_use(&input);
+    }
+}
