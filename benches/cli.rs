@@ -62,10 +62,7 @@ fn main() {
         report_seconds_with_stdout_silenced(|| run_setting(&setting, &module, &guest_args));
         return;
     }
-    let reps = args
-        .iter()
-        .position(|a| a == "--reps")
-        .map_or(5, |i| args[i + 1].parse().expect("--reps N"));
+    let reps: usize = common::option("--reps", 5);
     let Some(corpus) = common::corpus() else {
         return;
     };

@@ -19,12 +19,7 @@ use wasmspy::collector::SAMPLES;
 const EARLY: Duration = Duration::from_secs(10);
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let seconds: u64 = args
-        .iter()
-        .position(|a| a == "--seconds")
-        .and_then(|i| args.get(i + 1))
-        .map_or(600, |n| n.parse().expect("--seconds N"));
+    let seconds: u64 = common::option("--seconds", 600);
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let guest = manifest.join("tests/fixtures/c/cprog.wasm");
     // About 150 rounds a second: this runs for hours.

@@ -37,12 +37,7 @@ const PROGRAMS: [&str; 6] = [
 ];
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let reps: usize = args
-        .iter()
-        .position(|a| a == "--reps")
-        .and_then(|i| args.get(i + 1))
-        .map_or(7, |n| n.parse().expect("--reps N"));
+    let reps: usize = common::option("--reps", 7);
     let Some(root) = common::corpus() else {
         return;
     };

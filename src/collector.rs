@@ -569,7 +569,7 @@ impl Collector {
     }
 
     /// Time since the recording started, on the clock of the samples' `time_ns`.
-    pub fn elapsed_ns(&self) -> u64 {
+    fn elapsed_ns(&self) -> u64 {
         monotonic_ns().saturating_sub(self.started_ns)
     }
 

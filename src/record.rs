@@ -1,7 +1,7 @@
 //! `wasmspy record`: run the guest under the profiler and write its profile, whatever way the
 //! guest ends.
 
-use std::io::Write as _;
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -244,7 +244,7 @@ impl Outputs {
     /// Writes the CPU profile `cpu` to each of its outputs and the memory profile, after the
     /// warnings about them. One output failing does not keep the others from being written.
     fn save(&self, profiler: &ProfilerHandle, cpu: &Profile) -> Result<()> {
-        self.write(profiler, cpu, Write::Last)
+        self.write(profiler, cpu, Save::Last)
     }
 
     /// Whether every output had its last write.
@@ -259,12 +259,12 @@ impl Outputs {
         } else {
             profiler.snapshot()
         };
-        self.write(profiler, &cpu, Write::Flush)
+        self.write(profiler, &cpu, Save::Flush)
     }
 
-    fn write(&self, profiler: &ProfilerHandle, cpu: &Profile, write: Write) -> Result<()> {
+    fn write(&self, profiler: &ProfilerHandle, cpu: &Profile, save: Save) -> Result<()> {
         let heap = self.memory.as_ref().and_then(|_| profiler.heap_profile());
-        if write == Write::Last {
+        if save == Save::Last {
             print_warnings(profiler);
         }
         let mut result = Ok(());
@@ -274,7 +274,7 @@ impl Outputs {
             cpu.total(CPU) as f64 / 1e9
         );
         for output in &self.cpu {
-            result = result.and(output.save(cpu, &summary, write));
+            result = result.and(output.save(cpu, &summary, save));
         }
         if let (Some(output), Some(heap)) = (&self.memory, heap) {
             let mib = |i| heap.total(i) as f64 / (1024.0 * 1024.0);
@@ -290,7 +290,7 @@ impl Outputs {
                     ""
                 }
             );
-            result = result.and(output.save(&heap, &summary, write));
+            result = result.and(output.save(&heap, &summary, save));
         }
         result
     }
@@ -338,7 +338,7 @@ struct OutputState {
 
 /// Whether a write is the run's last: reported on stderr, and final.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Write {
+enum Save {
     Flush,
     Last,
 }
@@ -367,19 +367,19 @@ impl Output {
 
     /// Writes `profile`, unless the last write was made; the last one is reported, with
     /// `summary`, on stderr. A flame graph of nothing is not drawn: the last write warns so.
-    fn save(&self, profile: &Profile, summary: &str, write: Write) -> Result<()> {
+    fn save(&self, profile: &Profile, summary: &str, save: Save) -> Result<()> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if state.done {
             return Ok(());
         }
-        state.done = write == Write::Last;
+        state.done = save == Save::Last;
         // Taken out now, so that the last write removes it even when it writes nothing.
         let first = state.first.take();
         let what = || format!("cannot write profile `{}`", self.path.display());
         let mut bytes = Vec::new();
         match self.format.write(profile, &mut bytes) {
             Err(e) if e.is::<NothingToDraw>() => {
-                if write == Write::Last {
+                if save == Save::Last {
                     eprintln!(
                         "wasmspy: warning: {} not written: {e} (the guest was not sampled)",
                         self.path.display()
@@ -399,7 +399,7 @@ impl Output {
         file.persist(&self.path)
             .map_err(|e| e.error)
             .with_context(what)?;
-        if write == Write::Last {
+        if save == Save::Last {
             eprintln!(
                 "wasmspy: wrote {} ({summary}); view it with: {}",
                 self.path.display(),

@@ -6,8 +6,9 @@
 //! merge into one entry that carries their count and summed values, at the time of the first
 //! of them; whenever the budget is reached again the buckets double in width. A run of any
 //! length keeps the whole run, at a resolution that coarsens with its length: at 1 kHz, about
-//! two minutes at full resolution; after an hour, buckets of 32 ms for a guest whose stacks
-//! change at every sample, no coarsening at all for one that stays in few stacks.
+//! two minutes at full resolution; after an hour, buckets of 64 ms for a guest in one stack
+//! (3.6 million samples in at most half the budget), wider for one that moves between several
+//! stacks within each bucket.
 
 use rustc_hash::FxHashMap;
 

@@ -123,3 +123,15 @@ pub fn wasmtime_cli() -> PathBuf {
     );
     path
 }
+
+/// The value after `--NAME` on this benchmark's command line (`-- --reps 3`), else `default`.
+pub fn option<T: std::str::FromStr>(name: &str, default: T) -> T {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map_or(default, |v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name}: expected a number, got `{v}`"))
+        })
+}

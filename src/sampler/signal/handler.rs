@@ -490,12 +490,12 @@ pub fn install() -> std::io::Result<()> {
 /// on the 64-bit targets this module is built for.
 #[repr(C)]
 struct TimerSigInfo {
-    signo: libc::c_int,
-    errno: libc::c_int,
+    _signo: libc::c_int,
+    _errno: libc::c_int,
     code: libc::c_int,
     _pad: libc::c_int,
-    timer_id: libc::c_int,
-    overrun: libc::c_int,
+    _timer_id: libc::c_int,
+    _overrun: libc::c_int,
     value: usize,
 }
 
