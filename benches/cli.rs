@@ -33,7 +33,7 @@ use common::{
     wasmtime_cli,
 };
 use wasmspy::sampler::SamplerKind;
-use wasmspy::wasi_host::{self, DirMount, Exit, UnknownImports, WasiConfig};
+use wasmspy::wasi_host::{self, DirMount, Exit, Host, UnknownImports, WasiConfig};
 use wasmspy::{Profiler, ProfilerOptions};
 use wasmtime::{Engine, Linker, Module, Store};
 use wasmtime_wasi::p1::{self, WasiP1Ctx};
@@ -200,10 +200,12 @@ fn run_setting(setting: &str, module_path: &Path, args: &[String]) -> f64 {
         env: Vec::new(),
         dirs: vec![".".parse::<DirMount>().unwrap()],
         unknown_imports: UnknownImports::DefaultValues,
+        ..Default::default()
     };
     match setting {
         "blocking-pool" => {
-            let mut store = Store::new(&engine, context_with_blocking_pool(&wasi));
+            let host = Host::new(context_with_blocking_pool(&wasi), Default::default());
+            let mut store = Store::new(&engine, host);
             let start = Instant::now();
             check(wasi_host::run(&mut store, &module, wasi.unknown_imports));
             start.elapsed().as_secs_f64()
@@ -252,9 +254,9 @@ fn context_with_blocking_pool(wasi: &WasiConfig) -> WasiP1Ctx {
 }
 
 /// The guest called synchronously, with WASI's synchronous bindings.
-fn run_sync(store: &mut Store<WasiP1Ctx>, module: &Module) -> f64 {
+fn run_sync(store: &mut Store<Host>, module: &Module) -> f64 {
     let mut linker = Linker::new(module.engine());
-    p1::add_to_linker_sync(&mut linker, |ctx| ctx).unwrap();
+    p1::add_to_linker_sync(&mut linker, Host::wasi).unwrap();
     linker
         .define_unknown_imports_as_default_values(&mut *store, module)
         .unwrap();

@@ -119,6 +119,7 @@ fn run(
         env: Vec::new(),
         dirs: vec![format!("{}::.", dir.display()).parse::<DirMount>().unwrap()],
         unknown_imports: UnknownImports::DefaultValues,
+        ..Default::default()
     };
     let mut store = wasi_host::new_store(engine, &wasi).unwrap();
     let Some((original, rewritten, rate)) = memory else {

@@ -7,7 +7,11 @@
 //! interruption, sampling at epoch ticks and host calls). Each profiler's engine is configured
 //! with what it needs and nothing more (`Profiler::configure`). The last column is the floor
 //! of any timer-signal sampler on this machine: the same timer at 10 kHz with a handler that
-//! does nothing (extrapolated to 1 kHz), on a default engine.
+//! does nothing (extrapolated to 1 kHz), on a default engine. The corpus's components
+//! (`cm-online-stats`, `kotlin-richards`) are run as `wasmtime run` runs them, and profiled
+//! with `Profiler::add_component` and `GuestProfiler::new_component`; their inputs make them
+//! shorter than the programs timed here, so each runs from a copy whose `default.input`
+//! count (the last number in it: iterations) is ten times larger.
 //!
 //! `cargo bench --profile dev --bench overhead [-- --reps N] [-- NAME-FILTER]`
 //!
@@ -28,9 +32,9 @@ use common::{
     check, geometric_mean, paired, report_seconds_with_stdout_silenced, seconds_in_child,
 };
 use wasmspy::sampler::SamplerKind;
-use wasmspy::wasi_host::{self, DirMount, UnknownImports, WasiConfig};
+use wasmspy::wasi_host::{self, DirMount, Program, UnknownImports, WasiConfig};
 use wasmspy::{Profiler, ProfilerOptions};
-use wasmtime::{Engine, GuestProfiler, Module, UpdateDeadline};
+use wasmtime::{Engine, GuestProfiler, UpdateDeadline};
 
 const CONFIGS: [&str; 6] = [
     "default",
@@ -90,8 +94,11 @@ fn main() {
         "floor (→ 1 kHz)"
     );
     let mut all: Vec<Vec<f64>> = vec![Vec::new(); CONFIGS.len()];
+    let scratch = tempfile::tempdir().unwrap();
     for module in &modules {
         let name = module.strip_prefix(&root).unwrap().display().to_string();
+        let lengthened = lengthened(module, scratch.path());
+        let module = lengthened.as_ref().unwrap_or(module);
         if seconds_in_child("default", module, &[]) < MIN_SECONDS {
             println!("{name:<34} (shorter than {MIN_SECONDS} s: skipped)");
             continue;
@@ -132,6 +139,31 @@ fn print_row(name: &str, seconds: &str, ratios: &[f64]) {
     );
 }
 
+/// For a component: a copy of it beside a `default.input` whose last number is ten times
+/// larger.
+fn lengthened(program: &Path, scratch: &Path) -> Option<PathBuf> {
+    if !wasmparser::Parser::is_component(&std::fs::read(program).unwrap()) {
+        return None;
+    }
+    let input = std::fs::read_to_string(program.with_file_name("default.input")).ok()?;
+    let (head, count) = input
+        .trim_end()
+        .rsplit_once(',')
+        .unwrap_or(("", input.trim_end()));
+    let count: u64 = count.parse().ok()?;
+    let separator = if head.is_empty() { "" } else { "," };
+    let dir = scratch.join(program.parent()?.file_name()?);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("default.input"),
+        format!("{head}{separator}{}\n", count * 10),
+    )
+    .unwrap();
+    let copy = dir.join(program.file_name()?);
+    std::fs::copy(program, &copy).unwrap();
+    Some(copy)
+}
+
 fn corpus_modules(root: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     for dir in std::fs::read_dir(root).unwrap().flatten() {
@@ -141,9 +173,7 @@ fn corpus_modules(root: &Path) -> Vec<PathBuf> {
             .flatten()
         {
             let path = file.path();
-            if path.extension().is_some_and(|e| e == "wasm")
-                && !wasmparser::Parser::is_component(&std::fs::read(&path).unwrap())
-            {
+            if path.extension().is_some_and(|e| e == "wasm") {
                 found.push(path);
             }
         }
@@ -179,32 +209,47 @@ fn run_one(config: &str, module_path: &Path) -> f64 {
     }
     let engine = Engine::new(&engine_config).unwrap();
     let wasm = std::fs::read(module_path).unwrap();
-    let module = Module::new(&engine, &wasm).unwrap();
+    let program = wasi_host::compile(&engine, &wasm).unwrap();
     let name = module_path.display().to_string();
     let wasi = WasiConfig {
         argv: vec![name.clone()],
         env: Vec::new(),
         dirs: vec![".".parse::<DirMount>().unwrap()],
         unknown_imports: UnknownImports::DefaultValues,
+        ..Default::default()
     };
     let mut store = wasi_host::new_store(&engine, &wasi).unwrap();
     let elapsed = match config {
         "empty-handler-10k" => {
             let _timer = EmptyHandlerTimer::start(10 * RATE_HZ);
             let start = Instant::now();
-            check(wasi_host::run(&mut store, &module, wasi.unknown_imports));
+            check(wasi_host::run_program(
+                &mut store,
+                &program,
+                wasi.unknown_imports,
+            ));
             start.elapsed()
         }
         "default" => {
             let start = Instant::now();
-            check(wasi_host::run(&mut store, &module, wasi.unknown_imports));
+            check(wasi_host::run_program(
+                &mut store,
+                &program,
+                wasi.unknown_imports,
+            ));
             start.elapsed()
         }
         "guest-profiler" => {
             let period = wasmspy::clock::sampling_period(RATE_HZ);
-            let profiler =
-                GuestProfiler::new(&engine, &name, period, [(name.clone(), module.clone())])
-                    .unwrap();
+            let profiler = match &program {
+                Program::Module(module) => {
+                    GuestProfiler::new(&engine, &name, period, [(name.clone(), module.clone())])
+                }
+                Program::Component(component) => {
+                    GuestProfiler::new_component(&engine, &name, period, component.clone(), [])
+                }
+            }
+            .unwrap();
             let profiler = Arc::new(Mutex::new(profiler));
             // As `wasmtime run --profile=guest` does: sample at epoch ticks and at host calls.
             store.set_epoch_deadline(1);
@@ -232,7 +277,11 @@ fn run_one(config: &str, module_path: &Path) -> f64 {
                 })
             };
             let start = Instant::now();
-            check(wasi_host::run(&mut store, &module, wasi.unknown_imports));
+            check(wasi_host::run_program(
+                &mut store,
+                &program,
+                wasi.unknown_imports,
+            ));
             let elapsed = start.elapsed();
             ticking.store(false, std::sync::atomic::Ordering::Relaxed);
             ticker.join().unwrap();
@@ -240,13 +289,19 @@ fn run_one(config: &str, module_path: &Path) -> f64 {
         }
         _ => {
             let mut profiler = Profiler::new(&engine, options).unwrap();
-            profiler
-                .add_module(&name, &module, wasm.as_slice())
-                .unwrap();
+            match &program {
+                Program::Module(module) => profiler.add_module(&name, module, wasm.as_slice()),
+                Program::Component(component) => profiler.add_component(&name, component, &wasm),
+            }
+            .unwrap();
             profiler.attach(&mut store).unwrap();
             let start = Instant::now();
             profiler.start().unwrap();
-            check(wasi_host::run(&mut store, &module, wasi.unknown_imports));
+            check(wasi_host::run_program(
+                &mut store,
+                &program,
+                wasi.unknown_imports,
+            ));
             std::hint::black_box(profiler.stop());
             start.elapsed()
         }

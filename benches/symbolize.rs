@@ -174,6 +174,7 @@ fn profile_cost(
             .parse::<DirMount>()
             .unwrap()],
         unknown_imports: UnknownImports::DefaultValues,
+        ..Default::default()
     };
     let options = ProfilerOptions {
         rate_hz: RATE_HZ,

@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use wasmspy::clock::Clock;
 use wasmspy::export::Format;
 use wasmspy::sampler::SamplerKind;
-use wasmspy::wasi_host::{DirMount, UnknownImports};
+use wasmspy::wasi_host::{DirMount, UnknownImports, WasiOptions};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -155,6 +155,13 @@ pub struct RecordArgs {
     #[arg(long)]
     pub inherit_env: bool,
 
+    /// A WASI option of `wasmtime run`, as it spells them: `http` (outgoing wasi:http, for
+    /// components), `inherit-network`, `allow-ip-name-lookup`, `tcp`, `udp`,
+    /// `network-error-code`, `inherit-env`, `cli` (WASI itself; on unless `cli=n`); each
+    /// NAME[=y|n], several separated by commas; repeatable.
+    #[arg(short = 'S', value_name = "OPTION[=y|n]", value_parser = wasi_option)]
+    pub wasi: Vec<String>,
+
     /// Define imports nothing provides as functions that return zeros (e.g. Sightglass's
     /// `bench.start`/`bench.end`).
     #[arg(long, conflicts_with = "trap_unknown_imports")]
@@ -164,7 +171,7 @@ pub struct RecordArgs {
     #[arg(long)]
     pub trap_unknown_imports: bool,
 
-    /// The WebAssembly module to run (binary or text).
+    /// The WebAssembly module or component to run (binary or text).
     #[arg(value_name = "MODULE")]
     pub module: PathBuf,
 
@@ -200,9 +207,22 @@ impl RecordArgs {
         }
     }
 
-    /// The guest's environment: the host's with `--inherit-env`, then each `--env`.
+    /// The `-S` options given.
+    pub fn wasi_options(&self) -> WasiOptions {
+        let mut options = WasiOptions::default();
+        for spec in &self.wasi {
+            options
+                .set(spec)
+                .expect("checked when the command line was parsed");
+        }
+        options
+    }
+
+    /// The guest's environment: the host's with `--inherit-env` (or `-S inherit-env`), then
+    /// each `--env`.
     pub fn guest_env(&self) -> Vec<(String, String)> {
-        let mut env: Vec<(String, String)> = if self.inherit_env {
+        let mut env: Vec<(String, String)> = if self.inherit_env || self.wasi_options().inherit_env
+        {
             std::env::vars().collect()
         } else {
             Vec::new()
@@ -219,6 +239,12 @@ impl RecordArgs {
         }
         env
     }
+}
+
+/// One `-S` value, checked.
+fn wasi_option(s: &str) -> Result<String, String> {
+    WasiOptions::default().set(s)?;
+    Ok(s.to_string())
 }
 
 /// A positive number of seconds, fractions allowed.

@@ -1,15 +1,17 @@
-//! Maps native code addresses of compiled modules back to Wasm functions and Wasm code offsets,
-//! using what Wasmtime keeps for each module: its functions' ranges in the executable text and
-//! its address map (native offset → Wasm offset).
+//! Maps native code addresses of compiled modules and components back to Wasm functions and
+//! Wasm code offsets, using what Wasmtime keeps for each: its functions' ranges in the
+//! executable text and its address map (native offset → offset in the binary). A component's
+//! text holds the code of all its core modules; each function says which one it is from.
 
 use std::ops::Range;
 
-use wasmtime::Module;
+use wasmtime::component::Component;
+use wasmtime::{Module, ModuleFunction};
 
 /// Where a native code address is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CodeLocation {
-    /// In a Wasm function; `offset` is the Wasm code offset of the instruction.
+    /// In a Wasm function; `offset` is the offset of the instruction in its module's binary.
     Wasm {
         module: u32,
         func_index: u32,
@@ -21,57 +23,95 @@ pub enum CodeLocation {
     Elsewhere,
 }
 
-struct ModuleCode {
-    module: u32,
+/// A core module whose code is in a text: the index it was registered under, and where its
+/// binary starts in the binary compiled (a component's; 0 for a module compiled alone).
+#[derive(Clone, Copy, Debug)]
+pub struct CodeOwner {
+    pub module: u32,
+    pub start: u32,
+}
+
+struct TextCode {
     text: Range<usize>,
-    /// (start, end, function index), by start; text offsets.
-    functions: Vec<(u32, u32, u32)>,
-    /// (text offset, Wasm offset), by text offset.
+    owners: Vec<CodeOwner>,
+    /// (start, end, function index, owner), by start; text offsets.
+    functions: Vec<(u32, u32, u32, u32)>,
+    /// (text offset, offset in the binary compiled), by text offset.
     address_map: Vec<(u32, u32)>,
 }
 
 #[derive(Default)]
 pub struct CodeMap {
-    modules: Vec<ModuleCode>,
+    texts: Vec<TextCode>,
 }
 
 impl CodeMap {
     pub fn add(&mut self, module_index: u32, module: &Module) {
-        let text = module.text().as_ptr_range();
-        let mut functions: Vec<(u32, u32, u32)> = module
+        let owner = CodeOwner {
+            module: module_index,
+            start: 0,
+        };
+        let functions = module.functions().map(|f| (f, 0));
+        self.add_text(module.text(), vec![owner], functions, module.address_map());
+    }
+
+    /// A component's code: `owners[i]` is its core module `i` (Wasmtime's static module
+    /// index). Functions of modules not listed (the adapters Wasmtime generates between
+    /// components) are left out, as trampolines are.
+    pub fn add_component(&mut self, component: &Component, owners: Vec<CodeOwner>) {
+        let count = owners.len();
+        let functions = component
             .functions()
-            .map(|f| (f.offset as u32, (f.offset + f.len) as u32, f.index.as_u32()))
+            .map(|f| {
+                let owner = f.module.as_u32();
+                (f, owner)
+            })
+            .filter(|&(_, owner)| (owner as usize) < count);
+        self.add_text(component.text(), owners, functions, component.address_map());
+    }
+
+    fn add_text(
+        &mut self,
+        text: &[u8],
+        owners: Vec<CodeOwner>,
+        functions: impl Iterator<Item = (ModuleFunction, u32)>,
+        address_map: Option<impl Iterator<Item = (usize, Option<u32>)>>,
+    ) {
+        let text = text.as_ptr_range();
+        let mut functions: Vec<_> = functions
+            .map(|(f, owner)| {
+                let (start, end) = (f.offset as u32, (f.offset + f.len) as u32);
+                (start, end, f.index.as_u32(), owner)
+            })
             .collect();
         functions.sort_unstable();
-        let mut address_map: Vec<(u32, u32)> = module
-            .address_map()
+        let mut address_map: Vec<(u32, u32)> = address_map
             .into_iter()
             .flatten()
             .filter_map(|(text_offset, wasm)| Some((text_offset as u32, wasm?)))
             .collect();
         address_map.sort_unstable();
-        self.modules.push(ModuleCode {
-            module: module_index,
+        self.texts.push(TextCode {
             text: text.start as usize..text.end as usize,
+            owners,
             functions,
             address_map,
         });
     }
 
-    /// The executable text of every registered module.
+    /// The executable text of every registered module and component.
     pub fn text_ranges(&self) -> impl Iterator<Item = Range<usize>> + '_ {
-        self.modules.iter().map(|m| m.text.clone())
+        self.texts.iter().map(|m| m.text.clone())
     }
 
     pub fn lookup(&self, pc: usize) -> CodeLocation {
-        let Some(m) = self.modules.iter().find(|m| m.text.contains(&pc)) else {
+        let Some(m) = self.texts.iter().find(|m| m.text.contains(&pc)) else {
             return CodeLocation::Elsewhere;
         };
         let offset = (pc - m.text.start) as u32;
-        let i = m
-            .functions
-            .partition_point(|&(start, _, _)| start <= offset);
-        let Some(&(start, end, func_index)) = i.checked_sub(1).map(|i| &m.functions[i]) else {
+        let i = m.functions.partition_point(|&(start, ..)| start <= offset);
+        let Some(&(start, end, func_index, owner)) = i.checked_sub(1).map(|i| &m.functions[i])
+        else {
             return CodeLocation::Trampoline;
         };
         if offset >= end {
@@ -86,10 +126,11 @@ impl CodeMap {
             .filter(|&(text, _)| text >= start)
             .or(after.filter(|&(text, _)| text < end))
             .map_or(0, |(_, wasm)| wasm);
+        let owner = m.owners[owner as usize];
         CodeLocation::Wasm {
-            module: m.module,
+            module: owner.module,
             func_index,
-            offset: wasm,
+            offset: wasm.saturating_sub(owner.start),
         }
     }
 }

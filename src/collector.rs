@@ -8,10 +8,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::Result;
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
+use wasmtime::component::Component;
 use wasmtime::{Module, WasmBacktrace};
 
 use crate::clock::{monotonic_ns, sampling_period, Clock};
-use crate::code_map::{CodeLocation, CodeMap};
+use crate::code_map::{CodeLocation, CodeMap, CodeOwner};
+use crate::component::core_modules;
 use crate::memory::heap::{Heap, HeapSampler};
 use crate::memory::rewrite::Rewritten;
 use crate::profile::{
@@ -57,12 +59,26 @@ pub struct KindCounts {
 }
 
 struct RegisteredModule {
-    module: Module,
+    compiled: Compiled,
+    /// Where the module's binary starts in the binary compiled (0 unless in a component):
+    /// Wasmtime's offsets count from there.
+    start: u32,
     symbolizer: ModuleSymbolizer,
     mapping: MappingId,
     /// Set when the compiled module is a rewrite of the one symbolized: where its code came
     /// from.
     rewritten: Option<Arc<Rewritten>>,
+}
+
+/// What Wasmtime compiled a registered module as.
+enum Compiled {
+    Module(Module),
+    /// Core module `index` (Wasmtime's static module index) of a component whose code is
+    /// `text`.
+    InComponent {
+        text: Range<usize>,
+        index: u32,
+    },
 }
 
 /// A frame in a registered module's code, symbolized when a profile is built.
@@ -113,6 +129,9 @@ impl Pending {
 
 pub struct Collector {
     modules: Vec<RegisteredModule>,
+    /// The core modules of components that backtraces showed, and which registered module
+    /// each is.
+    component_modules: Vec<(Module, Option<u32>)>,
     code_map: CodeMap,
     builder: ProfileBuilder,
     frame_ids: FxHashMap<RawFrame, FrameId>,
@@ -147,6 +166,7 @@ impl Collector {
     pub fn new(rate_hz: u32, clock: Clock, sampler: &'static str, use_dwarf: bool) -> Self {
         Collector {
             modules: Vec::new(),
+            component_modules: Vec::new(),
             code_map: CodeMap::default(),
             builder: ProfileBuilder::default(),
             frame_ids: FxHashMap::default(),
@@ -180,22 +200,79 @@ impl Collector {
         wasm: Arc<[u8]>,
         rewritten: Option<Arc<Rewritten>>,
     ) -> Result<()> {
+        self.code_map.add(self.modules.len() as u32, module);
+        let compiled = Compiled::Module(module.clone());
+        let symbolizer = ModuleSymbolizer::new(file_name, wasm, self.use_dwarf)?;
+        self.register(file_name, compiled, 0, symbolizer, rewritten);
+        Ok(())
+    }
+
+    /// Registers a component: each of its core modules is a module of its own, named
+    /// `FILE/NAME` by its `name` section's module name (`FILE/module0` without one), its
+    /// imports named by the WIT functions they lower.
+    pub fn add_component(
+        &mut self,
+        file_name: &str,
+        component: &Component,
+        wasm: &[u8],
+    ) -> Result<()> {
+        let text = component.text().as_ptr_range();
+        let text = text.start as usize..text.end as usize;
+        let mut owners = Vec::new();
+        for (index, core) in core_modules(wasm)?.into_iter().enumerate() {
+            let module_name = match &core.name {
+                Some(name) => name.clone(),
+                None => format!("module{index}"),
+            };
+            let name = format!("{file_name}/{module_name}");
+            let bytes: Arc<[u8]> = wasm[core.range.clone()].into();
+            let mut symbolizer = ModuleSymbolizer::new(&name, bytes, self.use_dwarf)?;
+            symbolizer.qualify_unnamed(&module_name);
+            // wit-component's adapters, shims and fixups carry no debug info.
+            if module_name.starts_with("wit-component:") {
+                symbolizer.expect_no_dwarf();
+            }
+            symbolizer.name_imports(&core.lowered_imports);
+            symbolizer.name_functions(&core.stub_names);
+            symbolizer.name_lowered_indirect_calls(core.lowered_indirect_calls);
+            let start = core.range.start as u32;
+            owners.push(CodeOwner {
+                module: self.modules.len() as u32,
+                start,
+            });
+            let compiled = Compiled::InComponent {
+                text: text.clone(),
+                index: index as u32,
+            };
+            self.register(&name, compiled, start, symbolizer, None);
+        }
+        self.code_map.add_component(component, owners);
+        Ok(())
+    }
+
+    fn register(
+        &mut self,
+        file_name: &str,
+        compiled: Compiled,
+        start: u32,
+        mut symbolizer: ModuleSymbolizer,
+        rewritten: Option<Arc<Rewritten>>,
+    ) {
+        let wasm = symbolizer.wasm();
         let mapping = Mapping {
             file_name: file_name.to_string(),
-            build_id: hex(&Sha256::digest(&wasm)),
+            build_id: hex(&Sha256::digest(wasm)),
             size: wasm.len() as u64,
         };
-        let mut symbolizer = ModuleSymbolizer::new(file_name, wasm, self.use_dwarf)?;
         self.warnings.extend(symbolizer.take_warnings());
         let mapping = self.builder.add_mapping(mapping);
-        self.code_map.add(self.modules.len() as u32, module);
         self.modules.push(RegisteredModule {
-            module: module.clone(),
+            compiled,
+            start,
             symbolizer,
             mapping,
             rewritten,
         });
-        Ok(())
     }
 
     /// Warnings about the modules' symbols not taken yet.
@@ -203,21 +280,62 @@ impl Collector {
         std::mem::take(&mut self.warnings)
     }
 
-    pub fn module_index(&self, module: &Module) -> Option<u32> {
-        self.modules
+    /// The registered module that Wasmtime's `module` is.
+    pub fn module_index(&mut self, module: &Module) -> Option<u32> {
+        let alone = self.modules.iter().position(|m| match &m.compiled {
+            Compiled::Module(registered) => Module::same(registered, module),
+            Compiled::InComponent { .. } => false,
+        });
+        if let Some(i) = alone {
+            return Some(i as u32);
+        }
+        if let Some((_, i)) = self
+            .component_modules
             .iter()
-            .position(|m| Module::same(&m.module, module))
-            .map(|i| i as u32)
+            .find(|(seen, _)| Module::same(seen, module))
+        {
+            return *i;
+        }
+        // A core module of a component: in the component's code, and numbered there.
+        let code = module.text().as_ptr() as usize;
+        let index = module.functions().next().map(|f| f.module.as_u32());
+        let found = self.modules.iter().position(|m| match &m.compiled {
+            Compiled::InComponent { text, index: i } => text.contains(&code) && Some(*i) == index,
+            Compiled::Module(_) => false,
+        });
+        let found = found.map(|i| i as u32);
+        self.component_modules.push((module.clone(), found));
+        found
+    }
+
+    /// Whether Wasmtime's `module` is in a registered component's code.
+    fn in_component(&self, module: &Module) -> bool {
+        let code = module.text().as_ptr() as usize;
+        self.modules.iter().any(|m| match &m.compiled {
+            Compiled::InComponent { text, .. } => text.contains(&code),
+            Compiled::Module(_) => false,
+        })
     }
 
     /// A backtrace Wasmtime captured, as raw frames, leaf first.
-    pub fn backtrace_frames(&self, backtrace: &WasmBacktrace) -> Vec<RawFrame> {
+    pub fn backtrace_frames(&mut self, backtrace: &WasmBacktrace) -> Vec<RawFrame> {
         let mut frames = Vec::with_capacity(backtrace.frames().len());
         for (depth, f) in backtrace.frames().iter().enumerate() {
             let module = self.module_index(f.module());
+            if module.is_none() && self.in_component(f.module()) {
+                // An adapter Wasmtime generated between a component's components: the
+                // runtime's code, as trampolines are.
+                if depth == 0 {
+                    frames.push(RawFrame::Runtime);
+                }
+                continue;
+            }
             let offset = f.module_offset().unwrap_or(0) as u32;
             let (func_index, offset, wrapper) = match module {
-                Some(m) => self.original(m, f.func_index(), offset),
+                Some(m) => {
+                    let offset = offset.saturating_sub(self.modules[m as usize].start);
+                    self.original(m, f.func_index(), offset)
+                }
                 None => (f.func_index(), offset, false),
             };
             // A wrapper above the leaf only called its allocator's original body.
@@ -342,7 +460,10 @@ impl Collector {
     /// that made it, leaf (the caller of the import) first.
     pub fn resolve_host_call(&mut self, call: u32, guest: &[RawFrame], samples: u32) {
         let mut frames = Vec::with_capacity(guest.len() + 1);
-        frames.push(self.called_import(guest.first()));
+        // Called from Wasmtime's own adapter code: one of its libcalls.
+        if guest.first() != Some(&RawFrame::Runtime) {
+            frames.push(self.called_import(guest.first()));
+        }
         frames.extend_from_slice(guest);
         let mut remaining = u64::from(samples);
         if let Some(pending) = self.pending.remove(&call) {
@@ -363,7 +484,8 @@ impl Collector {
         }
     }
 
-    /// The import that the call instruction at `caller` calls.
+    /// The import that the call instruction at `caller` calls; the runtime where the
+    /// instruction is not a call (a libcall: `memory.grow`, a GC allocation).
     fn called_import(&self, caller: Option<&RawFrame>) -> RawFrame {
         let Some(&RawFrame::Wasm {
             module: Some(module),
@@ -378,7 +500,8 @@ impl Collector {
             return RawFrame::UnknownHostCall;
         };
         let mut reader = wasmparser::BinaryReader::new(code, offset as usize);
-        // `call` and `return_call` name their callee; indirect calls do not.
+        // `call` and `return_call` name their callee; indirect calls do not, but for those of
+        // a component's shim, whose targets are known.
         match (reader.read_u8(), reader.read_var_u32()) {
             (Ok(0x10 | 0x12), Ok(func_index)) if func_index < m.imported_function_count() => {
                 RawFrame::HostCall {
@@ -386,7 +509,12 @@ impl Collector {
                     func_index,
                 }
             }
-            _ => RawFrame::UnknownHostCall,
+            (Ok(0x11 | 0x13), _) if m.lowered_indirect_call(offset).is_some() => {
+                RawFrame::LoweredCall { module, offset }
+            }
+            // call, call_indirect, return_call, return_call_indirect, call_ref, return_call_ref
+            (Ok(0x10..=0x15), _) => RawFrame::UnknownHostCall,
+            _ => RawFrame::Runtime,
         }
     }
 
@@ -487,6 +615,15 @@ impl Collector {
                     self.named_frame(None, 0, plain_name(&format!("wasm-function[{func_index}]")))
                 }
             },
+            RawFrame::LoweredCall { module, offset } => {
+                let m = &self.modules[module as usize];
+                let name = m
+                    .symbolizer
+                    .lowered_indirect_call(offset)
+                    .unwrap_or_default();
+                let (mapping, name) = (m.mapping, plain_name(name));
+                self.named_frame(Some(mapping), 0, name)
+            }
             RawFrame::Runtime => self.named_frame(None, 0, plain_name(RUNTIME_FRAME)),
             RawFrame::UnknownHostCall => {
                 self.named_frame(None, 0, plain_name(UNKNOWN_HOST_CALL_FRAME))

@@ -1,8 +1,11 @@
 //! wasmspy: a sampling profiler for WebAssembly programs running on Wasmtime.
 //!
 //! The pieces, each in its own module:
-//! - [`wasi_host`] runs a WASI preview 1 command as `wasmtime run` does;
+//! - [`wasi_host`] runs a WASI command (a preview 1 module or a `wasi:cli` component) as
+//!   `wasmtime run` does;
 //! - [`sampler`] takes samples of the guest's stack (one file per sampling strategy);
+//! - [`component`] reads what a component's profile needs from its binary (its core modules,
+//!   the WIT functions their imports lower);
 //! - [`symbolize`] maps the sampled code to source: DWARF file:line and inlined frames, the
 //!   name section, demangling;
 //! - [`collector`] turns raw samples into the format-neutral [`profile`] model;
@@ -17,6 +20,7 @@
 pub mod clock;
 pub mod code_map;
 pub mod collector;
+pub mod component;
 pub mod export;
 pub mod memory;
 pub mod profile;

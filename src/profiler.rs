@@ -183,6 +183,21 @@ impl Profiler {
             .add_module(file_name, module, wasm.into(), None)
     }
 
+    /// Registers a component (`wasmtime::component::Component`), as
+    /// [`add_module`](Self::add_module) does a module: each of its core modules is a module of
+    /// the profile (a mapping of its own, named `FILE/NAME` after the module's name), and a host
+    /// call is named by the WIT function it lowers
+    /// (`wasi:io/streams@0.2.0#[method]output-stream.blocking-write-and-flush`). `wasm` is the
+    /// component's binary; only its core modules' bytes are kept.
+    pub fn add_component(
+        &self,
+        file_name: &str,
+        component: &wasmtime::component::Component,
+        wasm: &[u8],
+    ) -> Result<()> {
+        self.handle.lock().add_component(file_name, component, wasm)
+    }
+
     /// As [`add_module`](Self::add_module), for a module compiled from `rewritten`, the
     /// allocator rewrite of `original` (see [`crate::memory::rewrite`]): its samples are
     /// symbolized in the original's terms, each allocator shown once.

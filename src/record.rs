@@ -15,9 +15,9 @@ use wasmspy::export::Format;
 use wasmspy::memory::rewrite::rewrite;
 use wasmspy::profile::Profile;
 use wasmspy::server::{LiveServer, ServerOptions};
-use wasmspy::wasi_host::{self, Exit, WasiConfig};
+use wasmspy::wasi_host::{self, Exit, Program, WasiConfig};
 use wasmspy::{Profiler, ProfilerHandle, ProfilerOptions};
-use wasmtime::{Engine, Module};
+use wasmtime::Engine;
 
 use crate::cli::RecordArgs;
 use crate::interrupt::{self, GuestEnded};
@@ -40,8 +40,15 @@ pub fn record(args: RecordArgs) -> Result<i32> {
             .transpose()?,
     });
     // Shared by the engine, the profile's build id and the symbolizer: never copied again.
-    let wasm: Arc<[u8]> = wasi_host::read_module(&args.module)?.into();
+    let wasm: Arc<[u8]> = wasi_host::read_program(&args.module)?.into();
     let name = file_name(&args.module);
+    let is_component = wasmparser::Parser::is_component(&wasm);
+    if is_component && outputs.memory.is_some() {
+        anyhow::bail!("memory profiles of components are not supported yet");
+    }
+    if !is_component && args.wasi_options().http {
+        anyhow::bail!("cannot enable wasi-http for core wasm modules");
+    }
     let rewritten = match &outputs.memory {
         Some(_) => rewrite(&wasm)
             .with_context(|| format!("cannot instrument the allocators of `{name}`"))?
@@ -65,15 +72,18 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     let engine = Engine::new(&config)?;
     let compile_start = Instant::now();
     let code: &[u8] = rewritten.as_ref().map_or(&wasm, |r| &r.wasm);
-    let module = Module::new(&engine, code)
+    let program = wasi_host::compile(&engine, code)
         .map_err(anyhow::Error::from)
         .with_context(|| format!("cannot compile `{}`", args.module.display()))?;
     let compile_time = compile_start.elapsed();
 
     let mut profiler = Profiler::new(&engine, options)?;
-    match &rewritten {
-        Some(r) => profiler.add_rewritten_module(&name, &module, wasm.clone(), r.clone())?,
-        None => profiler.add_module(&name, &module, wasm.clone())?,
+    match (&program, &rewritten) {
+        (Program::Module(module), Some(r)) => {
+            profiler.add_rewritten_module(&name, module, wasm.clone(), r.clone())?
+        }
+        (Program::Module(module), None) => profiler.add_module(&name, module, wasm.clone())?,
+        (Program::Component(component), _) => profiler.add_component(&name, component, &wasm)?,
     }
     print_warnings(&profiler.handle());
     let wasi = WasiConfig {
@@ -83,6 +93,7 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         env: args.guest_env(),
         dirs: args.dirs.clone(),
         unknown_imports: args.unknown_imports(),
+        options: args.wasi_options(),
     };
     let mut store = wasi_host::new_store(&engine, &wasi)?;
     profiler.attach(&mut store)?;
@@ -105,12 +116,17 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     if let Some(every) = args.flush_every {
         flush_periodically(outputs.clone(), profiler.handle(), every)?;
     }
-    let exit = wasi_host::run_with(
-        &mut store,
-        &module,
-        wasi.unknown_imports,
-        |store, instance| profiler.install_allocator_hook(&mut *store, instance),
-    );
+    let exit = match &program {
+        Program::Module(module) => wasi_host::run_with(
+            &mut store,
+            module,
+            wasi.unknown_imports,
+            |store, instance| profiler.install_allocator_hook(&mut *store, instance),
+        ),
+        Program::Component(component) => {
+            wasi_host::run_component(&mut store, component, wasi.unknown_imports)
+        }
+    };
     let run_end = Instant::now();
     ended.returned();
     if let Some(server) = &server {

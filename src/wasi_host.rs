@@ -1,14 +1,20 @@
-//! Runs a WASI preview 1 command module the way `wasmtime run` does: argv, environment,
-//! preopened directories, inherited stdio, `proc_exit` codes and traps; `wasi_unstable`
-//! (preview 0) imports too; file and stdio calls made on the guest's own thread.
+//! Runs a WASI command the way `wasmtime run` does: a preview 1 module (`wasi_unstable`,
+//! preview 0, too) or a component exporting `wasi:cli/run` (WASI preview 2, with outgoing
+//! `wasi:http` on `-S http`): argv, environment, preopened directories, inherited stdio, exit
+//! codes and traps; file and stdio calls made on the guest's own thread.
+
+mod default_imports;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
+use wasmtime::component::{Component, Linker as ComponentLinker};
 use wasmtime::{Config, Engine, Linker, Module, Store, Trap};
-use wasmtime_wasi::p0;
 use wasmtime_wasi::p1::{self, WasiP1Ctx};
+use wasmtime_wasi::p2::bindings::{Command, LinkOptions};
+use wasmtime_wasi::{p0, p2, WasiCtxView, WasiView};
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::profiler::Interrupted;
 
@@ -47,6 +53,80 @@ pub enum UnknownImports {
     DefaultValues,
 }
 
+/// The `-S` options of `wasmtime run` that wasmspy takes, as it spells and reads them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WasiOptions {
+    /// `cli`: link WASI at all (on by default).
+    pub cli: bool,
+    /// `http`: outgoing `wasi:http` (components only).
+    pub http: bool,
+    /// `inherit-network`: the host's network, TCP and UDP included.
+    pub inherit_network: bool,
+    /// `allow-ip-name-lookup`: `wasi:sockets/ip-name-lookup`.
+    pub allow_ip_name_lookup: Option<bool>,
+    pub tcp: Option<bool>,
+    pub udp: Option<bool>,
+    /// `network-error-code`: the unstable `wasi:sockets` function of that name.
+    pub network_error_code: bool,
+    /// `inherit-env`: the whole host environment, as `--inherit-env`.
+    pub inherit_env: bool,
+}
+
+impl Default for WasiOptions {
+    fn default() -> Self {
+        WasiOptions {
+            cli: true,
+            http: false,
+            inherit_network: false,
+            allow_ip_name_lookup: None,
+            tcp: None,
+            udp: None,
+            network_error_code: false,
+            inherit_env: false,
+        }
+    }
+}
+
+impl WasiOptions {
+    pub const NAMES: &'static str = "cli, http, inherit-network, allow-ip-name-lookup, tcp, udp, network-error-code, inherit-env";
+
+    /// Takes one `-S` value: `NAME[=y|n]`, several separated by commas.
+    pub fn set(&mut self, spec: &str) -> Result<(), String> {
+        for item in spec.split(',') {
+            let (name, value) = match item.split_once('=') {
+                Some((name, value)) => (name, Some(value)),
+                None => (item, None),
+            };
+            let on = match value {
+                None | Some("y" | "yes" | "true") => true,
+                Some("n" | "no" | "false") => false,
+                Some(other) => {
+                    return Err(format!(
+                        "unknown boolean flag `{other}`, only yes,no,<nothing> accepted"
+                    ))
+                }
+            };
+            match name {
+                "cli" | "common" => self.cli = on,
+                "http" => self.http = on,
+                "inherit-network" => self.inherit_network = on,
+                "allow-ip-name-lookup" => self.allow_ip_name_lookup = Some(on),
+                "tcp" => self.tcp = Some(on),
+                "udp" => self.udp = Some(on),
+                "network-error-code" => self.network_error_code = on,
+                "inherit-env" => self.inherit_env = on,
+                _ => {
+                    return Err(format!(
+                        "unknown or unsupported -S option `{name}` (wasmspy takes: {})",
+                        Self::NAMES
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct WasiConfig {
     /// argv, including argv[0].
@@ -54,6 +134,52 @@ pub struct WasiConfig {
     pub env: Vec<(String, String)>,
     pub dirs: Vec<DirMount>,
     pub unknown_imports: UnknownImports,
+    pub options: WasiOptions,
+}
+
+/// What a store's guest is given: WASI (preview 1 and 2 over one context and resource table,
+/// as `wasmtime run` has it) and, with `-S http`, outgoing `wasi:http`.
+pub struct Host {
+    wasi: WasiP1Ctx,
+    http: Option<WasiHttpCtx>,
+    options: WasiOptions,
+}
+
+impl Host {
+    pub fn new(wasi: WasiP1Ctx, options: WasiOptions) -> Self {
+        Host {
+            wasi,
+            http: None,
+            options,
+        }
+    }
+
+    /// Its WASI preview 1 context, for a linker of preview 1 functions of its own.
+    pub fn wasi(&mut self) -> &mut WasiP1Ctx {
+        &mut self.wasi
+    }
+}
+
+impl WasiView for Host {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        self.wasi.ctx()
+    }
+}
+
+impl WasiHttpView for Host {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: self.http.get_or_insert_with(WasiHttpCtx::new),
+            table: self.wasi.ctx().table,
+            hooks: wasmtime_wasi_http::default_hooks(),
+        }
+    }
+}
+
+/// A program `wasmtime run` runs.
+pub enum Program {
+    Module(Module),
+    Component(Component),
 }
 
 /// How a guest run ended.
@@ -73,15 +199,9 @@ pub fn engine_config() -> Config {
     Config::new()
 }
 
-/// Reads a module in binary or text form, refusing what this runner cannot run.
-pub fn read_module(path: &Path) -> Result<Vec<u8>> {
+/// Reads a module or component in binary or text form, refusing what is neither.
+pub fn read_program(path: &Path) -> Result<Vec<u8>> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
-    if wasmparser::Parser::is_component(&bytes) {
-        bail!(
-            "`{}` is a WebAssembly component; `record` runs WASI preview 1 modules (components are not supported yet)",
-            path.display()
-        );
-    }
     if bytes.starts_with(b"\0asm") {
         return Ok(bytes);
     }
@@ -93,15 +213,24 @@ pub fn read_module(path: &Path) -> Result<Vec<u8>> {
         Some(text) => wat::parse_str(text)
             .map_err(|e| anyhow!("`{}`: invalid WebAssembly text: {e}", path.display())),
         None => bail!(
-            "`{}` is not a WebAssembly module (no `\\0asm` header, and not WebAssembly text)",
+            "`{}` is not a WebAssembly module or component (no `\\0asm` header, and not WebAssembly text)",
             path.display()
         ),
     }
 }
 
+/// Compiles a module or component (`wasm` in binary form).
+pub fn compile(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Program> {
+    Ok(if wasmparser::Parser::is_component(wasm) {
+        Program::Component(Component::new(engine, wasm)?)
+    } else {
+        Program::Module(Module::new(engine, wasm)?)
+    })
+}
+
 /// A store whose WASI context gives the guest `config`'s argv, environment and directories,
 /// and this process's stdio.
-pub fn new_store(engine: &Engine, config: &WasiConfig) -> Result<Store<WasiP1Ctx>> {
+pub fn new_store(engine: &Engine, config: &WasiConfig) -> Result<Store<Host>> {
     runtime()?;
     let mut builder = WasiCtxBuilder::new();
     // As `wasmtime run`: file operations block the guest's thread rather than go through
@@ -116,12 +245,35 @@ pub fn new_store(engine: &Engine, config: &WasiConfig) -> Result<Store<WasiP1Ctx
             .map_err(anyhow::Error::from)
             .with_context(|| format!("cannot open directory `{}`", dir.host.display()))?;
     }
-    Ok(Store::new(engine, builder.build_p1()))
+    let options = &config.options;
+    if options.inherit_network {
+        // As `wasmtime run`: the whole network, TCP and UDP with it.
+        builder.inherit_network().allow_tcp(true).allow_udp(true);
+    }
+    if let Some(on) = options.allow_ip_name_lookup {
+        builder.allow_ip_name_lookup(on);
+    }
+    if let Some(on) = options.tcp {
+        builder.allow_tcp(on);
+    }
+    if let Some(on) = options.udp {
+        builder.allow_udp(on);
+    }
+    let host = Host::new(builder.build_p1(), options.clone());
+    Ok(Store::new(engine, host))
 }
 
 /// Instantiates `module` with WASI preview 1 and calls its `_start`.
-pub fn run(store: &mut Store<WasiP1Ctx>, module: &Module, unknown: UnknownImports) -> Exit {
+pub fn run(store: &mut Store<Host>, module: &Module, unknown: UnknownImports) -> Exit {
     run_with(store, module, unknown, |_, _| Ok(()))
+}
+
+/// Runs a module as [`run`] does, a component as [`run_component`] does.
+pub fn run_program(store: &mut Store<Host>, program: &Program, unknown: UnknownImports) -> Exit {
+    match program {
+        Program::Module(module) => run(store, module, unknown),
+        Program::Component(component) => run_component(store, component, unknown),
+    }
 }
 
 /// As [`run`], with `setup` called on the instance before `_start` (to fill in what the host
@@ -132,10 +284,10 @@ pub fn run(store: &mut Store<WasiP1Ctx>, module: &Module, unknown: UnknownImport
 /// bindings enter tokio on every host call: 16–34 % more time for a program making millions
 /// of `fd_write`s (`benches/cli.rs`).
 pub fn run_with(
-    store: &mut Store<WasiP1Ctx>,
+    store: &mut Store<Host>,
     module: &Module,
     unknown: UnknownImports,
-    setup: impl FnOnce(&mut Store<WasiP1Ctx>, &wasmtime::Instance) -> wasmtime::Result<()>,
+    setup: impl FnOnce(&mut Store<Host>, &wasmtime::Instance) -> wasmtime::Result<()>,
 ) -> Exit {
     let runtime = match runtime() {
         Ok(runtime) => runtime,
@@ -168,6 +320,57 @@ pub fn run_with(
     })
 }
 
+/// Instantiates `component` with WASI preview 2 (and outgoing `wasi:http` with `-S http`) and
+/// calls its `wasi:cli/run`, as [`run_with`] does a module: a `run` that returns an error
+/// exits with 1, as `wasmtime run` has it.
+pub fn run_component(
+    store: &mut Store<Host>,
+    component: &Component,
+    unknown: UnknownImports,
+) -> Exit {
+    let runtime = match runtime() {
+        Ok(runtime) => runtime,
+        Err(e) => return Exit::Error(e),
+    };
+    runtime.block_on(async {
+        let result = async {
+            let linker = component_linker(component, unknown, &store.data().options)?;
+            let instance = linker.instantiate_async(&mut *store, component).await?;
+            let command = Command::new(&mut *store, &instance)?;
+            command.wasi_cli_run().call_run(&mut *store).await
+        };
+        match result.await {
+            Ok(Ok(())) => Exit::Code(0),
+            Ok(Err(())) => Exit::Code(1),
+            Err(e) => classify(e),
+        }
+    })
+}
+
+fn component_linker(
+    component: &Component,
+    unknown: UnknownImports,
+    options: &WasiOptions,
+) -> wasmtime::Result<ComponentLinker<Host>> {
+    let mut linker = ComponentLinker::new(component.engine());
+    if options.cli {
+        let mut link = LinkOptions::default();
+        link.network_error_code(options.network_error_code);
+        p2::add_to_linker_with_options_async(&mut linker, &link)?;
+    }
+    if options.http {
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    }
+    match unknown {
+        UnknownImports::Reject => {}
+        UnknownImports::Trap => linker.define_unknown_imports_as_traps(component)?,
+        UnknownImports::DefaultValues => {
+            default_imports::define_as_default_values(&mut linker, component)?
+        }
+    }
+    Ok(linker)
+}
+
 /// The tokio runtime guests run in, one for the process, as `wasmtime run` has. Started by
 /// [`new_store`], before a profiler starts, and never shut down: its threads' start and end
 /// are not the guest's time.
@@ -186,7 +389,7 @@ fn runtime() -> Result<&'static tokio::runtime::Runtime> {
 
 /// Calls the export `name` of type [] -> [], if there is one.
 async fn call(
-    store: &mut Store<WasiP1Ctx>,
+    store: &mut Store<Host>,
     instance: &wasmtime::Instance,
     name: &str,
 ) -> Option<wasmtime::Result<()>> {
@@ -198,13 +401,18 @@ async fn call(
 }
 
 async fn instantiate(
-    store: &mut Store<WasiP1Ctx>,
+    store: &mut Store<Host>,
     module: &Module,
     unknown: UnknownImports,
 ) -> wasmtime::Result<wasmtime::Instance> {
+    if store.data().options.http {
+        wasmtime::bail!("cannot enable wasi-http for core wasm modules");
+    }
     let mut linker = Linker::new(module.engine());
-    p0::add_to_linker_async(&mut linker, |ctx| ctx)?;
-    p1::add_to_linker_async(&mut linker, |ctx| ctx)?;
+    if store.data().options.cli {
+        p0::add_to_linker_async(&mut linker, Host::wasi)?;
+        p1::add_to_linker_async(&mut linker, Host::wasi)?;
+    }
     match unknown {
         UnknownImports::Reject => {}
         UnknownImports::Trap => linker.define_unknown_imports_as_traps(module)?,

@@ -1,7 +1,7 @@
-//! Every WASI preview 1 program of the Sightglass corpus (`../shared/corpus/sightglass`) runs
-//! under `wasmspy record`, its allocators rewritten for a memory profile, with its expected
-//! output, and leaves both profiles; in those that carry DWARF, most samples of the guest's
-//! code have a source line.
+//! Every program of the Sightglass corpus (`../shared/corpus/sightglass`), modules and
+//! components, runs under `wasmspy record` with its expected output and leaves its profile
+//! (modules also with their allocators rewritten, for a memory profile); in those that carry
+//! DWARF, most samples of the guest's code have a source line.
 
 mod common;
 
@@ -19,8 +19,8 @@ fn corpus() -> Option<PathBuf> {
     None
 }
 
-/// The corpus's preview 1 modules (components are skipped), sorted.
-fn modules(root: &Path) -> Vec<PathBuf> {
+/// The corpus's programs, modules and components, sorted.
+fn programs(root: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     for dir in std::fs::read_dir(root).unwrap() {
         let dir = dir.unwrap().path();
@@ -30,10 +30,7 @@ fn modules(root: &Path) -> Vec<PathBuf> {
         for file in std::fs::read_dir(&dir).unwrap() {
             let file = file.unwrap().path();
             if file.extension().is_some_and(|e| e == "wasm") {
-                let bytes = std::fs::read(&file).unwrap();
-                if !wasmparser::Parser::is_component(&bytes) {
-                    found.push(file);
-                }
+                found.push(file);
             }
         }
     }
@@ -65,8 +62,9 @@ fn expected(module: &Path, stream: &str) -> Option<String> {
 #[test]
 fn every_sightglass_module_runs_and_profiles() {
     let Some(root) = corpus() else { return };
-    let modules = modules(&root);
-    assert!(modules.len() >= 40, "found only {} modules", modules.len());
+    let modules = programs(&root);
+    assert!(modules.len() >= 45, "found only {} programs", modules.len());
+    let mut components = 0;
     let out_dir = tempfile::tempdir().unwrap();
     let mut failures = Vec::new();
     let (mut dwarf_samples, mut dwarf_samples_with_line) = (0, 0);
@@ -77,8 +75,10 @@ fn every_sightglass_module_runs_and_profiles() {
             .path()
             .join(format!("{}.pb.gz", name.replace('/', "_")));
         let heap = out.with_extension("heap.pb.gz");
-        let result = wasmspy()
-            .current_dir(module.parent().unwrap())
+        let component = wasmparser::Parser::is_component(&std::fs::read(module).unwrap());
+        components += usize::from(component);
+        let mut cmd = wasmspy();
+        cmd.current_dir(module.parent().unwrap())
             // 10 kHz, so that the programs that finish within milliseconds are sampled too.
             .args([
                 "record",
@@ -89,10 +89,12 @@ fn every_sightglass_module_runs_and_profiles() {
                 ".",
                 "-o",
             ])
-            .arg(&out)
-            // Its allocators rewritten: the output must not change.
-            .arg("--mem-profile")
-            .arg(&heap)
+            .arg(&out);
+        // Its allocators rewritten: the output must not change.
+        if !component {
+            cmd.arg("--mem-profile").arg(&heap);
+        }
+        let result = cmd
             .arg("--")
             .arg(module.file_name().unwrap())
             .output()
@@ -119,7 +121,16 @@ fn every_sightglass_module_runs_and_profiles() {
         }
         let p = Decoded::load(&out);
         let samples = p.total("samples");
-        assert_eq!(p.0.mapping.len(), 1, "{name}");
+        // A component's core modules are mappings of their own.
+        let mappings = p.0.mapping.len();
+        assert!(
+            if component {
+                mappings > 1
+            } else {
+                mappings == 1
+            },
+            "{name}: {mappings} mappings"
+        );
         // noop does nothing at all; everything else runs long enough to be sampled.
         if samples == 0 && !name.starts_with("noop/") {
             failures.push(format!("{name}: no samples"));
@@ -138,7 +149,10 @@ fn every_sightglass_module_runs_and_profiles() {
             dwarf_samples += in_code;
             dwarf_samples_with_line += with_line;
         }
-        let allocated = Decoded::load(&heap).total("alloc_space");
+        let allocated = match component {
+            true => 0,
+            false => Decoded::load(&heap).total("alloc_space"),
+        };
         eprintln!(
             "{name}: {samples} samples, {:.3} s CPU, {:.0}% of guest samples with a source line, ~{allocated} bytes allocated",
             p.total("cpu") as f64 / 1e9,
@@ -155,6 +169,7 @@ fn every_sightglass_module_runs_and_profiles() {
             "richards/benchmark.wasm"
         ]
     );
+    assert_eq!(components, 2, "cm-online-stats and kotlin-richards");
     let share = dwarf_samples_with_line as f64 / dwarf_samples as f64;
     eprintln!(
         "programs with DWARF: {share:.3} of {dwarf_samples} guest samples have a source line"
@@ -242,8 +257,11 @@ fn tinygo_inlined_frames_across_units() {
 fn every_sightglass_module_rewrites_to_a_valid_module() {
     let Some(root) = corpus() else { return };
     let mut wrapped_somewhere = std::collections::BTreeSet::new();
-    for module in modules(&root) {
+    for module in programs(&root) {
         let wasm = std::fs::read(&module).unwrap();
+        if wasmparser::Parser::is_component(&wasm) {
+            continue;
+        }
         // `rewrite` validates what it produces.
         match wasmspy::memory::rewrite::rewrite(&wasm) {
             Ok(Some(rewritten)) => {

@@ -10,10 +10,10 @@ mod common;
 
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use common::{fixture, lines_input, skip, stderr, wasmspy, Decoded};
+use common::{fixture, lines_input, skip, stderr, wasmspy, wasmtime_cli, Decoded};
 
 const TOLERANCE: f64 = 0.04;
 /// Functions with less than this share, in both profiles, are not compared.
@@ -283,16 +283,4 @@ fn perf_shares(dir: &Path, module: &Path, args: &[&str]) -> Option<Shares> {
         }
     }
     Some(shares)
-}
-
-/// `wasmtime run`: the example `cargo test` builds beside the tests.
-fn wasmtime_cli() -> PathBuf {
-    let bin = Path::new(env!("CARGO_BIN_EXE_wasmspy"));
-    let path = bin.parent().unwrap().join("examples/wasmtime");
-    assert!(
-        path.exists(),
-        "{} is missing: `cargo test` builds it (`cargo build --example wasmtime`)",
-        path.display()
-    );
-    path
 }

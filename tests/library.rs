@@ -146,6 +146,7 @@ fn a_rewritten_module_profiles_as_the_original() {
         env: Vec::new(),
         dirs: Vec::new(),
         unknown_imports: UnknownImports::Reject,
+        ..Default::default()
     };
     let mut store = wasi_host::new_store(&engine, &wasi).unwrap();
     profiler.attach(&mut store).unwrap();
@@ -496,5 +497,83 @@ fn without_a_timeline_samples_are_totals_by_stack() {
             assert_eq!(stacks.len(), profile.samples.len(), "one sample per stack");
             assert!(profile.samples.len() < 10);
         }
+    }
+}
+
+/// An embedder's own component, linker and host function: the component's core module is
+/// named and its functions found by both samplers, and time in the host function is charged
+/// to the WIT function the guest called, under the guest's stack.
+#[test]
+fn an_embedders_component_is_profiled() {
+    use wasmtime::component::{Component, Linker};
+    let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
+    let wasm = wat::parse_str(format!(
+        r#"(component
+            (import "host:test/work" (instance $work (export "spin" (func))))
+            (alias export $work "spin" (func $spin))
+            (core func $spin_lowered (canon lower (func $spin)))
+            (core instance $imports (export "spin" (func $spin_lowered)))
+            (core module $guest (@name "guest")
+                (import "host" "spin" (func $spin))
+                {BUSY}
+                (func $run (export "run") (param i32) (result i32)
+                    (call $spin)
+                    (call $busy (local.get 0))))
+            (core instance $g (instantiate $guest (with "host" (instance $imports))))
+            (func (export "run") (param "n" s32) (result s32) (canon lift (core func $g "run"))))"#
+    ))
+    .unwrap();
+    for sampler in [SamplerKind::Signal, SamplerKind::Epoch] {
+        let (engine, options) = engine_for(sampler);
+        let component = Component::new(&engine, &wasm).unwrap();
+        let mut profiler = Profiler::new(&engine, options).unwrap();
+        profiler
+            .add_component("app.wasm", &component, &wasm)
+            .unwrap();
+        let mut linker = Linker::<()>::new(&engine);
+        linker
+            .instance("host:test/work")
+            .unwrap()
+            .func_wrap("spin", |_, (): ()| {
+                spin_cpu(100_000_000);
+                Ok(())
+            })
+            .unwrap();
+        let mut store = Store::new(&engine, ());
+        profiler.attach(&mut store).unwrap();
+        let instance = linker.instantiate(&mut store, &component).unwrap();
+        let run = instance
+            .get_typed_func::<(i32,), (i32,)>(&mut store, "run")
+            .unwrap();
+        profiler.start().unwrap();
+        run.call(&mut store, (200_000_000,)).unwrap();
+        let profile = profiler.stop();
+
+        let by_stack = cpu_by_stack(&profile);
+        let cpu_of = |leaf: &str| -> f64 {
+            let own: i64 = by_stack
+                .iter()
+                .filter(|(names, _)| names[0] == leaf)
+                .map(|(names, cpu)| {
+                    assert_eq!(names.last().unwrap(), "run", "{sampler:?}: {names:?}");
+                    cpu
+                })
+                .sum();
+            own as f64 / profile.total(CPU) as f64
+        };
+        let busy = cpu_of("busy");
+        assert!(busy > 0.3, "{sampler:?}: busy {busy:.2}: {by_stack:?}");
+        if sampler == SamplerKind::Signal {
+            // 100 ms spinning in the host: time the epoch sampler, checking only in guest
+            // code, cannot see.
+            let spin = cpu_of("host:test/work#spin");
+            assert!(spin > 0.1, "{sampler:?}: spin {spin:.2}: {by_stack:?}");
+        }
+        let mappings: Vec<&str> = profile
+            .mappings
+            .iter()
+            .map(|m| m.file_name.as_str())
+            .collect();
+        assert_eq!(mappings, ["app.wasm/guest"]);
     }
 }

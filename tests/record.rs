@@ -345,7 +345,7 @@ fn bad_input_gets_one_line_and_a_nonzero_exit() {
         (vec![truncated.display().to_string()], "cannot compile"),
         (
             vec![component.display().to_string()],
-            "is a WebAssembly component",
+            "no exported instance named `wasi:cli/run@0.2",
         ),
         (
             vec!["--bogus-flag".into(), fixture(C).display().to_string()],

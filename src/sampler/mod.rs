@@ -41,6 +41,9 @@ pub enum RawFrame {
         module: Option<u32>,
         func_index: u32,
     },
+    /// Inside the host function a component's shim reaches with the `call_indirect` at
+    /// `offset` (see [`crate::component`]).
+    LoweredCall { module: u32, offset: u32 },
     /// Inside a host function the guest reached other than by a direct call.
     UnknownHostCall,
     /// Inside Wasmtime's own code: trampolines, libcalls such as `memory.grow`.

@@ -8,6 +8,7 @@ mod dwarf;
 mod names;
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
@@ -87,12 +88,48 @@ pub struct ModuleSymbolizer {
     dwarf: DwarfState,
     /// Module offset → its source frames, innermost first.
     frames: FxHashMap<u32, Arc<[SourceFrame]>>,
+    /// See [`lowered_indirect_call`](Self::lowered_indirect_call).
+    lowered_indirect_calls: HashMap<u32, String>,
     /// Whether a lookup already failed (one warning is enough).
     lookup_failed: bool,
     warnings: Vec<String>,
 }
 
 impl ModuleSymbolizer {
+    /// Names the module's function imports by what they stand for (`names[i]` for import `i`,
+    /// where known) rather than by `module::field`: a component's core imports are named by
+    /// the WIT functions they lower.
+    pub fn name_imports(&mut self, names: &[Option<String>]) {
+        self.names.rename_imports(names);
+    }
+
+    /// Names the functions that nothing names `MODULE!wasm-function[N]`, as Wasmtime's
+    /// backtraces do: in a component, the same index in several modules.
+    pub fn qualify_unnamed(&mut self, module: &str) {
+        self.names.qualify_unnamed(module);
+    }
+
+    /// No warning that the module has no DWARF: made by tooling, it has none to give.
+    pub fn expect_no_dwarf(&mut self) {
+        if let DwarfState::Absent = self.dwarf {
+            self.dwarf = DwarfState::Unavailable;
+        }
+    }
+
+    /// Names functions that the `name` section does not (`names`: by function index).
+    pub fn name_functions(&mut self, names: &HashMap<u32, String>) {
+        self.names.add_missing(names);
+    }
+
+    /// The WIT function that the `call_indirect` at `offset` reaches, in a component's shim.
+    pub fn lowered_indirect_call(&self, offset: u32) -> Option<&str> {
+        self.lowered_indirect_calls.get(&offset).map(String::as_str)
+    }
+
+    pub fn name_lowered_indirect_calls(&mut self, calls: HashMap<u32, String>) {
+        self.lowered_indirect_calls = calls;
+    }
+
     /// Reads `wasm`'s imports and `name` section, and finds its DWARF (used unless `use_dwarf`
     /// is false). Fails only when the module itself is malformed; a damaged `name` section
     /// leaves a warning, and so does missing DWARF once code is symbolized.
@@ -142,6 +179,7 @@ impl ModuleSymbolizer {
             names,
             dwarf,
             frames: FxHashMap::default(),
+            lowered_indirect_calls: HashMap::new(),
             lookup_failed: false,
             warnings,
         })

@@ -13,11 +13,31 @@ pub struct Names {
     names: HashMap<u32, String>,
     /// `module::field` of each imported function, in import order.
     imports: Vec<String>,
+    /// Prefixed to the names of functions nothing names: `MODULE!`.
+    unnamed_prefix: String,
 }
 
 impl Names {
     pub fn add_import(&mut self, module: &str, field: &str) {
         self.imports.push(format!("{module}::{field}"));
+    }
+
+    pub fn rename_imports(&mut self, names: &[Option<String>]) {
+        for (import, name) in self.imports.iter_mut().zip(names) {
+            if let Some(name) = name {
+                import.clone_from(name);
+            }
+        }
+    }
+
+    pub fn qualify_unnamed(&mut self, module: &str) {
+        self.unnamed_prefix = format!("{module}!");
+    }
+
+    pub fn add_missing(&mut self, names: &HashMap<u32, String>) {
+        for (&index, name) in names {
+            self.names.entry(index).or_insert_with(|| name.clone());
+        }
     }
 
     /// Reads the `name` section's function names; on error, keeps none of them.
@@ -51,7 +71,7 @@ impl Names {
             Some(import) => import.clone(),
             None => match self.names.get(&index) {
                 Some(name) => name.clone(),
-                None => format!("wasm-function[{index}]"),
+                None => format!("{}wasm-function[{index}]", self.unnamed_prefix),
             },
         };
         FunctionName::from_raw(raw)

@@ -19,6 +19,18 @@ pub fn fixture(rel: &str) -> PathBuf {
         .join(rel)
 }
 
+/// `wasmtime run`: the example `cargo test` builds beside the tests.
+pub fn wasmtime_cli() -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_wasmspy"));
+    let path = bin.parent().unwrap().join("examples/wasmtime");
+    assert!(
+        path.exists(),
+        "{} is missing: `cargo test` builds it (`cargo build --example wasmtime`)",
+        path.display()
+    );
+    path
+}
+
 /// Runs `wasmspy record -o DIR/out.pb.gz EXTRA... -- MODULE ARGS...`.
 pub fn record(dir: &Path, extra: &[&str], module: &Path, args: &[&str]) -> (Output, PathBuf) {
     let out = dir.join("out.pb.gz");
