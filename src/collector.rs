@@ -14,6 +14,7 @@ use wasmtime::{Module, WasmBacktrace};
 use crate::clock::{monotonic_ns, sampling_period, Clock};
 use crate::code_map::{CodeLocation, CodeMap, CodeOwner};
 use crate::component::core_modules;
+use crate::memory::component::RewrittenComponent;
 use crate::memory::heap::{Heap, HeapSampler};
 use crate::memory::rewrite::Rewritten;
 use crate::profile::{
@@ -209,15 +210,22 @@ impl Collector {
 
     /// Registers a component: each of its core modules is a module of its own, named
     /// `FILE/NAME` by its `name` section's module name (`FILE/module0` without one), its
-    /// imports named by the WIT functions they lower.
+    /// imports named by the WIT functions they lower. When `component` was compiled from
+    /// `rewritten`, the allocator rewrite of `wasm`, its code is mapped back to `wasm`'s.
     pub fn add_component(
         &mut self,
         file_name: &str,
         component: &Component,
         wasm: &[u8],
+        rewritten: Option<&RewrittenComponent>,
     ) -> Result<()> {
         let text = component.text().as_ptr_range();
         let text = text.start as usize..text.end as usize;
+        // Where each core module is in the binary compiled.
+        let compiled = match rewritten {
+            Some(r) => core_modules(&r.wasm)?,
+            None => Vec::new(),
+        };
         let mut owners = Vec::new();
         for (index, core) in core_modules(wasm)?.into_iter().enumerate() {
             let module_name = match &core.name {
@@ -235,16 +243,19 @@ impl Collector {
             symbolizer.name_imports(&core.lowered_imports);
             symbolizer.name_functions(&core.stub_names);
             symbolizer.name_lowered_indirect_calls(core.lowered_indirect_calls);
-            let start = core.range.start as u32;
+            let start = compiled
+                .get(index)
+                .map_or(core.range.start, |c| c.range.start) as u32;
+            let rewrite = rewritten.and_then(|r| r.modules.get(index).cloned().flatten());
             owners.push(CodeOwner {
                 module: self.modules.len() as u32,
                 start,
             });
-            let compiled = Compiled::InComponent {
+            let compiled_as = Compiled::InComponent {
                 text: text.clone(),
                 index: index as u32,
             };
-            self.register(&name, compiled, start, symbolizer, None);
+            self.register(&name, compiled_as, start, symbolizer, rewrite);
         }
         self.code_map.add_component(component, owners);
         Ok(())
@@ -489,13 +500,20 @@ impl Collector {
     fn called_import(&self, caller: Option<&RawFrame>) -> RawFrame {
         let Some(&RawFrame::Wasm {
             module: Some(module),
+            func_index: caller_index,
             offset,
-            ..
         }) = caller
         else {
             return RawFrame::UnknownHostCall;
         };
-        let m = &self.modules[module as usize].symbolizer;
+        let registered = &self.modules[module as usize];
+        // An allocator's wrapper calls the allocator hook through its table.
+        if let Some(rewritten) = &registered.rewritten {
+            if rewritten.wrapped.iter().any(|&(i, _)| i == caller_index) {
+                return RawFrame::UnknownHostCall;
+            }
+        }
+        let m = &registered.symbolizer;
         let Some(code) = m.wasm().get(offset as usize..) else {
             return RawFrame::UnknownHostCall;
         };
@@ -747,7 +765,7 @@ impl Collector {
     }
 
     /// Whether a live sampled block shares `address`'s slot of
-    /// [`SAMPLED_BLOCKS`](crate::memory::rewrite::SAMPLED_BLOCKS).
+    /// rewritten allocators' flags ([`crate::memory::rewrite::report`]).
     pub fn heap_slot_is_live(&self, address: u32) -> bool {
         self.heap
             .as_ref()

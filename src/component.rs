@@ -37,6 +37,12 @@ pub struct CoreModule {
     /// Names for a shim's stubs, by function index, as `wit-component` names them where it
     /// writes a `name` section: `indirect-INTERFACE-FUNCTION`.
     pub stub_names: HashMap<u32, String>,
+    /// The top-level core instance made from it, when the top-level component instantiates it
+    /// once.
+    pub instance: Option<u32>,
+    /// Its exports that the component's canonical options name as `realloc`: functions the
+    /// host calls to place values it passes in.
+    pub host_reallocs: Vec<String>,
 }
 
 /// What a module declares about its functions and tables, for following instantiations.
@@ -81,6 +87,8 @@ pub fn core_modules(component: &[u8]) -> Result<Vec<CoreModule>> {
                     lowered_imports: Vec::new(),
                     lowered_indirect_calls: HashMap::new(),
                     stub_names: HashMap::new(),
+                    instance: None,
+                    host_reallocs: Vec::new(),
                 });
                 declared.push(Declared::default());
             }
@@ -150,6 +158,11 @@ pub fn core_modules(component: &[u8]) -> Result<Vec<CoreModule>> {
         module
             .lowered_imports
             .resize(declared.func_imports.len(), None);
+    }
+    for (&m, &count) in &top.instantiations {
+        if count > 1 {
+            modules[m].instance = None;
+        }
     }
     for ((m, export), slots) in &top.table_slots {
         let Some(&table) = declared[*m].table_exports.get(export) else {
@@ -264,9 +277,13 @@ struct TopLevel {
     instances: Vec<Option<String>>,
     /// Core functions: the WIT function a `canon lower` made it from.
     core_funcs: Vec<Option<String>>,
+    /// Core functions: the core instance export each is an alias of.
+    core_func_exports: Vec<Option<(u32, String)>>,
     /// Core tables: the exported table of a module instance each is.
     core_tables: Vec<Option<TableId>>,
     core_instances: Vec<CoreInstance>,
+    /// How many times each static module is instantiated.
+    instantiations: HashMap<usize, u32>,
     /// The WIT function an instance's element segments put in each slot of a table.
     table_slots: HashMap<TableId, HashMap<u32, String>>,
     /// Core modules: their static index.
@@ -322,6 +339,8 @@ impl TopLevel {
                                         _ => None,
                                     };
                                     self.core_funcs.push(lowered);
+                                    self.core_func_exports
+                                        .push(Some((instance_index, name.to_string())));
                                 }
                                 ExternalKind::Table => {
                                     let table = match instance {
@@ -349,14 +368,25 @@ impl TopLevel {
             Payload::ComponentCanonicalSection(reader) => {
                 for canonical in reader {
                     match canonical.context("malformed component canonical section")? {
-                        CanonicalFunction::Lift { .. } => self.funcs.push(None),
-                        CanonicalFunction::Lower { func_index, .. } => {
+                        CanonicalFunction::Lift { options, .. } => {
+                            self.note_reallocs(&options, modules);
+                            self.funcs.push(None)
+                        }
+                        CanonicalFunction::Lower {
+                            func_index,
+                            options,
+                        } => {
+                            self.note_reallocs(&options, modules);
                             let name = self.funcs.get(func_index as usize).cloned().flatten();
                             self.core_funcs.push(name);
+                            self.core_func_exports.push(None);
                         }
                         // Every other canonical built-in (resource.drop, task.return, ...) is
                         // a core function of its own.
-                        _ => self.core_funcs.push(None),
+                        _ => {
+                            self.core_funcs.push(None);
+                            self.core_func_exports.push(None);
+                        }
                     }
                 }
             }
@@ -368,6 +398,8 @@ impl TopLevel {
                             let module = self.modules.get(module_index as usize).copied();
                             let module = module.flatten();
                             if let Some(m) = module {
+                                *self.instantiations.entry(m).or_default() += 1;
+                                modules[m].instance = Some(self.core_instances.len() as u32);
                                 let lowered = self.lowered(&declared[m].func_imports, &args);
                                 self.fill_tables(&declared[m], &lowered, &args);
                                 modules[m].lowered_imports = lowered;
@@ -417,6 +449,25 @@ impl TopLevel {
             _ => {}
         }
         Ok(())
+    }
+
+    /// Notes the module export that canonical `options` name as `realloc`.
+    fn note_reallocs(&self, options: &[wasmparser::CanonicalOption], modules: &mut [CoreModule]) {
+        for option in options {
+            let wasmparser::CanonicalOption::Realloc(func) = option else {
+                continue;
+            };
+            let Some(Some((instance, name))) = self.core_func_exports.get(*func as usize) else {
+                continue;
+            };
+            if let Some(CoreInstance::Instantiated(Some(m))) =
+                self.core_instances.get(*instance as usize)
+            {
+                if !modules[*m].host_reallocs.contains(name) {
+                    modules[*m].host_reallocs.push(name.clone());
+                }
+            }
+        }
     }
 
     fn add_component_item(&mut self, kind: ComponentExternalKind, name: Option<String>) {

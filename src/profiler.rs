@@ -37,9 +37,8 @@ use wasmtime::{
 
 use crate::clock::{monotonic_ns, thread_cpu_ns, Clock};
 use crate::collector::{Collector, KindCounts, Mark};
-use crate::memory::rewrite::{
-    block_slot, Allocator, Rewritten, HOOK_TABLE, SAMPLED_BLOCKS, SAMPLE_COUNTDOWN,
-};
+use crate::memory::component::ALLOCATOR_HOOK;
+use crate::memory::rewrite::{report, Allocator, Rewritten, HOOK_TABLE, SAMPLE_COUNTDOWN};
 use crate::profile::Profile;
 use crate::sampler::epoch::{self, EpochSampler};
 use crate::sampler::{SampleValues, Sampler, SamplerKind, SIGNALS_AVAILABLE};
@@ -195,7 +194,25 @@ impl Profiler {
         component: &wasmtime::component::Component,
         wasm: &[u8],
     ) -> Result<()> {
-        self.handle.lock().add_component(file_name, component, wasm)
+        self.handle
+            .lock()
+            .add_component(file_name, component, wasm, None)
+    }
+
+    /// As [`add_component`](Self::add_component), for a component compiled from
+    /// `rewritten.wasm`, the allocator rewrite of `original` (see
+    /// [`crate::memory::component`]); define the hook it imports with
+    /// [`define_component_allocator_hook`](Self::define_component_allocator_hook).
+    pub fn add_rewritten_component(
+        &self,
+        file_name: &str,
+        component: &wasmtime::component::Component,
+        original: &[u8],
+        rewritten: &crate::memory::component::RewrittenComponent,
+    ) -> Result<()> {
+        self.handle
+            .lock()
+            .add_component(file_name, component, original, Some(rewritten))
     }
 
     /// As [`add_module`](Self::add_module), for a module compiled from `rewritten`, the
@@ -285,10 +302,7 @@ impl Profiler {
         let Some(table) = instance.get_table(&mut store, HOOK_TABLE) else {
             return Ok(());
         };
-        let (Some(countdown), Some(flags)) = (
-            instance.get_global(&mut store, SAMPLE_COUNTDOWN),
-            instance.get_memory(&mut store, SAMPLED_BLOCKS),
-        ) else {
+        let Some(countdown) = instance.get_global(&mut store, SAMPLE_COUNTDOWN) else {
             wasmtime::bail!(
                 "the module exports {HOOK_TABLE} without the rest of the allocator rewrite"
             );
@@ -298,37 +312,55 @@ impl Profiler {
         countdown.set(&mut store, Val::I64(first))?;
         let hook = Func::wrap(
             &mut store,
-            move |mut caller: Caller<'_, T>,
+            move |caller: Caller<'_, T>,
                   allocator: i32,
                   size: i32,
                   freed: i32,
                   allocated: i32,
                   countdown: i64|
                   -> i64 {
-                let mut collector = collector.lock().unwrap_or_else(|e| e.into_inner());
-                let mut next = countdown;
-                if freed != 0 {
-                    collector.heap_freed(freed as u32);
-                }
-                if allocated != 0 && countdown < 0 {
-                    let collected =
-                        Allocator::from_code(allocator).is_some_and(Allocator::collected);
-                    let backtrace = WasmBacktrace::capture(&caller);
-                    let frames = collector.backtrace_frames(&backtrace);
-                    let size = u64::from(size as u32);
-                    collector.heap_allocated(&frames, allocated as u32, size, collected);
-                    next = collector.heap_next_interval();
-                }
-                let slots = flags.data_mut(&mut caller);
-                for address in [freed as u32, allocated as u32] {
-                    if address != 0 {
-                        slots[block_slot(address)] = collector.heap_slot_is_live(address).into();
-                    }
-                }
-                next
+                let call = AllocatorCall {
+                    allocator,
+                    size,
+                    freed,
+                    allocated,
+                    countdown,
+                };
+                call.record(&collector, || WasmBacktrace::capture(&caller))
             },
         );
         table.set(&mut store, 0, Ref::Func(Some(hook)))
+    }
+
+    /// Defines in `linker` the host function through which the allocators of a component
+    /// rewritten by [`crate::memory::component::rewrite_component`] report to the heap
+    /// profile (its import [`ALLOCATOR_HOOK`]), as
+    /// [`install_allocator_hook`](Self::install_allocator_hook) does for a module's instance.
+    pub fn define_component_allocator_hook<T: 'static>(
+        &self,
+        linker: &mut wasmtime::component::Linker<T>,
+    ) -> wasmtime::Result<()> {
+        let collector = self.handle.collector.clone();
+        linker.root().func_wrap(
+            ALLOCATOR_HOOK,
+            move |store: wasmtime::StoreContextMut<'_, T>,
+                  (allocator, size, freed, allocated, countdown): (i32, i32, i32, i32, i64)| {
+                let call = AllocatorCall {
+                    allocator,
+                    size,
+                    freed,
+                    allocated,
+                    countdown,
+                };
+                Ok((call.record(&collector, || WasmBacktrace::capture(&store)),))
+            },
+        )
+    }
+
+    /// The first countdown of a rewritten component's allocators: drawn as the hook draws the
+    /// next ones.
+    pub fn first_heap_countdown(&self) -> i64 {
+        self.handle.lock().heap_next_interval()
     }
 
     /// Starts sampling; the profile's time counts from here.
@@ -347,6 +379,45 @@ impl Profiler {
 
     pub fn handle(&self) -> ProfilerHandle {
         self.handle.clone()
+    }
+}
+
+/// A call of a rewritten allocator that reached the host.
+struct AllocatorCall {
+    allocator: i32,
+    size: i32,
+    freed: i32,
+    allocated: i32,
+    countdown: i64,
+}
+
+impl AllocatorCall {
+    /// Records a sampled allocation, with the guest stack `backtrace` captures, and the free
+    /// of a sampled block; returns the allocator's [`report`]: the next countdown and the
+    /// flags of the slots involved.
+    fn record(
+        self,
+        collector: &Mutex<Collector>,
+        backtrace: impl FnOnce() -> WasmBacktrace,
+    ) -> i64 {
+        let mut collector = collector.lock().unwrap_or_else(|e| e.into_inner());
+        let (freed, allocated) = (self.freed as u32, self.allocated as u32);
+        let mut next = self.countdown;
+        if freed != 0 {
+            collector.heap_freed(freed);
+        }
+        if allocated != 0 && self.countdown < 0 {
+            let collected = Allocator::from_code(self.allocator).is_some_and(Allocator::collected);
+            let frames = collector.backtrace_frames(&backtrace());
+            let size = u64::from(self.size as u32);
+            collector.heap_allocated(&frames, allocated, size, collected);
+            next = collector.heap_next_interval();
+        }
+        report(
+            next,
+            collector.heap_slot_is_live(freed),
+            collector.heap_slot_is_live(allocated),
+        )
     }
 }
 

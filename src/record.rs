@@ -12,7 +12,8 @@ use tempfile::NamedTempFile;
 use wasmspy::collector::{ALLOC_OBJECTS, ALLOC_SPACE, COLLECTED_NOTE, CPU, INUSE_SPACE, SAMPLES};
 use wasmspy::export::flamegraph::NothingToDraw;
 use wasmspy::export::Format;
-use wasmspy::memory::rewrite::rewrite;
+use wasmspy::memory::component::{rewrite_component, RewrittenComponent};
+use wasmspy::memory::rewrite::{rewrite, Rewritten};
 use wasmspy::profile::Profile;
 use wasmspy::server::{LiveServer, ServerOptions};
 use wasmspy::wasi_host::{self, Exit, Program, WasiConfig};
@@ -43,20 +44,8 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     let wasm: Arc<[u8]> = wasi_host::read_program(&args.module)?.into();
     let name = file_name(&args.module);
     let is_component = wasmparser::Parser::is_component(&wasm);
-    if is_component && outputs.memory.is_some() {
-        anyhow::bail!("memory profiles of components are not supported yet");
-    }
     if !is_component && args.wasi_options().http {
         anyhow::bail!("cannot enable wasi-http for core wasm modules");
-    }
-    let rewritten = match &outputs.memory {
-        Some(_) => rewrite(&wasm)
-            .with_context(|| format!("cannot instrument the allocators of `{name}`"))?
-            .map(Arc::new),
-        None => None,
-    };
-    if outputs.memory.is_some() && rewritten.is_none() {
-        eprintln!("wasmspy: warning: {name} has no allocator function wasmspy knows (malloc, free, __rust_alloc, ...): the memory profile will be empty");
     }
 
     let options = ProfilerOptions {
@@ -70,19 +59,34 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     let mut config = wasi_host::engine_config();
     Profiler::configure(&mut config, &options);
     let engine = Engine::new(&config)?;
+    let mut profiler = Profiler::new(&engine, options)?;
+    let rewritten = match &outputs.memory {
+        Some(_) => Rewrite::of(&wasm, &profiler)
+            .with_context(|| format!("cannot instrument the allocators of `{name}`"))?,
+        None => Rewrite::None,
+    };
+    if outputs.memory.is_some() && matches!(rewritten, Rewrite::None) {
+        eprintln!("wasmspy: warning: {name} has no allocator function wasmspy knows (malloc, free, __rust_alloc, ...): the memory profile will be empty");
+    }
     let compile_start = Instant::now();
-    let code: &[u8] = rewritten.as_ref().map_or(&wasm, |r| &r.wasm);
+    let code: &[u8] = match &rewritten {
+        Rewrite::Module(r) => &r.wasm,
+        Rewrite::Component(r) => &r.wasm,
+        Rewrite::None => &wasm,
+    };
     let program = wasi_host::compile(&engine, code)
         .map_err(anyhow::Error::from)
         .with_context(|| format!("cannot compile `{}`", args.module.display()))?;
     let compile_time = compile_start.elapsed();
 
-    let mut profiler = Profiler::new(&engine, options)?;
     match (&program, &rewritten) {
-        (Program::Module(module), Some(r)) => {
+        (Program::Module(module), Rewrite::Module(r)) => {
             profiler.add_rewritten_module(&name, module, wasm.clone(), r.clone())?
         }
-        (Program::Module(module), None) => profiler.add_module(&name, module, wasm.clone())?,
+        (Program::Module(module), _) => profiler.add_module(&name, module, wasm.clone())?,
+        (Program::Component(component), Rewrite::Component(r)) => {
+            profiler.add_rewritten_component(&name, component, &wasm, r)?
+        }
         (Program::Component(component), _) => profiler.add_component(&name, component, &wasm)?,
     }
     print_warnings(&profiler.handle());
@@ -124,7 +128,12 @@ pub fn record(args: RecordArgs) -> Result<i32> {
             |store, instance| profiler.install_allocator_hook(&mut *store, instance),
         ),
         Program::Component(component) => {
-            wasi_host::run_component(&mut store, component, wasi.unknown_imports)
+            wasi_host::run_component_with(&mut store, component, wasi.unknown_imports, |linker| {
+                match rewritten {
+                    Rewrite::Component(_) => profiler.define_component_allocator_hook(linker),
+                    _ => Ok(()),
+                }
+            })
         }
     };
     let run_end = Instant::now();
@@ -201,6 +210,31 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         server.stop();
     }
     Ok(code)
+}
+
+/// The allocator rewrite of a program, for a memory profile.
+enum Rewrite {
+    Module(Arc<Rewritten>),
+    Component(RewrittenComponent),
+    /// Nothing to rewrite: no allocator wasmspy knows.
+    None,
+}
+
+impl Rewrite {
+    fn of(wasm: &[u8], profiler: &Profiler) -> Result<Self> {
+        Ok(if wasmparser::Parser::is_component(wasm) {
+            let countdown = profiler.first_heap_countdown();
+            match rewrite_component(wasm, countdown)? {
+                Some(r) => Rewrite::Component(r),
+                None => Rewrite::None,
+            }
+        } else {
+            match rewrite(wasm)? {
+                Some(r) => Rewrite::Module(Arc::new(r)),
+                None => Rewrite::None,
+            }
+        })
+    }
 }
 
 /// Writes the profiles so far every `every`, until the last write; errors are warned about

@@ -328,13 +328,24 @@ pub fn run_component(
     component: &Component,
     unknown: UnknownImports,
 ) -> Exit {
+    run_component_with(store, component, unknown, |_| Ok(()))
+}
+
+/// As [`run_component`], with `define` adding to the linker what the host provides beyond
+/// WASI (such as the allocator hook of a rewritten component).
+pub fn run_component_with(
+    store: &mut Store<Host>,
+    component: &Component,
+    unknown: UnknownImports,
+    define: impl FnOnce(&mut ComponentLinker<Host>) -> wasmtime::Result<()>,
+) -> Exit {
     let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(e) => return Exit::Error(e),
     };
     runtime.block_on(async {
         let result = async {
-            let linker = component_linker(component, unknown, &store.data().options)?;
+            let linker = component_linker(component, unknown, &store.data().options, define)?;
             let instance = linker.instantiate_async(&mut *store, component).await?;
             let command = Command::new(&mut *store, &instance)?;
             command.wasi_cli_run().call_run(&mut *store).await
@@ -351,8 +362,10 @@ fn component_linker(
     component: &Component,
     unknown: UnknownImports,
     options: &WasiOptions,
+    define: impl FnOnce(&mut ComponentLinker<Host>) -> wasmtime::Result<()>,
 ) -> wasmtime::Result<ComponentLinker<Host>> {
     let mut linker = ComponentLinker::new(component.engine());
+    define(&mut linker)?;
     if options.cli {
         let mut link = LinkOptions::default();
         link.network_error_code(options.network_error_code);

@@ -275,3 +275,47 @@ fn go_allocations_are_attributed_to_go_functions() {
         [101, 100 * 24 + 100 * 4096, 0, 0]
     );
 }
+
+/// A component's allocators (`tests/fixtures/rust/component.rs`, `alloc`, the same program as
+/// `alloc.rs`): its core module rewritten inside the component gives each site its exact
+/// values, as for the module. Allocations the host makes through `cabi_realloc`, to pass the arguments
+/// in, are not reported (see `Allocator::HostRealloc`).
+#[test]
+fn component_allocation_sites_with_exact_values() {
+    let sites = heap_by_site("rust/component.wasm", &["alloc"], "1");
+    let file = "tests/fixtures/rust/component.rs";
+    let expected = [
+        (
+            "__rustc::__rust_alloc",
+            "component::make_boxes",
+            51,
+            [1, 32, 0, 0],
+        ),
+        // Here the first box is no special case: all eight through `__rust_alloc`.
+        (
+            "__rustc::__rust_alloc",
+            "component::make_boxes",
+            53,
+            [8, 800, 4, 400],
+        ),
+        (
+            "__rustc::__rust_alloc",
+            "component::grow_vec",
+            62,
+            [1, 32, 0, 0],
+        ),
+        (
+            "__rustc::__rust_realloc",
+            "component::grow_vec",
+            62,
+            [8, 16320, 1, 8192],
+        ),
+    ];
+    for (allocator, function, line, values) in expected {
+        assert_eq!(
+            site(&sites, allocator, function, file, line),
+            values,
+            "{allocator} {function}:{line}"
+        );
+    }
+}

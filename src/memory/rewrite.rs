@@ -14,10 +14,13 @@
 //! Leaving Wasm costs far more than an allocation, so the sampling decision is made in the
 //! wrapper: a countdown global of bytes until the next sample (Go's `nextSample`), which the
 //! host resets after each sample, and, for frees, a 64 KiB memory of one flag per hash slot
-//! of addresses, set by the host while a sampled block hashing there is live: a free reaches
-//! the host only if its block may have been sampled. A depth global makes an allocator called
-//! from inside another (`realloc` calling `malloc`, `__rust_alloc` calling `malloc`) report
-//! once.
+//! of addresses, set while a sampled block hashing there is live: a free reaches the host only
+//! if its block may have been sampled. The host's answer ([`report`]) carries the new countdown
+//! and the flags of the slots involved, which the wrapper stores: the host needs no access to
+//! the module's memory or globals, so a module inside a component, whose exports the host
+//! cannot reach, is rewritten the same way (see [`crate::memory::component`]). A depth global
+//! makes an allocator called from inside another (`realloc` calling `malloc`, `__rust_alloc`
+//! calling `malloc`) report once.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -36,23 +39,26 @@ use crate::symbolize::demangle::demangle;
 /// The export holding the table whose element 0 the host sets to its report function, of type
 /// `(allocator: i32, size: i32, freed: i32, allocated: i32, countdown: i64) -> i64`: called
 /// when `countdown` (the bytes left before the next sample, less this allocation's) went below
-/// zero, or when `freed` hashes to a flagged slot of [`SAMPLED_BLOCKS`]; it returns the new
-/// countdown.
+/// zero, or when `freed` hashes to a flagged slot; it returns [`report`]. Until element 0 is
+/// set, nothing is reported.
 pub const HOOK_TABLE: &str = "wasmspy:allocator-hook";
 
 /// The export of the `i64` global counting the bytes left before the next sampled allocation
-/// (the host sets it before the guest runs: zero samples the first allocation).
+/// (the host may set it before the guest runs; it starts as [`rewrite_in_component`] says, or
+/// at zero).
 pub const SAMPLE_COUNTDOWN: &str = "wasmspy:sample-countdown";
 
-/// The export of the one-page memory whose byte [`block_slot`]`(address)` is non-zero while a
-/// sampled block hashing there is live.
-pub const SAMPLED_BLOCKS: &str = "wasmspy:sampled-blocks";
+/// The hook's answer: the new countdown, and whether a live sampled block now hashes to the
+/// slot of the freed address and to that of the allocated one.
+pub fn report(countdown: i64, freed_slot_live: bool, allocated_slot_live: bool) -> i64 {
+    countdown << 2 | i64::from(allocated_slot_live) << 1 | i64::from(freed_slot_live)
+}
 
 /// Fibonacci hashing: aligned addresses differ in their low bits, which this spreads over the
 /// top 16 bits.
 const SLOT_MULTIPLIER: u32 = 0x9E37_79B1;
 
-/// The byte of [`SAMPLED_BLOCKS`] that stands for the block at `address`.
+/// The flag (a byte of the rewriter's memory of flags) that stands for the block at `address`.
 pub fn block_slot(address: u32) -> usize {
     (address.wrapping_mul(SLOT_MULTIPLIER) >> 16) as usize
 }
@@ -75,9 +81,14 @@ pub enum Allocator {
     GoMallocgc,
     /// TinyGo's `runtime.alloc`.
     TinyGoAlloc,
+    /// A component's `cabi_realloc`, which the host calls to place values it passes to the
+    /// guest. Nothing it allocates is reported: the canonical ABI forbids a component to call
+    /// the host while the host is lowering a value into it. Its wrapper only marks the
+    /// allocators it calls as nested.
+    HostRealloc,
 }
 
-const ALL: [Allocator; 12] = [
+const ALL: [Allocator; 13] = [
     Allocator::Malloc,
     Allocator::Calloc,
     Allocator::Realloc,
@@ -90,6 +101,7 @@ const ALL: [Allocator; 12] = [
     Allocator::RustDealloc,
     Allocator::GoMallocgc,
     Allocator::TinyGoAlloc,
+    Allocator::HostRealloc,
 ];
 
 impl Allocator {
@@ -143,14 +155,17 @@ impl Allocator {
             Allocator::Free => (1, false),
             Allocator::PosixMemalign => (3, true),
             Allocator::RustAlloc | Allocator::RustAllocZeroed => (2, true),
-            Allocator::RustRealloc => (4, true),
+            Allocator::RustRealloc | Allocator::HostRealloc => (4, true),
             Allocator::RustDealloc => (3, false),
         };
         params == count && results == usize::from(returns)
     }
 
     fn allocates(self) -> bool {
-        !matches!(self, Allocator::Free | Allocator::RustDealloc)
+        !matches!(
+            self,
+            Allocator::Free | Allocator::RustDealloc | Allocator::HostRealloc
+        )
     }
 
     fn frees(self) -> bool {
@@ -225,20 +240,45 @@ struct Defined {
 }
 
 /// Rewrites `wasm`'s allocator functions; `None` when it has none with the expected signature.
+/// The countdown starts at zero: the first allocation is sampled unless the host sets it.
 pub fn rewrite(wasm: &[u8]) -> Result<Option<Rewritten>> {
+    rewrite_with(wasm, 0, &[])
+}
+
+/// As [`rewrite`], for a core module of a component: the countdown starting at `countdown`,
+/// and the functions exported as `host_reallocs` (the `realloc` of the component's canonical
+/// options, which the host calls) wrapped as [`Allocator::HostRealloc`].
+pub fn rewrite_in_component(
+    wasm: &[u8],
+    countdown: i64,
+    host_reallocs: &[String],
+) -> Result<Option<Rewritten>> {
+    rewrite_with(wasm, countdown, host_reallocs)
+}
+
+fn rewrite_with(
+    wasm: &[u8],
+    countdown: i64,
+    host_reallocs: &[String],
+) -> Result<Option<Rewritten>> {
     let scan = Scan::of(wasm)?;
-    let wrapped: Vec<(u32, Allocator)> = scan
+    let by_name = scan
         .names
         .iter()
-        .filter_map(|(&index, name)| Some((index, Allocator::by_name(name)?)))
+        .filter_map(|(&index, name)| Some((index, Allocator::by_name(name)?)));
+    let by_export = host_reallocs
+        .iter()
+        .filter_map(|name| Some((*scan.exports.get(name)?, Allocator::HostRealloc)));
+    let wrapped: Vec<(u32, Allocator)> = by_name
+        .chain(by_export)
         .filter(|&(index, allocator)| scan.allocator_params(index, allocator).is_some())
         .collect::<std::collections::BTreeMap<_, _>>()
         .into_iter()
         .collect();
-    if wrapped.is_empty() {
+    if wrapped.iter().all(|&(_, a)| a == Allocator::HostRealloc) {
         return Ok(None);
     }
-    let module = scan.encode(wasm, &wrapped)?;
+    let module = scan.encode(wasm, &wrapped, countdown)?;
     let moved = scan.offset_map(&module, &wrapped)?;
     Ok(Some(Rewritten {
         wasm: module,
@@ -262,6 +302,8 @@ struct Scan {
     /// Every global's (type, mutable), imported ones first.
     globals: Vec<(wasmparser::ValType, bool)>,
     names: HashMap<u32, String>,
+    /// Exported functions, by export name.
+    exports: HashMap<String, u32>,
 }
 
 impl Scan {
@@ -298,6 +340,14 @@ impl Scan {
                 Payload::FunctionSection(reader) => {
                     for ty in reader {
                         function_types.push(ty?);
+                    }
+                }
+                Payload::ExportSection(reader) => {
+                    for export in reader {
+                        let export = export?;
+                        if export.kind == wasmparser::ExternalKind::Func {
+                            scan.exports.insert(export.name.to_string(), export.index);
+                        }
                     }
                 }
                 Payload::TableSection(reader) => scan.tables = reader.count(),
@@ -358,7 +408,7 @@ impl Scan {
     }
 
     /// The rewritten module's bytes.
-    fn encode(&self, wasm: &[u8], wrapped: &[(u32, Allocator)]) -> Result<Vec<u8>> {
+    fn encode(&self, wasm: &[u8], wrapped: &[(u32, Allocator)], countdown: i64) -> Result<Vec<u8>> {
         let total_functions = self.imported_functions + self.defined.len() as u32;
         // The moved original bodies, in `wrapped` order, after every existing function.
         let moved_index: HashMap<u32, u32> = wrapped
@@ -372,6 +422,7 @@ impl Scan {
             flags: self.imported_memories + self.memories,
             depth: self.globals.len() as u32,
             countdown: self.globals.len() as u32 + 1,
+            first_countdown: countdown,
         };
 
         let mut re = RoundtripReencoder;
@@ -534,12 +585,13 @@ struct Added {
     /// The hook's function type.
     hook_type: u32,
     hook_table: u32,
-    /// The [`SAMPLED_BLOCKS`] memory.
+    /// The memory of flags, a byte per [`block_slot`].
     flags: u32,
     /// An `i32` global: how many wrappers are running.
     depth: u32,
     /// The [`SAMPLE_COUNTDOWN`] global.
     countdown: u32,
+    first_countdown: i64,
 }
 
 impl Added {
@@ -570,13 +622,15 @@ impl Added {
             shared: false,
         };
         globals.global(mutable(ValType::I32), &ConstExpr::i32_const(0));
-        globals.global(mutable(ValType::I64), &ConstExpr::i64_const(0));
+        globals.global(
+            mutable(ValType::I64),
+            &ConstExpr::i64_const(self.first_countdown),
+        );
     }
 
     fn exports(&self, exports: &mut ExportSection) {
         exports.export(HOOK_TABLE, ExportKind::Table, self.hook_table);
         exports.export(SAMPLE_COUNTDOWN, ExportKind::Global, self.countdown);
-        exports.export(SAMPLED_BLOCKS, ExportKind::Memory, self.flags);
     }
 
     /// A section of ours where the module had none of its kind.
@@ -610,11 +664,11 @@ impl Added {
     /// counts the allocation down and calls the hook when it is sampled or frees a block that
     /// may have been.
     fn wrapper(&self, allocator: Allocator, params: u32, original: u32) -> Function {
-        let returns = allocator.allocates();
+        let returns = allocator.allocates() || allocator == Allocator::HostRealloc;
         let result = params;
         let size = params + u32::from(returns);
-        let (freed, allocated, countdown) = (size + 1, size + 2, size + 3);
-        let mut f = Function::new([(u32::from(returns) + 3, ValType::I32), (1, ValType::I64)]);
+        let (freed, allocated, countdown, answer) = (size + 1, size + 2, size + 3, size + 4);
+        let mut f = Function::new([(u32::from(returns) + 3, ValType::I32), (2, ValType::I64)]);
         let mut code = f.instructions();
         code.global_get(self.depth)
             .i32_const(1)
@@ -631,6 +685,10 @@ impl Added {
             .i32_const(1)
             .i32_sub()
             .global_set(self.depth);
+        if allocator == Allocator::HostRealloc {
+            code.local_get(result).end();
+            return f;
+        }
         code.global_get(self.depth).i32_eqz();
         if allocator == Allocator::GoMallocgc {
             // Go returns 1 while it unwinds the Wasm stack to switch goroutines; the call
@@ -690,6 +748,8 @@ impl Added {
                 code.local_get(0).local_set(size);
                 code.local_get(result).local_set(allocated);
             }
+            // Its wrapper returned above.
+            Allocator::HostRealloc => {}
         }
         if allocator.allocates() {
             // A failed allocation (null) is not counted.
@@ -718,6 +778,11 @@ impl Added {
                 .i32_or();
         }
         code.if_(BlockType::Empty);
+        code.i32_const(0)
+            .table_get(self.hook_table)
+            .ref_is_null()
+            .i32_eqz()
+            .if_(BlockType::Empty);
         code.i32_const(allocator.code())
             .local_get(size)
             .local_get(freed)
@@ -725,7 +790,39 @@ impl Added {
             .local_get(countdown)
             .i32_const(0)
             .call_indirect(self.hook_table, self.hook_type)
+            .local_tee(answer)
+            .i64_const(2)
+            .i64_shr_s()
             .local_set(countdown);
+        // The flags of the slots of the freed and the allocated block, in that order, as
+        // `report` packs them.
+        for (address, bit, used) in [
+            (freed, 0, allocator.frees()),
+            (allocated, 1, allocator.allocates()),
+        ] {
+            if !used {
+                continue;
+            }
+            code.local_get(address).if_(BlockType::Empty);
+            code.local_get(address)
+                .i32_const(SLOT_MULTIPLIER as i32)
+                .i32_mul()
+                .i32_const(16)
+                .i32_shr_u()
+                .local_get(answer)
+                .i64_const(bit)
+                .i64_shr_u()
+                .i32_wrap_i64()
+                .i32_const(1)
+                .i32_and()
+                .i32_store8(MemArg {
+                    offset: 0,
+                    align: 0,
+                    memory_index: self.flags,
+                });
+            code.end();
+        }
+        code.end();
         code.end();
         code.local_get(countdown).global_set(self.countdown);
         code.end();
@@ -841,7 +938,8 @@ mod tests {
         let mut store = Store::new(&engine, Vec::new());
         let instance = Instance::new(&mut store, &module, &[]).unwrap();
         if let Some(interval) = interval {
-            let flags = instance.get_memory(&mut store, SAMPLED_BLOCKS).unwrap();
+            // The sampled blocks still live.
+            let live = std::sync::Mutex::new(std::collections::HashSet::new());
             let countdown = instance.get_global(&mut store, SAMPLE_COUNTDOWN).unwrap();
             countdown
                 .set(&mut store, wasmtime::Val::I64(interval))
@@ -859,13 +957,19 @@ mod tests {
                     caller
                         .data_mut()
                         .push((allocator, size, freed, new, countdown));
-                    let slots = flags.data_mut(&mut caller);
-                    slots[block_slot(freed as u32)] = 0;
-                    if new != 0 && countdown < 0 {
-                        slots[block_slot(new as u32)] = 1;
-                        return interval;
-                    }
-                    countdown
+                    let mut live = live.lock().unwrap();
+                    live.remove(&freed);
+                    let next = if new != 0 && countdown < 0 {
+                        live.insert(new);
+                        interval
+                    } else {
+                        countdown
+                    };
+                    let slot_live = |a: i32| {
+                        live.iter()
+                            .any(|&l| block_slot(l as u32) == block_slot(a as u32))
+                    };
+                    report(next, slot_live(freed), slot_live(new))
                 },
             );
             let table = instance.get_table(&mut store, HOOK_TABLE).unwrap();
