@@ -344,10 +344,6 @@ fn bad_input_gets_one_line_and_a_nonzero_exit() {
         ),
         (vec![truncated.display().to_string()], "cannot compile"),
         (
-            vec![component.display().to_string()],
-            "no exported instance named `wasi:cli/run@0.2",
-        ),
-        (
             vec!["--bogus-flag".into(), fixture(C).display().to_string()],
             "--bogus-flag",
         ),
@@ -406,6 +402,13 @@ fn bad_input_gets_one_line_and_a_nonzero_exit() {
     .unwrap();
     let (out, _) = record(dir.path(), &[], &bench, &[]);
     assert_one_line_error(&out, "--default-values-unknown-imports", &["bench import"]);
+    // A component that is no command: as `wasmtime run` says.
+    let (out, _) = record(dir.path(), &[], &component, &[]);
+    assert_one_line_error(
+        &out,
+        "no exported instance named `wasi:cli/run@0.2",
+        &["empty component"],
+    );
     let (out, _) = record(
         dir.path(),
         &["--default-values-unknown-imports"],
