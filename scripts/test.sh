@@ -5,6 +5,8 @@
 #   (tests/browser/install.sh): the real speedscope app and a browser read our speedscope JSON
 #   and flame graph SVG.
 # - Debian's linux-perf: Linux perf profiles `wasmtime run` for the faithfulness test.
+# - npm's @bytecodealliance/componentize-js and PyPI's componentize-py build the JavaScript and
+#   Python test components (tests/fixtures/interpreters/build.sh: too large to commit).
 # The Wasm fixtures are committed, so no Wasm toolchain is needed (tests/fixtures/build.sh rebuilds them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,5 +23,7 @@ tests/browser/install.sh
 if ! command -v perf >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null
 fi
+
+tests/fixtures/interpreters/build.sh
 
 cargo test --no-fail-fast "$@"

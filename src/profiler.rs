@@ -319,14 +319,8 @@ impl Profiler {
                   allocated: i32,
                   countdown: i64|
                   -> i64 {
-                let call = AllocatorCall {
-                    allocator,
-                    size,
-                    freed,
-                    allocated,
-                    countdown,
-                };
-                call.record(&collector, || WasmBacktrace::capture(&caller))
+                let call = (allocator, size, freed, allocated, countdown);
+                record_allocator_call(&collector, call, || WasmBacktrace::capture(&caller))
             },
         );
         table.set(&mut store, 0, Ref::Func(Some(hook)))
@@ -343,16 +337,10 @@ impl Profiler {
         let collector = self.handle.collector.clone();
         linker.root().func_wrap(
             ALLOCATOR_HOOK,
-            move |store: wasmtime::StoreContextMut<'_, T>,
-                  (allocator, size, freed, allocated, countdown): (i32, i32, i32, i32, i64)| {
-                let call = AllocatorCall {
-                    allocator,
-                    size,
-                    freed,
-                    allocated,
-                    countdown,
-                };
-                Ok((call.record(&collector, || WasmBacktrace::capture(&store)),))
+            move |store: wasmtime::StoreContextMut<'_, T>, call: AllocatorCall| {
+                let report =
+                    record_allocator_call(&collector, call, || WasmBacktrace::capture(&store));
+                Ok((report,))
             },
         )
     }
@@ -383,42 +371,35 @@ impl Profiler {
 }
 
 /// A call of a rewritten allocator that reached the host.
-struct AllocatorCall {
-    allocator: i32,
-    size: i32,
-    freed: i32,
-    allocated: i32,
-    countdown: i64,
-}
+/// A call of a rewritten allocator that reached the host: (allocator, size, freed address,
+/// allocated address, countdown), as [`HOOK_TABLE`] says.
+type AllocatorCall = (i32, i32, i32, i32, i64);
 
-impl AllocatorCall {
-    /// Records a sampled allocation, with the guest stack `backtrace` captures, and the free
-    /// of a sampled block; returns the allocator's [`report`]: the next countdown and the
-    /// flags of the slots involved.
-    fn record(
-        self,
-        collector: &Mutex<Collector>,
-        backtrace: impl FnOnce() -> WasmBacktrace,
-    ) -> i64 {
-        let mut collector = collector.lock().unwrap_or_else(|e| e.into_inner());
-        let (freed, allocated) = (self.freed as u32, self.allocated as u32);
-        let mut next = self.countdown;
-        if freed != 0 {
-            collector.heap_freed(freed);
-        }
-        if allocated != 0 && self.countdown < 0 {
-            let collected = Allocator::from_code(self.allocator).is_some_and(Allocator::collected);
-            let frames = collector.backtrace_frames(&backtrace());
-            let size = u64::from(self.size as u32);
-            collector.heap_allocated(&frames, allocated, size, collected);
-            next = collector.heap_next_interval();
-        }
-        report(
-            next,
-            collector.heap_slot_is_live(freed),
-            collector.heap_slot_is_live(allocated),
-        )
+/// Records a sampled allocation, with the guest stack `backtrace` captures, and the free of a
+/// sampled block; returns the allocator's [`report`]: the next countdown and the flags of the
+/// slots involved.
+fn record_allocator_call(
+    collector: &Mutex<Collector>,
+    (allocator, size, freed, allocated, countdown): AllocatorCall,
+    backtrace: impl FnOnce() -> WasmBacktrace,
+) -> i64 {
+    let mut collector = collector.lock().unwrap_or_else(|e| e.into_inner());
+    let (freed, allocated) = (freed as u32, allocated as u32);
+    let mut next = countdown;
+    if freed != 0 {
+        collector.heap_freed(freed);
     }
+    if allocated != 0 && countdown < 0 {
+        let collected = Allocator::from_code(allocator).is_some_and(Allocator::collected);
+        let frames = collector.backtrace_frames(&backtrace());
+        collector.heap_allocated(&frames, allocated, u64::from(size as u32), collected);
+        next = collector.heap_next_interval();
+    }
+    report(
+        next,
+        collector.heap_slot_is_live(freed),
+        collector.heap_slot_is_live(allocated),
+    )
 }
 
 #[cfg(all(

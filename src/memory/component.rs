@@ -16,11 +16,11 @@ use wasm_encoder::{
     Alias, CanonicalFunctionSection, ComponentAliasSection, ComponentImportSection,
     ComponentSectionId, ComponentTypeRef, ComponentTypeSection, ComponentValType, ElementSection,
     Elements, EntityType, ExportKind, ImportSection, InstanceSection, ModuleArg, ModuleSection,
-    PrimitiveValType, RawSection, RefType, TableType, TypeSection, ValType,
+    PrimitiveValType, RawSection, RefType, TableType, TypeSection,
 };
 use wasmparser::{Chunk, Parser, Payload, Validator, WasmFeatures};
 
-use super::rewrite::{rewrite_in_component, Rewritten, HOOK_TABLE};
+use super::rewrite::{add_hook_type, rewrite_in_component, Rewritten, HOOK_TABLE};
 use crate::component::core_modules;
 
 /// The function a rewritten component imports, through which its allocators report:
@@ -178,16 +178,7 @@ fn copy_top_level(
 fn fixup_module() -> wasm_encoder::Module {
     let mut module = wasm_encoder::Module::new();
     let mut types = TypeSection::new();
-    types.ty().function(
-        [
-            ValType::I32,
-            ValType::I32,
-            ValType::I32,
-            ValType::I32,
-            ValType::I64,
-        ],
-        [ValType::I64],
-    );
+    add_hook_type(&mut types);
     module.section(&types);
     let mut imports = ImportSection::new();
     imports.import(

@@ -449,16 +449,7 @@ impl Scan {
                 Payload::TypeSection(reader) => {
                     let mut types = TypeSection::new();
                     re.parse_type_section(&mut types, reader)?;
-                    types.ty().function(
-                        [
-                            ValType::I32,
-                            ValType::I32,
-                            ValType::I32,
-                            ValType::I32,
-                            ValType::I64,
-                        ],
-                        [ValType::I64],
-                    );
+                    add_hook_type(&mut types);
                     out.section(&types);
                 }
                 Payload::FunctionSection(reader) => {
@@ -832,6 +823,20 @@ impl Added {
         code.end();
         f
     }
+}
+
+/// Adds the function type of the hook of [`HOOK_TABLE`] to `types`.
+pub fn add_hook_type(types: &mut TypeSection) {
+    types.ty().function(
+        [
+            ValType::I32,
+            ValType::I32,
+            ValType::I32,
+            ValType::I32,
+            ValType::I64,
+        ],
+        [ValType::I64],
+    );
 }
 
 /// An access to the guest's memory 0.

@@ -1,0 +1,107 @@
+//! Components that carry an interpreter: JavaScript (componentize-js: SpiderMonkey in
+//! StarlingMonkey) and Python (componentize-py: CPython). Each runs under `wasmspy record`
+//! with `wasmtime run`'s stdout and exit code, and its profile names the interpreter's own
+//! functions (the scripts' functions are for a later issue). The components are built from
+//! `tests/fixtures/interpreters/` by its `build.sh`, which `scripts/test.sh` runs (they are
+//! 14–18 MB: built, not committed).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::*;
+
+/// The component built from `tests/fixtures/interpreters/`, if it is there.
+fn component(name: &str) -> Option<PathBuf> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target/interpreters")
+        .join(name);
+    if path.exists() {
+        return Some(path);
+    }
+    skip(
+        name,
+        &format!(
+            "{} is missing: tests/fixtures/interpreters/build.sh builds it",
+            path.display()
+        ),
+    );
+    None
+}
+
+/// Records `component` with `flags`, checks its stdout and exit code against `wasmtime run`'s
+/// and `expected`, and returns its profile.
+fn recorded(component: &PathBuf, flags: &[&str], args: &[&str], expected: &str) -> Decoded {
+    let dir = tempfile::tempdir().unwrap();
+    let (ours, profile) = record(dir.path(), flags, component, args);
+    let theirs = Command::new(wasmtime_cli())
+        .arg("run")
+        .args(flags)
+        .arg(component)
+        .args(args)
+        .output()
+        .unwrap();
+    assert_eq!(ours.status.code(), Some(0), "{}", stderr(&ours));
+    assert_eq!(theirs.status.code(), Some(0), "{}", stderr(&theirs));
+    assert_eq!(stdout(&ours), expected);
+    assert_eq!(stdout(&theirs), expected);
+    Decoded::load(&profile)
+}
+
+/// The share of samples whose stack has `function` in it.
+fn inclusive_share(p: &Decoded, function: &str) -> f64 {
+    let with: i64 = p
+        .stacks()
+        .iter()
+        .filter(|(names, _)| names.iter().any(|n| n == function))
+        .map(|(_, values)| values[0])
+        .sum();
+    with as f64 / p.total("samples") as f64
+}
+
+#[test]
+fn a_javascript_component_shows_spidermonkey() {
+    let Some(js) = component("fib-js.wasm") else {
+        return;
+    };
+    // StarlingMonkey imports `wasi:http` for `fetch`.
+    let p = recorded(&js, &["-S", "http"], &[], "fib(27) = 196418\n");
+    let interpret = "js::Interpret(JSContext*, js::RunState&)";
+    let share = inclusive_share(&p, interpret);
+    assert!(
+        share > 0.5,
+        "{interpret}: {share:.2}: {:?}",
+        p.top_self("samples")
+    );
+    let top = p.top_self("samples");
+    assert!(
+        top.iter().take(5).any(|(n, _)| n.starts_with("js::")),
+        "the engine's own functions lead: {top:?}"
+    );
+    let mappings: Vec<&str> = p.0.mapping.iter().map(|m| p.str(m.filename)).collect();
+    assert!(
+        mappings.contains(&"fib-js.wasm/starling-raw.wasm"),
+        "{mappings:?}"
+    );
+}
+
+#[test]
+fn a_python_component_shows_cpython() {
+    let Some(py) = component("fib-py.wasm") else {
+        return;
+    };
+    let p = recorded(&py, &[], &["27"], "fib(27) = 196418\n");
+    let eval = "_PyEval_EvalFrameDefault";
+    let share = inclusive_share(&p, eval);
+    assert!(
+        share > 0.5,
+        "{eval}: {share:.2}: {:?}",
+        p.top_self("samples")
+    );
+    let mappings: Vec<&str> = p.0.mapping.iter().map(|m| p.str(m.filename)).collect();
+    assert!(
+        mappings.contains(&"fib-py.wasm/libpython3.14.so"),
+        "{mappings:?}"
+    );
+}
