@@ -3,9 +3,11 @@
 //! `wasi:http` on `-S http`): argv, environment, preopened directories, inherited stdio, exit
 //! codes and traps; file and stdio calls made on the guest's own thread.
 
-mod default_imports;
+mod unknown_imports;
 
 use std::path::{Path, PathBuf};
+
+use self::unknown_imports::Stub;
 
 use anyhow::{anyhow, bail, Context, Result};
 use wasmtime::component::{Component, Linker as ComponentLinker};
@@ -376,9 +378,11 @@ fn component_linker(
     }
     match unknown {
         UnknownImports::Reject => {}
-        UnknownImports::Trap => linker.define_unknown_imports_as_traps(component)?,
+        UnknownImports::Trap => {
+            unknown_imports::define_unknown(&mut linker, component, Stub::Trap)?
+        }
         UnknownImports::DefaultValues => {
-            default_imports::define_as_default_values(&mut linker, component)?
+            unknown_imports::define_unknown(&mut linker, component, Stub::ZeroValues)?
         }
     }
     Ok(linker)

@@ -247,4 +247,15 @@ fn every_format_takes_a_component_profile() {
     }
     let firefox = std::fs::read_to_string(dir.path().join("p.json")).unwrap();
     assert!(firefox.contains("component::engine::hot_path"));
+    let converted = dir.path().join("converted.folded");
+    let out = wasmspy()
+        .arg("convert")
+        .arg(dir.path().join("p.pb.gz"))
+        .arg("-o")
+        .arg(&converted)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let converted = std::fs::read_to_string(converted).unwrap();
+    assert!(converted.contains("component::engine::hot_path"));
 }

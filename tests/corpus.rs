@@ -336,3 +336,36 @@ fn tinygo_allocations_by_go_function() {
         "{encoding} of {total} bytes while encoding"
     );
 }
+
+/// With `--trap-unknown-imports` the corpus's components run until their first call to
+/// `bench.start`, which fails naming it, as Wasmtime's stubs do. (`wasmtime run -W
+/// unknown-imports-trap` stops them earlier, at their first file access: its stubs also
+/// replace the WASI interfaces they import at an older compatible version.)
+#[test]
+fn components_stop_at_their_first_unknown_import() {
+    let Some(root) = corpus() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    for program in programs(&root) {
+        if !wasmparser::Parser::is_component(&std::fs::read(&program).unwrap()) {
+            continue;
+        }
+        let cwd = program.parent().unwrap();
+        let name = program.file_name().unwrap();
+        let ours = wasmspy()
+            .current_dir(cwd)
+            .args(["record", "--trap-unknown-imports", "--dir", ".", "-o"])
+            .arg(dir.path().join("p.pb.gz"))
+            .arg("--")
+            .arg(name)
+            .output()
+            .unwrap();
+        let what = program.display();
+        assert_eq!(ours.status.code(), Some(1), "{what}");
+        assert_eq!(stdout(&ours), "", "{what}");
+        let err = stderr(&ours);
+        assert!(
+            err.contains("unknown import: `bench#start` has not been defined"),
+            "{what}: {err}"
+        );
+    }
+}

@@ -362,3 +362,33 @@ fn a_non_loopback_address_is_warned_about() {
         "{err}"
     );
 }
+
+/// A component's live profile: a CPU profile of one second and the heap, both of its core
+/// module's code, while it runs.
+#[test]
+fn a_components_live_profiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = dir.path().join("heap.pb.gz");
+    let live = Live::start(
+        &["--mem-profile", heap.to_str().unwrap(), "--mem-rate", "1"],
+        "rust/component.wasm",
+        &["hot", "400"],
+    );
+    let (status, _, body) = get(&live.url("/debug/pprof/profile?seconds=1"));
+    assert_eq!(status, 200);
+    let profile = decode(&body);
+    let top = profile.top_self_compiled("cpu");
+    assert_eq!(top[0].0, "component::engine::hot_path", "{top:?}");
+    let (status, _, body) = get(&live.url("/debug/pprof/allocs"));
+    assert_eq!(status, 200);
+    let heap = decode(&body);
+    assert!(
+        heap.stacks()
+            .iter()
+            .any(|(names, _)| names.iter().any(|n| n == "component::main")),
+        "the arguments' strings, allocated in main"
+    );
+    let (code, out, err) = live.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("component done: 400 rounds"), "{out}");
+}

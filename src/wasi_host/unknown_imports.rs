@@ -1,20 +1,33 @@
-//! `--default-values-unknown-imports` for components. Wasmtime has it for modules only; the
-//! Sightglass components import `bench.start`/`bench.end` as modules do, so wasmspy defines a
-//! component's unknown functions too, each returning its results' zero values.
+//! `--default-values-unknown-imports` and `--trap-unknown-imports` for components. Wasmtime
+//! has the first for modules only, and its second, for components, also replaces the WASI
+//! interfaces a component imports at an older compatible version (`wasi:filesystem/
+//! preopens@0.2.6` under Wasmtime's 0.2.12, so that the Sightglass components fail at their
+//! first file access): wasmspy defines a component's unknown functions itself, WASI's left to
+//! the WASI linker.
 
 use wasmtime::component::types::{ComponentFunc, ComponentItem, Type};
 use wasmtime::component::{Component, Linker, LinkerInstance, Val};
 
+/// What an import nothing provides does when called.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Stub {
+    /// Returns its results' zero values: 0, false, "", empty lists, `none`, `ok`, the first
+    /// case (fails where a result is a resource).
+    ZeroValues,
+    /// Fails, as Wasmtime's stubs do: ``unknown import: `NAME` has not been defined``.
+    Trap,
+}
+
 /// Defines every function `component` imports that `linker` does not define yet (top-level
-/// or in an imported instance) as one that returns zero values: 0, false, "", empty lists,
-/// `none`, `ok`, the first case. Calling one whose results include a resource fails.
+/// or in an imported instance) as `stub` says.
 ///
 /// WASI's interfaces (`wasi:` names) are left to the WASI linker, which matches them by
 /// compatible version (a component's `wasi:io/error@0.2.6` is Wasmtime's 0.2.12): an instance
 /// defined here under the component's exact name would hide that one.
-pub fn define_as_default_values<T: 'static>(
+pub fn define_unknown<T: 'static>(
     linker: &mut Linker<T>,
     component: &Component,
+    stub: Stub,
 ) -> wasmtime::Result<()> {
     let engine = component.engine().clone();
     for (name, item) in component.component_type().imports(&engine) {
@@ -22,12 +35,14 @@ pub fn define_as_default_values<T: 'static>(
             continue;
         }
         match item.ty {
-            ComponentItem::ComponentFunc(func) => define(&mut linker.root(), name, func),
+            ComponentItem::ComponentFunc(func) => {
+                define(&mut linker.root(), name.to_string(), func, stub)
+            }
             ComponentItem::ComponentInstance(instance) => {
                 let mut defined = linker.instance(name)?;
                 for (export, item) in instance.exports(&engine) {
                     if let ComponentItem::ComponentFunc(func) = item.ty {
-                        define(&mut defined, export, func);
+                        define(&mut defined, format!("{name}#{export}"), func, stub);
                     }
                 }
             }
@@ -37,15 +52,28 @@ pub fn define_as_default_values<T: 'static>(
     Ok(())
 }
 
-/// Defines `name` unless it is defined already (the linker refuses to shadow a definition).
-fn define<T: 'static>(instance: &mut LinkerInstance<'_, T>, name: &str, func: ComponentFunc) {
+/// Defines the function `qualified` names (`INSTANCE#FUNCTION`, or a top-level name) in
+/// `instance`, unless it is defined already (the linker refuses to shadow a definition).
+fn define<T: 'static>(
+    instance: &mut LinkerInstance<'_, T>,
+    qualified: String,
+    func: ComponentFunc,
+    stub: Stub,
+) {
     let results: Vec<Type> = func.results().collect();
-    let name_owned = name.to_string();
-    let _already_defined = instance.func_new(name, move |_, _, _, out| {
+    let name = qualified
+        .rsplit('#')
+        .next()
+        .unwrap_or(&qualified)
+        .to_string();
+    let _already_defined = instance.func_new(&name, move |_, _, _, out| {
+        if stub == Stub::Trap {
+            wasmtime::bail!("unknown import: `{qualified}` has not been defined");
+        }
         for (slot, ty) in out.iter_mut().zip(&results) {
             *slot = zero(ty).ok_or_else(|| {
                 wasmtime::format_err!(
-                    "`{name_owned}` (an unknown import given default values) returns a type without one"
+                    "`{qualified}` (an unknown import given default values) returns a type without one"
                 )
             })?;
         }
