@@ -12,7 +12,8 @@
 //! - [`export`] writes the model in a file format (pprof, Firefox Profiler, speedscope,
 //!   flame graph SVG, folded stacks) and reads some back;
 //! - [`top`] is the terminal report, numbers as `go tool pprof -top` prints them;
-//! - [`memory`] rewrites a module's allocators for memory profiles;
+//! - [`memory`] rewrites a module's (or a component's core modules') allocators for memory
+//!   profiles;
 //! - [`server`] serves live profiles over HTTP, as Go's `net/http/pprof` does.
 //!
 //! Embedders with their own `Engine`/`Store` use [`Profiler`]: see its documentation.

@@ -37,11 +37,6 @@ impl Shares {
     /// Each share's median over the runs (0 in a run that has none): a run the machine
     /// disturbed does not move it.
     fn median(runs: &[Shares]) -> Shares {
-        let median_of = |values: Vec<f64>| -> f64 {
-            let mut values = values;
-            values.sort_by(f64::total_cmp);
-            values[values.len() / 2]
-        };
         let per_name = |map: fn(&Shares) -> &HashMap<String, f64>| -> HashMap<String, f64> {
             let names: std::collections::BTreeSet<&String> =
                 runs.iter().flat_map(|r| map(r).keys()).collect();
@@ -49,13 +44,13 @@ impl Shares {
                 .into_iter()
                 .map(|name| {
                     let values = runs.iter().map(|r| share(map(r), name)).collect();
-                    (name.clone(), median_of(values))
+                    (name.clone(), median(values))
                 })
                 .collect()
         };
         Shares {
             functions: per_name(|r| &r.functions),
-            outside: median_of(runs.iter().map(|r| r.outside).collect()),
+            outside: median(runs.iter().map(|r| r.outside).collect()),
             host_leaves: per_name(|r| &r.host_leaves),
         }
     }
@@ -83,8 +78,9 @@ fn compare(dir: &Path, module: &Path, args: &[&str]) {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // A program's own split moves by several points from one run to the next on these
     // machines, and drifts over minutes (measured: 38 to 54 % for `hash_words`, under either
-    // profiler; with three or five runs of each the means still differed by up to 4.5 points
-    // in a few CI runs): each profiler's shares are the medians of runs taken in turn.
+    // profiler; with three or five runs of each the medians still differed by 5 points, either
+    // way, in a few runs): the runs are taken in pairs, perf's then wasmspy's, and what is
+    // compared is the median of the pairs' differences, so that a drift moves both sides.
     let mut perf_runs = Vec::new();
     let mut our_runs = Vec::new();
     for _ in 0..RUNS {
@@ -118,9 +114,15 @@ fn compare(dir: &Path, module: &Path, args: &[&str]) {
             continue;
         }
         compared += 1;
+        let differences: Vec<f64> = perf_runs
+            .iter()
+            .zip(&our_runs)
+            .map(|(p, w)| share(&w.functions, name) - share(&p.functions, name))
+            .collect();
+        let difference = median(differences.clone());
         assert!(
-            (p - w).abs() <= TOLERANCE,
-            "{name}: perf {p:.4}, wasmspy {w:.4}\nperf: {perf:?}\nwasmspy: {ours:?}"
+            difference.abs() <= TOLERANCE,
+            "{name}: wasmspy − perf, paired: {differences:.4?} (median {difference:.4}); medians perf {p:.4}, wasmspy {w:.4}\nperf: {perf_runs:?}\nwasmspy: {our_runs:?}"
         );
     }
     eprintln!(
@@ -144,6 +146,11 @@ fn compare(dir: &Path, module: &Path, args: &[&str]) {
         ours.outside,
         perf.outside
     );
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 fn share(shares: &HashMap<String, f64>, name: &str) -> f64 {
