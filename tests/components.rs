@@ -45,7 +45,7 @@ fn hot_path_of_a_rust_component_has_its_known_share_and_source_lines() {
             .map(|(_, file, line, _)| (file, line))
             .collect();
     assert!(
-        hot_lines.contains(&("tests/fixtures/rust/component.rs".to_string(), 19)),
+        hot_lines.contains(&("tests/fixtures/rust/component.rs".to_string(), 21)),
         "{hot_lines:?}"
     );
 
@@ -258,4 +258,61 @@ fn every_format_takes_a_component_profile() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let converted = std::fs::read_to_string(converted).unwrap();
     assert!(converted.contains("component::engine::hot_path"));
+}
+
+/// `-S inherit-network` gives the component the host's network, and `-S allow-ip-name-lookup`
+/// name lookups: a TCP connection to a listener on loopback, by address and by name.
+#[test]
+fn network_options_give_the_guest_the_network() {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let received = std::thread::spawn(move || {
+        let mut greetings = Vec::new();
+        for _ in 0..2 {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut text = String::new();
+            stream.read_to_string(&mut text).unwrap();
+            greetings.push(text);
+        }
+        greetings
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let by_address = format!("127.0.0.1:{port}");
+    let by_name = format!("localhost:{port}");
+    let cases = [
+        (&[][..], &by_address, false),
+        (&["-S", "inherit-network"][..], &by_address, true),
+        (&["-S", "inherit-network"][..], &by_name, false),
+        (
+            &["-S", "inherit-network,allow-ip-name-lookup"][..],
+            &by_name,
+            true,
+        ),
+    ];
+    for (flags, address, connects) in cases {
+        let (out, _) = record(
+            dir.path(),
+            flags,
+            &fixture(COMPONENT),
+            &["connect", address],
+        );
+        let what = format!("{flags:?} {address}");
+        assert_eq!(
+            out.status.code(),
+            Some(if connects { 0 } else { 1 }),
+            "{what}"
+        );
+        let expected = if connects {
+            "connected\n"
+        } else {
+            "cannot connect"
+        };
+        assert!(
+            stdout(&out).starts_with(expected),
+            "{what}: {}",
+            stdout(&out)
+        );
+    }
+    assert_eq!(received.join().unwrap(), ["hello", "hello"]);
 }

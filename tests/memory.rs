@@ -288,26 +288,26 @@ fn component_allocation_sites_with_exact_values() {
         (
             "__rustc::__rust_alloc",
             "component::make_boxes",
-            51,
+            53,
             [1, 32, 0, 0],
         ),
         // Here the first box is no special case: all eight through `__rust_alloc`.
         (
             "__rustc::__rust_alloc",
             "component::make_boxes",
-            53,
+            55,
             [8, 800, 4, 400],
         ),
         (
             "__rustc::__rust_alloc",
             "component::grow_vec",
-            62,
+            64,
             [1, 32, 0, 0],
         ),
         (
             "__rustc::__rust_realloc",
             "component::grow_vec",
-            62,
+            64,
             [8, 16320, 1, 8192],
         ),
     ];
