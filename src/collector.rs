@@ -292,7 +292,7 @@ impl Collector {
     }
 
     /// The registered module that Wasmtime's `module` is.
-    pub fn module_index(&mut self, module: &Module) -> Option<u32> {
+    fn module_index(&mut self, module: &Module) -> Option<u32> {
         let alone = self.modules.iter().position(|m| match &m.compiled {
             Compiled::Module(registered) => Module::same(registered, module),
             Compiled::InComponent { .. } => false,
