@@ -82,6 +82,16 @@ enum Compiled {
     },
 }
 
+/// What a module in a backtrace is to the collector.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    Registered(u32),
+    /// A module of a registered component's code that is none of its core modules: an
+    /// adapter Wasmtime generated between the component's components.
+    Adapter,
+    Unknown,
+}
+
 /// A frame in a registered module's code, symbolized when a profile is built.
 struct WasmFrame {
     id: FrameId,
@@ -130,9 +140,8 @@ impl Pending {
 
 pub struct Collector {
     modules: Vec<RegisteredModule>,
-    /// The core modules of components that backtraces showed, and which registered module
-    /// each is.
-    component_modules: Vec<(Module, Option<u32>)>,
+    /// The core modules of components that backtraces showed, and what each is.
+    component_modules: Vec<(Module, Owner)>,
     code_map: CodeMap,
     builder: ProfileBuilder,
     frame_ids: FxHashMap<RawFrame, FrameId>,
@@ -291,56 +300,57 @@ impl Collector {
         std::mem::take(&mut self.warnings)
     }
 
-    /// The registered module that Wasmtime's `module` is.
-    fn module_index(&mut self, module: &Module) -> Option<u32> {
+    /// What Wasmtime's `module` is: a registered module, an adapter in a registered
+    /// component, or unknown.
+    fn owner(&mut self, module: &Module) -> Owner {
         let alone = self.modules.iter().position(|m| match &m.compiled {
             Compiled::Module(registered) => Module::same(registered, module),
             Compiled::InComponent { .. } => false,
         });
         if let Some(i) = alone {
-            return Some(i as u32);
+            return Owner::Registered(i as u32);
         }
-        if let Some((_, i)) = self
+        if let Some(&(_, owner)) = self
             .component_modules
             .iter()
             .find(|(seen, _)| Module::same(seen, module))
         {
-            return *i;
+            return owner;
         }
         // A core module of a component: in the component's code, and numbered there.
         let code = module.text().as_ptr() as usize;
         let index = module.functions().next().map(|f| f.module.as_u32());
-        let found = self.modules.iter().position(|m| match &m.compiled {
-            Compiled::InComponent { text, index: i } => text.contains(&code) && Some(*i) == index,
-            Compiled::Module(_) => false,
-        });
-        let found = found.map(|i| i as u32);
-        self.component_modules.push((module.clone(), found));
-        found
-    }
-
-    /// Whether Wasmtime's `module` is in a registered component's code.
-    fn in_component(&self, module: &Module) -> bool {
-        let code = module.text().as_ptr() as usize;
-        self.modules.iter().any(|m| match &m.compiled {
-            Compiled::InComponent { text, .. } => text.contains(&code),
-            Compiled::Module(_) => false,
-        })
+        let mut owner = Owner::Unknown;
+        for (i, m) in self.modules.iter().enumerate() {
+            if let Compiled::InComponent { text, index: n } = &m.compiled {
+                if Some(*n) == index && text.contains(&code) {
+                    owner = Owner::Registered(i as u32);
+                    break;
+                }
+                if text.contains(&code) {
+                    owner = Owner::Adapter;
+                }
+            }
+        }
+        self.component_modules.push((module.clone(), owner));
+        owner
     }
 
     /// A backtrace Wasmtime captured, as raw frames, leaf first.
     pub fn backtrace_frames(&mut self, backtrace: &WasmBacktrace) -> Vec<RawFrame> {
         let mut frames = Vec::with_capacity(backtrace.frames().len());
         for (depth, f) in backtrace.frames().iter().enumerate() {
-            let module = self.module_index(f.module());
-            if module.is_none() && self.in_component(f.module()) {
-                // An adapter Wasmtime generated between a component's components: the
-                // runtime's code, as trampolines are.
-                if depth == 0 {
-                    frames.push(RawFrame::Runtime);
+            let module = match self.owner(f.module()) {
+                Owner::Registered(m) => Some(m),
+                Owner::Unknown => None,
+                // The runtime's code, as trampolines are.
+                Owner::Adapter => {
+                    if depth == 0 {
+                        frames.push(RawFrame::Runtime);
+                    }
+                    continue;
                 }
-                continue;
-            }
+            };
             let offset = f.module_offset().unwrap_or(0) as u32;
             let (func_index, offset, wrapper) = match module {
                 Some(m) => {
@@ -507,11 +517,14 @@ impl Collector {
             return RawFrame::UnknownHostCall;
         };
         let registered = &self.modules[module as usize];
-        // An allocator's wrapper calls the allocator hook through its table.
-        if let Some(rewritten) = &registered.rewritten {
-            if rewritten.wrapped.iter().any(|&(i, _)| i == caller_index) {
-                return RawFrame::UnknownHostCall;
-            }
+        // An allocator's wrapper calls the allocator hook through its table; its frame's
+        // offset is its allocator's first byte, not that call.
+        if registered
+            .rewritten
+            .as_ref()
+            .is_some_and(|r| r.is_wrapper(caller_index))
+        {
+            return RawFrame::UnknownHostCall;
         }
         let m = &registered.symbolizer;
         let Some(code) = m.wasm().get(offset as usize..) else {

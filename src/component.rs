@@ -93,9 +93,6 @@ pub fn core_modules(component: &[u8]) -> Result<Vec<CoreModule>> {
                 declared.push(Declared::default());
             }
             Payload::ComponentSection { .. } => {
-                if at_top {
-                    top.components += 1;
-                }
                 nesting.push(None);
             }
             Payload::End(_) => {
@@ -268,6 +265,15 @@ enum CoreInstance {
     Instantiated(Option<usize>),
 }
 
+/// A core function of the top-level component, as far as naming imports needs.
+#[derive(Clone, Default)]
+struct CoreFunc {
+    /// The WIT function a `canon lower` made it from.
+    lowered: Option<String>,
+    /// The core instance export it is an alias of.
+    export: Option<(u32, String)>,
+}
+
 /// The index spaces of the top-level component, each item with the WIT name it stands for.
 #[derive(Default)]
 struct TopLevel {
@@ -275,10 +281,7 @@ struct TopLevel {
     funcs: Vec<Option<String>>,
     /// Component instances: the import name of an imported one.
     instances: Vec<Option<String>>,
-    /// Core functions: the WIT function a `canon lower` made it from.
-    core_funcs: Vec<Option<String>>,
-    /// Core functions: the core instance export each is an alias of.
-    core_func_exports: Vec<Option<(u32, String)>>,
+    core_funcs: Vec<CoreFunc>,
     /// Core tables: the exported table of a module instance each is.
     core_tables: Vec<Option<TableId>>,
     core_instances: Vec<CoreInstance>,
@@ -288,7 +291,6 @@ struct TopLevel {
     table_slots: HashMap<TableId, HashMap<u32, String>>,
     /// Core modules: their static index.
     modules: Vec<Option<usize>>,
-    components: u32,
 }
 
 impl TopLevel {
@@ -307,8 +309,7 @@ impl TopLevel {
                         ComponentTypeRef::Func(_) => self.funcs.push(Some(name)),
                         ComponentTypeRef::Instance(_) => self.instances.push(Some(name)),
                         ComponentTypeRef::Module(_) => self.modules.push(None),
-                        ComponentTypeRef::Component(_) => self.components += 1,
-                        ComponentTypeRef::Value(_) | ComponentTypeRef::Type(_) => {}
+                        _ => {}
                     }
                 }
             }
@@ -320,8 +321,8 @@ impl TopLevel {
                             instance_index,
                             name,
                         } => {
-                            let interface = self.instances.get(instance_index as usize).cloned();
-                            let qualified = interface.flatten().map(|i| format!("{i}#{name}"));
+                            let interface = item(&self.instances, instance_index);
+                            let qualified = interface.map(|i| format!("{i}#{name}"));
                             self.add_component_item(kind, qualified);
                         }
                         ComponentAlias::CoreInstanceExport {
@@ -338,9 +339,10 @@ impl TopLevel {
                                         }
                                         _ => None,
                                     };
-                                    self.core_funcs.push(lowered);
-                                    self.core_func_exports
-                                        .push(Some((instance_index, name.to_string())));
+                                    self.core_funcs.push(CoreFunc {
+                                        lowered,
+                                        export: Some((instance_index, name.to_string())),
+                                    });
                                 }
                                 ExternalKind::Table => {
                                     let table = match instance {
@@ -357,11 +359,11 @@ impl TopLevel {
                                 _ => {}
                             }
                         }
-                        ComponentAlias::Outer { kind, .. } => match kind {
-                            ComponentOuterAliasKind::CoreModule => self.modules.push(None),
-                            ComponentOuterAliasKind::Component => self.components += 1,
-                            _ => {}
-                        },
+                        ComponentAlias::Outer {
+                            kind: ComponentOuterAliasKind::CoreModule,
+                            ..
+                        } => self.modules.push(None),
+                        ComponentAlias::Outer { .. } => {}
                     }
                 }
             }
@@ -377,16 +379,14 @@ impl TopLevel {
                             options,
                         } => {
                             self.note_reallocs(&options, modules);
-                            let name = self.funcs.get(func_index as usize).cloned().flatten();
-                            self.core_funcs.push(name);
-                            self.core_func_exports.push(None);
+                            self.core_funcs.push(CoreFunc {
+                                lowered: item(&self.funcs, func_index),
+                                export: None,
+                            });
                         }
                         // Every other canonical built-in (resource.drop, task.return, ...) is
                         // a core function of its own.
-                        _ => {
-                            self.core_funcs.push(None);
-                            self.core_func_exports.push(None);
-                        }
+                        _ => self.core_funcs.push(CoreFunc::default()),
                     }
                 }
             }
@@ -395,8 +395,7 @@ impl TopLevel {
                     let instance = instance.context("malformed core instance section")?;
                     let made = match instance {
                         Instance::Instantiate { module_index, args } => {
-                            let module = self.modules.get(module_index as usize).copied();
-                            let module = module.flatten();
+                            let module = item(&self.modules, module_index);
                             if let Some(m) = module {
                                 *self.instantiations.entry(m).or_default() += 1;
                                 modules[m].instance = Some(self.core_instances.len() as u32);
@@ -413,7 +412,8 @@ impl TopLevel {
                                 let name = e.name.to_string();
                                 match e.kind {
                                     ExternalKind::Func | ExternalKind::FuncExact => {
-                                        funcs.insert(name, item(&self.core_funcs, e.index));
+                                        let func = self.core_funcs.get(e.index as usize);
+                                        funcs.insert(name, func.and_then(|f| f.lowered.clone()));
                                     }
                                     ExternalKind::Table => {
                                         tables.insert(name, item(&self.core_tables, e.index));
@@ -438,9 +438,7 @@ impl TopLevel {
                 for export in reader {
                     let export = export.context("malformed component export section")?;
                     let item = match export.kind {
-                        ComponentExternalKind::Func => {
-                            self.funcs.get(export.index as usize).cloned().flatten()
-                        }
+                        ComponentExternalKind::Func => item(&self.funcs, export.index),
                         _ => None,
                     };
                     self.add_component_item(export.kind, item);
@@ -457,7 +455,8 @@ impl TopLevel {
             let wasmparser::CanonicalOption::Realloc(func) = option else {
                 continue;
             };
-            let Some(Some((instance, name))) = self.core_func_exports.get(*func as usize) else {
+            let export = self.core_funcs.get(*func as usize).map(|f| &f.export);
+            let Some(Some((instance, name))) = export else {
                 continue;
             };
             if let Some(CoreInstance::Instantiated(Some(m))) =
@@ -475,8 +474,7 @@ impl TopLevel {
             ComponentExternalKind::Func => self.funcs.push(name),
             ComponentExternalKind::Instance => self.instances.push(None),
             ComponentExternalKind::Module => self.modules.push(None),
-            ComponentExternalKind::Component => self.components += 1,
-            ComponentExternalKind::Value | ComponentExternalKind::Type => {}
+            _ => {}
         }
     }
 

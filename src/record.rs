@@ -43,9 +43,8 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     // Shared by the engine, the profile's build id and the symbolizer: never copied again.
     let wasm: Arc<[u8]> = wasi_host::read_program(&args.module)?.into();
     let name = file_name(&args.module);
-    let is_component = wasmparser::Parser::is_component(&wasm);
-    if !is_component && args.wasi_options().http {
-        anyhow::bail!("cannot enable wasi-http for core wasm modules");
+    if !wasmparser::Parser::is_component(&wasm) {
+        args.wasi_options().check_for_module()?;
     }
 
     let options = ProfilerOptions {

@@ -92,6 +92,14 @@ impl Default for WasiOptions {
 impl WasiOptions {
     pub const NAMES: &'static str = "cli, http, inherit-network, allow-ip-name-lookup, tcp, udp, network-error-code, inherit-env";
 
+    /// Refuses what a core module cannot be given, as `wasmtime run` does.
+    pub fn check_for_module(&self) -> Result<()> {
+        if self.http {
+            bail!("cannot enable wasi-http for core wasm modules");
+        }
+        Ok(())
+    }
+
     /// Takes one `-S` value: `NAME[=y|n]`, several separated by commas.
     pub fn set(&mut self, spec: &str) -> Result<(), String> {
         for item in spec.split(',') {
@@ -422,9 +430,11 @@ async fn instantiate(
     module: &Module,
     unknown: UnknownImports,
 ) -> wasmtime::Result<wasmtime::Instance> {
-    if store.data().options.http {
-        wasmtime::bail!("cannot enable wasi-http for core wasm modules");
-    }
+    store
+        .data()
+        .options
+        .check_for_module()
+        .map_err(wasmtime::Error::from_anyhow)?;
     let mut linker = Linker::new(module.engine());
     if store.data().options.cli {
         p0::add_to_linker_async(&mut linker, Host::wasi)?;

@@ -147,25 +147,23 @@ impl Allocator {
     /// the resume point and returns whether to unwind. TinyGo's `runtime.alloc` has gained a
     /// layout and a context parameter over versions; the size is always the first.
     fn accepts(self, params: usize, results: usize) -> bool {
-        let (count, returns) = match self {
+        let count = match self {
             Allocator::TinyGoAlloc => return (1..=3).contains(&params) && results == 1,
-            Allocator::Malloc | Allocator::GoMallocgc => (1, true),
-            Allocator::Calloc | Allocator::AlignedAlloc => (2, true),
-            Allocator::Realloc => (2, true),
-            Allocator::Free => (1, false),
-            Allocator::PosixMemalign => (3, true),
-            Allocator::RustAlloc | Allocator::RustAllocZeroed => (2, true),
-            Allocator::RustRealloc | Allocator::HostRealloc => (4, true),
-            Allocator::RustDealloc => (3, false),
+            Allocator::Malloc | Allocator::GoMallocgc | Allocator::Free => 1,
+            Allocator::Calloc | Allocator::AlignedAlloc | Allocator::Realloc => 2,
+            Allocator::RustAlloc | Allocator::RustAllocZeroed => 2,
+            Allocator::PosixMemalign | Allocator::RustDealloc => 3,
+            Allocator::RustRealloc | Allocator::HostRealloc => 4,
         };
-        params == count && results == usize::from(returns)
+        params == count && results == usize::from(self.returns())
+    }
+
+    fn returns(self) -> bool {
+        !matches!(self, Allocator::Free | Allocator::RustDealloc)
     }
 
     fn allocates(self) -> bool {
-        !matches!(
-            self,
-            Allocator::Free | Allocator::RustDealloc | Allocator::HostRealloc
-        )
+        self.returns() && self != Allocator::HostRealloc
     }
 
     fn frees(self) -> bool {
@@ -209,12 +207,14 @@ impl Rewritten {
             .and_then(|j| self.wrapped.get(j as usize));
         let (func_index, wrapper) = match moved {
             Some(&(original, _)) => (original, false),
-            None => (
-                func_index,
-                self.wrapped.iter().any(|&(i, _)| i == func_index),
-            ),
+            None => (func_index, self.is_wrapper(func_index)),
         };
         Some((func_index, self.original_offset(offset)?, wrapper))
+    }
+
+    /// Whether function `func_index` of the rewritten module is an allocator's wrapper.
+    pub fn is_wrapper(&self, func_index: u32) -> bool {
+        self.wrapped.iter().any(|&(i, _)| i == func_index)
     }
 
     /// The offset in the original module of the code at `offset` in the rewritten one.
@@ -242,21 +242,13 @@ struct Defined {
 /// Rewrites `wasm`'s allocator functions; `None` when it has none with the expected signature.
 /// The countdown starts at zero: the first allocation is sampled unless the host sets it.
 pub fn rewrite(wasm: &[u8]) -> Result<Option<Rewritten>> {
-    rewrite_with(wasm, 0, &[])
+    rewrite_in_component(wasm, 0, &[])
 }
 
 /// As [`rewrite`], for a core module of a component: the countdown starting at `countdown`,
 /// and the functions exported as `host_reallocs` (the `realloc` of the component's canonical
 /// options, which the host calls) wrapped as [`Allocator::HostRealloc`].
 pub fn rewrite_in_component(
-    wasm: &[u8],
-    countdown: i64,
-    host_reallocs: &[String],
-) -> Result<Option<Rewritten>> {
-    rewrite_with(wasm, countdown, host_reallocs)
-}
-
-fn rewrite_with(
     wasm: &[u8],
     countdown: i64,
     host_reallocs: &[String],
@@ -655,7 +647,7 @@ impl Added {
     /// counts the allocation down and calls the hook when it is sampled or frees a block that
     /// may have been.
     fn wrapper(&self, allocator: Allocator, params: u32, original: u32) -> Function {
-        let returns = allocator.allocates() || allocator == Allocator::HostRealloc;
+        let returns = allocator.returns();
         let result = params;
         let size = params + u32::from(returns);
         let (freed, allocated, countdown, answer) = (size + 1, size + 2, size + 3, size + 4);
