@@ -44,10 +44,9 @@ pub const COLLECTED_NOTE: &str = "garbage-collected blocks (Go, TinyGo) are free
 pub enum NativeSample<'a> {
     /// The interrupted PC is in a module's code; the rest are return addresses.
     Guest(&'a [usize]),
-    /// The interrupted PC is in Wasmtime's own code; the rest are return addresses.
-    Runtime(&'a [usize]),
-    /// Taken inside host call number `n` (see [`CallTracker`](crate::sampler::call_tracker::CallTracker)).
-    HostCall(u32),
+    /// The interrupted PC is outside Wasm code (a host function, a libcall, Wasmtime); the
+    /// rest, if any, are return addresses, the first into the Wasm code that left for the host.
+    Host(&'a [usize]),
 }
 
 /// How many samples landed where; `lost` ones never reached the collector.
@@ -100,44 +99,6 @@ struct WasmFrame {
     offset: u32,
 }
 
-/// A host call's guest stack (import frame first), and how many of its samples may still come.
-struct HostStack {
-    frames: Vec<RawFrame>,
-    samples_to_come: u32,
-}
-
-/// Samples of a host call still in progress, whose guest stack is not known yet: the first
-/// [`PENDING_KEPT`] one by one, with their times, the rest added up (a guest blocked in one
-/// host call for hours on the wall clock).
-#[derive(Default)]
-struct Pending {
-    samples: Vec<(Tally, u64)>,
-    rest: Option<(Tally, u64)>,
-}
-
-const PENDING_KEPT: usize = 4096;
-
-impl Pending {
-    fn add(&mut self, tally: Tally, time_ns: u64) {
-        if self.samples.len() < PENDING_KEPT {
-            self.samples.push((tally, time_ns));
-        } else {
-            self.rest
-                .get_or_insert((Tally::default(), time_ns))
-                .0
-                .add(tally);
-        }
-    }
-
-    fn count(&self) -> u64 {
-        self.samples.len() as u64 + self.rest.map_or(0, |(t, _)| t.samples)
-    }
-
-    fn entries(&self) -> impl Iterator<Item = (Tally, u64)> + '_ {
-        self.samples.iter().copied().chain(self.rest)
-    }
-}
-
 pub struct Collector {
     modules: Vec<RegisteredModule>,
     /// The core modules of components that backtraces showed, and what each is.
@@ -149,10 +110,10 @@ pub struct Collector {
     /// Native code address → its frame (`None`: not in a Wasm function); the signal sampler's
     /// samples repeat the same addresses, so each is looked up in the code map once.
     native_frame_ids: FxHashMap<usize, Option<(FrameId, bool)>>,
+    /// Return address into Wasm code that left for the host → the frame of what it called, and
+    /// whether that is a host call.
+    exit_frame_ids: FxHashMap<usize, (FrameId, bool)>,
     stack: Vec<FrameId>,
-    host_stacks: FxHashMap<u32, HostStack>,
-    /// Host-call samples whose call has not returned yet, by call.
-    pending: FxHashMap<u32, Pending>,
     /// What the samples of each stack add up to, by stack id: memory grows with the distinct
     /// stacks, not with time.
     totals: Vec<Tally>,
@@ -182,9 +143,8 @@ impl Collector {
             frame_ids: FxHashMap::default(),
             wasm_frames: Vec::new(),
             native_frame_ids: FxHashMap::default(),
+            exit_frame_ids: FxHashMap::default(),
             stack: Vec::new(),
-            host_stacks: FxHashMap::default(),
-            pending: FxHashMap::default(),
             totals: Vec::new(),
             timeline: None,
             counts: KindCounts::default(),
@@ -398,49 +358,36 @@ impl Collector {
         values: SampleValues,
         time_ns: u64,
     ) {
-        let (pcs, exact_leaf) = match sample {
-            NativeSample::Guest(pcs) => (pcs, true),
-            NativeSample::Runtime(pcs) => (&pcs[1..], false),
-            NativeSample::HostCall(call) => {
-                self.counts.host_call += 1;
-                let Some(host) = self.host_stacks.get_mut(&call) else {
-                    let time_ns = time_ns.saturating_sub(self.started_ns);
-                    self.pending
-                        .entry(call)
-                        .or_default()
-                        .add(Tally::one(values), time_ns);
-                    return;
-                };
-                host.samples_to_come -= 1;
-                let frames = if host.samples_to_come == 0 {
-                    self.host_stacks
-                        .remove(&call)
-                        .map(|h| h.frames)
-                        .unwrap_or_default()
-                } else {
-                    host.frames.clone()
-                };
-                self.push_sample(&frames, values, time_ns);
-                return;
-            }
-        };
         let mut stack = std::mem::take(&mut self.stack);
         stack.clear();
-        // A leaf outside Wasm functions (a trampoline, the runtime) is Wasmtime's.
-        let (leaf, callers) = match exact_leaf {
-            true => (self.native_frame_id(pcs[0]), &pcs[1..]),
-            false => (None, pcs),
-        };
-        match leaf {
-            Some((id, _)) => {
-                self.counts.guest += 1;
+        let callers = match sample {
+            NativeSample::Guest(pcs) => {
+                // A leaf outside Wasm functions (a trampoline) is Wasmtime's.
+                match self.native_frame_id(pcs[0]) {
+                    Some((id, _)) => {
+                        self.counts.guest += 1;
+                        stack.push(id);
+                    }
+                    None => {
+                        self.counts.runtime += 1;
+                        stack.push(self.frame_id(&RawFrame::Runtime));
+                    }
+                }
+                &pcs[1..]
+            }
+            NativeSample::Host(pcs) => {
+                let (id, host_call) = match pcs.get(1) {
+                    Some(&exit) => self.exit_frame_id(exit),
+                    None => (self.frame_id(&RawFrame::Runtime), false),
+                };
+                match host_call {
+                    true => self.counts.host_call += 1,
+                    false => self.counts.runtime += 1,
+                }
                 stack.push(id);
+                &pcs[1..]
             }
-            None => {
-                self.counts.runtime += 1;
-                stack.push(self.frame_id(&RawFrame::Runtime));
-            }
-        }
+        };
         for &pc in callers {
             // A return address follows its call instruction; trampolines are not guest frames;
             // a wrapper above the leaf only called its allocator's original body.
@@ -452,57 +399,51 @@ impl Collector {
         self.record(stack_id, values, time_ns);
     }
 
-    /// The frame of a native code address, and whether it is in an allocator's wrapper.
-    fn native_frame_id(&mut self, pc: usize) -> Option<(FrameId, bool)> {
-        if let Some(&id) = self.native_frame_ids.get(&pc) {
-            return id;
+    /// The frame of what the Wasm code that `exit` returns to called (an import, or the
+    /// runtime for a libcall), and whether it is a host call.
+    fn exit_frame_id(&mut self, exit: usize) -> (FrameId, bool) {
+        if let Some(&found) = self.exit_frame_ids.get(&exit) {
+            return found;
         }
-        let id = match self.code_map.lookup(pc) {
+        let called = match self.native_raw_frame(exit - 1) {
+            Some((caller, _)) => self.called_import(Some(&caller)),
+            None => RawFrame::Runtime,
+        };
+        let found = (self.frame_id(&called), called != RawFrame::Runtime);
+        self.exit_frame_ids.insert(exit, found);
+        found
+    }
+
+    /// The Wasm frame of a native code address, and whether it is in an allocator's wrapper.
+    fn native_raw_frame(&self, pc: usize) -> Option<(RawFrame, bool)> {
+        match self.code_map.lookup(pc) {
             CodeLocation::Wasm {
                 module,
                 func_index,
                 offset,
             } => {
                 let (func_index, offset, wrapper) = self.original(module, func_index, offset);
-                let id = self.frame_id(&RawFrame::Wasm {
+                let frame = RawFrame::Wasm {
                     module: Some(module),
                     func_index,
                     offset,
-                });
-                Some((id, wrapper))
+                };
+                Some((frame, wrapper))
             }
             CodeLocation::Trampoline | CodeLocation::Elsewhere => None,
-        };
-        self.native_frame_ids.insert(pc, id);
-        id
+        }
     }
 
-    /// Host call `call` returned after receiving `samples` samples; `guest` is the guest stack
-    /// that made it, leaf (the caller of the import) first.
-    pub fn resolve_host_call(&mut self, call: u32, guest: &[RawFrame], samples: u32) {
-        let mut frames = Vec::with_capacity(guest.len() + 1);
-        // Called from Wasmtime's own adapter code: one of its libcalls.
-        if guest.first() != Some(&RawFrame::Runtime) {
-            frames.push(self.called_import(guest.first()));
+    /// The frame of a native code address, and whether it is in an allocator's wrapper.
+    fn native_frame_id(&mut self, pc: usize) -> Option<(FrameId, bool)> {
+        if let Some(&id) = self.native_frame_ids.get(&pc) {
+            return id;
         }
-        frames.extend_from_slice(guest);
-        let mut remaining = u64::from(samples);
-        if let Some(pending) = self.pending.remove(&call) {
-            remaining = remaining.saturating_sub(pending.count());
-            let stack = self.stack_of(&frames);
-            for (tally, time_ns) in pending.entries() {
-                self.add_tally(stack, tally, time_ns);
-            }
-        }
-        if let Ok(remaining @ 1..) = u32::try_from(remaining) {
-            self.host_stacks.insert(
-                call,
-                HostStack {
-                    frames,
-                    samples_to_come: remaining,
-                },
-            );
-        }
+        let id = self
+            .native_raw_frame(pc)
+            .map(|(frame, wrapper)| (self.frame_id(&frame), wrapper));
+        self.native_frame_ids.insert(pc, id);
+        id
     }
 
     /// The import that the call instruction at `caller` calls; the runtime where the
@@ -866,10 +807,9 @@ impl Collector {
 
     /// The profile so far (complete once [`stop`](Self::stop) was called): the samples in time
     /// order when a timeline is kept ([`keep_timeline`](Self::keep_timeline)), else one per
-    /// stack. Samples of a host call still in progress, whose guest stack is not known yet,
-    /// show as `[host call]` alone.
+    /// stack.
     pub fn profile(&mut self) -> Profile {
-        let mut samples: Vec<Sample> = match &self.timeline {
+        let samples: Vec<Sample> = match &self.timeline {
             Some(timeline) => timeline
                 .entries()
                 .into_iter()
@@ -881,7 +821,6 @@ impl Collector {
                 .collect(),
             None => self.samples_since(&[]),
         };
-        samples.extend(self.pending_samples(0));
         let header = self.cpu_header(self.timing());
         self.cpu_profile(header, samples)
     }
@@ -897,8 +836,7 @@ impl Collector {
 
     /// The profile of the samples taken since `mark`, one per stack.
     pub fn profile_since(&mut self, mark: &Mark) -> Profile {
-        let mut samples = self.samples_since(&mark.totals);
-        samples.extend(self.pending_samples(mark.elapsed_ns));
+        let samples = self.samples_since(&mark.totals);
         let timing = self.timing();
         let header = ProfileHeader {
             start_unix_ns: timing.start_unix_ns + mark.elapsed_ns as i64,
@@ -921,30 +859,6 @@ impl Collector {
                     time_ns: 0,
                     values: self.values(gained),
                 })
-            })
-            .collect()
-    }
-
-    /// The samples of host calls in progress taken from `from_ns` on, under `[host call]`.
-    fn pending_samples(&mut self, from_ns: u64) -> Vec<Sample> {
-        if self.pending.is_empty() {
-            return Vec::new();
-        }
-        let frame = self.frame_id(&RawFrame::UnknownHostCall);
-        let stack = self.builder.stack(&[frame]);
-        let mut entries: Vec<(Tally, u64)> = self
-            .pending
-            .values()
-            .flat_map(Pending::entries)
-            .filter(|&(_, time_ns)| time_ns >= from_ns)
-            .collect();
-        entries.sort_by_key(|&(_, time_ns)| time_ns);
-        entries
-            .into_iter()
-            .map(|(tally, time_ns)| Sample {
-                stack,
-                time_ns,
-                values: self.values(tally),
             })
             .collect()
     }

@@ -31,8 +31,8 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Result};
 use wasmtime::{
-    AsContextMut, CallHook, Caller, Config, Engine, Func, Instance, Module, Ref, Store,
-    UpdateDeadline, Val, WasmBacktrace,
+    AsContextMut, Caller, Config, Engine, Func, Instance, Module, Ref, Store, UpdateDeadline, Val,
+    WasmBacktrace,
 };
 
 use crate::clock::{monotonic_ns, thread_cpu_ns, Clock};
@@ -92,6 +92,9 @@ impl std::error::Error for Interrupted {}
 pub struct Profiler {
     handle: ProfilerHandle,
     sampler: Box<dyn Sampler>,
+    /// With the signal sampler: shows the handler each attached store's record of the guest's
+    /// exits from Wasm, by which samples in host code find the guest stack under them.
+    store_contexts: Option<StoreContexts>,
 }
 
 /// What other threads may do with a running profiler: read the profile so far, or stop the guest.
@@ -147,10 +150,14 @@ impl Profiler {
             collector.keep_timeline();
         }
         let collector = Arc::new(Mutex::new(collector));
-        let sampler: Box<dyn Sampler> = if use_signals {
-            new_signal_sampler(&options, collector.clone())
+        let (sampler, store_contexts): (Box<dyn Sampler>, _) = if use_signals {
+            (
+                new_signal_sampler(&options, collector.clone()),
+                Some(StoreContexts::new(engine)?),
+            )
         } else {
-            Box::new(EpochSampler::new(engine, options.rate_hz, options.clock))
+            let epochs = EpochSampler::new(engine, options.rate_hz, options.clock);
+            (Box::new(epochs), None)
         };
         Ok(Profiler {
             handle: ProfilerHandle {
@@ -159,6 +166,7 @@ impl Profiler {
                 interrupt: Arc::new(AtomicBool::new(false)),
             },
             sampler,
+            store_contexts,
         })
     }
 
@@ -231,34 +239,20 @@ impl Profiler {
     }
 
     /// Installs the profiler in `store`, on the thread that will run the guest (the one that is
-    /// sampled). With the signal sampler this sets the store's call hook (to charge samples
-    /// taken in host calls to the import called); on an engine with epoch interruption it also
-    /// replaces the store's epoch-deadline callback and deadline (the epoch sampler samples
-    /// there, and [`ProfilerHandle::interrupt`] stops the guest there).
+    /// sampled); any number of stores may be attached. With the signal sampler this adds to the
+    /// store an empty instance and a host function, by which the signal handler reads, for a
+    /// sample taken in host code (a host call, a libcall), Wasmtime's record of where the guest
+    /// left Wasm, until the store is dropped; it sets no call hook, so the guest runs as fast
+    /// as without the profiler. On an engine with epoch interruption it replaces the store's
+    /// epoch-deadline callback and deadline (the epoch sampler samples there, and
+    /// [`ProfilerHandle::interrupt`] stops the guest there).
     pub fn attach<T: 'static>(&mut self, store: &mut Store<T>) -> Result<()> {
         self.sampler.bind_to_current_thread()?;
         if self.handle.engine.get_epoch_interruption() {
             self.attach_epoch_callback(store);
         }
-        if let Some(calls) = self.sampler.call_tracker() {
-            let collector = self.handle.collector.clone();
-            store.call_hook(move |ctx, hook| {
-                match hook {
-                    CallHook::CallingWasm => calls.enter_wasm(),
-                    CallHook::ReturningFromWasm => calls.leave_wasm(),
-                    CallHook::CallingHost => calls.enter_host_call(),
-                    CallHook::ReturningFromHost => {
-                        let (call, samples) = calls.leave_host_call();
-                        if samples > 0 {
-                            let backtrace = WasmBacktrace::capture(&ctx);
-                            let mut collector = collector.lock().unwrap_or_else(|e| e.into_inner());
-                            let frames = collector.backtrace_frames(&backtrace);
-                            collector.resolve_host_call(call, &frames, samples);
-                        }
-                    }
-                }
-                Ok(())
-            });
+        if let Some(contexts) = &self.store_contexts {
+            contexts.publish(store)?;
         }
         Ok(())
     }
@@ -437,6 +431,33 @@ fn use_walkable_fiber_stacks(_: &mut Config) {}
 )))]
 fn new_signal_sampler(_: &ProfilerOptions, _: Arc<Mutex<Collector>>) -> Box<dyn Sampler> {
     unreachable!("SIGNALS_AVAILABLE is false on this platform")
+}
+
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+use crate::sampler::signal::store_contexts::StoreContexts;
+
+/// No signal sampler, no store contexts to show it.
+#[cfg(not(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+)))]
+enum StoreContexts {}
+
+#[cfg(not(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+)))]
+impl StoreContexts {
+    fn new(_: &Engine) -> Result<Self> {
+        unreachable!("SIGNALS_AVAILABLE is false on this platform")
+    }
+
+    fn publish<T>(&self, _: &mut Store<T>) -> Result<()> {
+        match *self {}
+    }
 }
 
 impl ProfilerHandle {

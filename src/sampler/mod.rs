@@ -4,7 +4,6 @@
 //!   wherever the guest is (the default on Linux x86_64 and aarch64);
 //! - [`epoch`]: Wasmtime's epoch interruption, where compiled code checks for it (everywhere).
 
-pub mod call_tracker;
 pub mod epoch;
 #[cfg(all(
     target_os = "linux",
@@ -12,11 +11,7 @@ pub mod epoch;
 ))]
 pub mod signal;
 
-use std::sync::Arc;
-
 use anyhow::Result;
-
-use call_tracker::CallTracker;
 
 /// Whether this build can sample with signals.
 pub const SIGNALS_AVAILABLE: bool = cfg!(all(
@@ -103,10 +98,5 @@ pub trait Sampler: Send {
     /// True when samples are taken in the store's epoch-deadline callback.
     fn samples_at_epochs(&self) -> bool {
         false
-    }
-    /// The host-call tracker the store's call hook must drive, for samplers that sample inside
-    /// host calls.
-    fn call_tracker(&self) -> Option<Arc<CallTracker>> {
-        None
     }
 }

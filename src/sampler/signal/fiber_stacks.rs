@@ -8,7 +8,7 @@
 //! Invariants the handler relies on:
 //! - a range is published only while its memory is mapped: published after `mmap`, withdrawn
 //!   before `munmap`;
-//! - [`top_of`] is async-signal-safe: atomic loads over a fixed table, no allocation, no locks,
+//! - [`range_of`] is async-signal-safe: atomic loads over a fixed table, no allocation, no locks,
 //!   bounded by [`SLOTS`]; a range being written is skipped (a sequence lock per slot), so a
 //!   range read is one that was published whole;
 //! - a stack that finds no free slot works as any other, unpublished: samples taken on it keep
@@ -63,13 +63,12 @@ impl Slot {
 /// stack it reads one cache line, not the whole table.
 static USED: AtomicUsize = AtomicUsize::new(0);
 
-/// The top (highest address) of the published fiber stack that holds `sp`. Async-signal-safe.
-pub fn top_of(sp: usize) -> Option<usize> {
+/// The published fiber stack that holds `addr`. Async-signal-safe.
+pub fn range_of(addr: usize) -> Option<Range<usize>> {
     TABLE[..USED.load(Ordering::SeqCst).min(SLOTS)]
         .iter()
         .filter_map(Slot::read)
-        .find(|range| range.contains(&sp))
-        .map(|range| range.end)
+        .find(|range| range.contains(&addr))
 }
 
 fn publish(range: Range<usize>) -> Option<usize> {
@@ -181,14 +180,18 @@ mod tests {
         let stack = FiberStack::new(64 * 1024).unwrap();
         let range = stack.range();
         assert_eq!(range.len(), 64 * 1024);
-        assert_eq!(top_of(range.start), Some(range.end));
-        assert_eq!(top_of(range.end - 8), Some(range.end));
-        assert_eq!(top_of(range.end), None);
-        assert_eq!(top_of(range.start - 1), None, "the guard page is not stack");
+        assert_eq!(range_of(range.start), Some(range.clone()));
+        assert_eq!(range_of(range.end - 8), Some(range.clone()));
+        assert_eq!(range_of(range.end), None);
+        assert_eq!(
+            range_of(range.start - 1),
+            None,
+            "the guard page is not stack"
+        );
         // The memory is there to be used.
         // SAFETY: inside the stack's mapping.
         unsafe { *((range.end - 8) as *mut u64) = 7 };
         drop(stack);
-        assert_eq!(top_of(range.start), None);
+        assert_eq!(range_of(range.start), None);
     }
 }

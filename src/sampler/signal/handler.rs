@@ -4,14 +4,16 @@
 //! - **Async-signal-safe**: no allocation, no locks, no panics; only atomics, `clock_gettime`
 //!   (async-signal-safe per POSIX), `timer_settime` (a system call: arming the timer for the
 //!   next sample; see [`super::timer`]) and reads of memory proven mapped (below). `errno` is saved and restored.
-//! - **Bounded**: at most [`MAX_FRAMES`] frame records followed, at most [`SCAN_WORDS`] stack
-//!   words scanned, each probed at most [`PROBE_WORDS`] times.
+//! - **Bounded**: at most [`MAX_FRAMES`] frame records followed, at most
+//!   [`store_contexts::SLOTS`] store contexts read.
 //! - **Reads only mapped memory**: stack reads stay in `[sp, top)` of the stack `sp` is on
 //!   (live frames; the sampled thread is the one the handler runs on): the guest thread's own
 //!   stack, or a fiber stack that [`fiber_stacks`] publishes while it is mapped (guests called
 //!   with `call_async`). They are skipped entirely when `sp` is on neither (e.g. on Wasmtime's
-//!   alternate signal stack). Code reads (instruction bytes at the PC) happen only for a PC
-//!   inside a registered module's text.
+//!   alternate signal stack). The one exception, a guest's fiber suspended in a host call while
+//!   the thread runs its own stack, is read within that fiber's published mapping. Code reads
+//!   (instruction bytes at the PC) happen only for a PC inside a registered module's text.
+//!   Store contexts are read only while [`store_contexts`] publishes them (their stores alive).
 //! - **Lifetime**: the handler reaches its state only through [`STATE`], after counting itself
 //!   in [`RUNNING`]; [`detach`] clears `STATE` and waits for `RUNNING` to drop to zero before
 //!   the state may be freed.
@@ -26,37 +28,34 @@
 //! (before its frame record is set up) and its final `ret` (after the record is popped) leave
 //! the frame pointer naming the caller's frame; there the caller's return address is read from
 //! the stack (x86_64) or the link register (aarch64), so the caller is neither lost nor misplaced.
+//!
+//! Outside Wasm code (a host function, a libcall, Wasmtime itself), whose frames need not keep
+//! frame records, the guest frames under the PC come from Wasmtime's record of the last exit
+//! from Wasm of the store running on the thread (see [`store_contexts`]).
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use super::fiber_stacks;
 use super::ring::Ring;
+use super::store_contexts::{self, Offsets};
 use crate::clock::clock_ns;
-use crate::sampler::call_tracker::CallTracker;
 
 pub const MAX_FRAMES: usize = crate::profiler::MAX_STACK_DEPTH;
 pub const MAX_CODE_RANGES: usize = 64;
-/// Stack words scanned above a runtime PC for a return address into Wasm code: the runtime's
-/// frames between a libcall and the Wasm code that called it are a few hundred bytes.
-const SCAN_WORDS: usize = 1024;
-/// Words probed above such a return address for the frame record of the frame it returns to.
-const PROBE_WORDS: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum Kind {
     /// The PC is in a module's code; `pcs` is the walked stack.
     Guest = 0,
-    /// The guest is in a host call; `pcs` is empty, `host_call` numbers the call.
-    HostCall = 1,
-    /// The PC is in Wasmtime's own code; `pcs[0]` is that PC, then the guest frames found.
-    Runtime = 2,
+    /// The PC is outside Wasm code; `pcs[0]` is that PC, then, if Wasm is under it, the return
+    /// address into the Wasm code that left for the host and the walked stack above it.
+    Host = 1,
 }
 
 /// One sample as the handler records it.
 pub struct RawSample {
     pub kind: Kind,
-    pub host_call: u32,
     pub depth: usize,
     pub cpu_delta_ns: u64,
     pub wall_delta_ns: u64,
@@ -69,7 +68,6 @@ impl RawSample {
     pub fn empty() -> Self {
         RawSample {
             kind: Kind::Guest,
-            host_call: 0,
             depth: 0,
             cpu_delta_ns: 0,
             wall_delta_ns: 0,
@@ -87,7 +85,7 @@ impl RawSample {
 /// its atomics, before it is published in [`STATE`].
 pub struct HandlerState {
     pub ring: Ring<RawSample>,
-    calls: std::sync::Arc<CallTracker>,
+    exit_record: Offsets,
     code: [(usize, usize); MAX_CODE_RANGES],
     code_len: usize,
     stack_low: usize,
@@ -116,7 +114,6 @@ impl HandlerState {
     /// `stack` is the guest thread's stack; `code`, the text of every module it may run.
     pub fn new(
         ring: Ring<RawSample>,
-        calls: std::sync::Arc<CallTracker>,
         stack: std::ops::Range<usize>,
         code: impl Iterator<Item = std::ops::Range<usize>>,
         cpu_period_ns: u64,
@@ -131,7 +128,7 @@ impl HandlerState {
         }
         HandlerState {
             ring,
-            calls,
+            exit_record: Offsets::of_this_build(),
             code: ranges,
             code_len: len,
             stack_low: stack.start,
@@ -192,7 +189,7 @@ impl HandlerState {
                 top: self.stack_top,
             });
         }
-        fiber_stacks::top_of(sp).map(|top| Stack { sp, top })
+        fiber_stacks::range_of(sp).map(|r| Stack { sp, top: r.end })
     }
 
     /// `wall` is `CLOCK_MONOTONIC` now, read once per signal for the sample and the timer.
@@ -216,25 +213,19 @@ impl HandlerState {
             s.cpu_delta_ns = cpu_delta;
             s.wall_delta_ns = wall_delta;
             s.time_ns = wall;
-            s.host_call = 0;
-            s.depth = 0;
+            s.pcs[0] = regs.pc;
+            s.depth = 1;
             let stack = self.stack_at(regs.sp);
             if self.in_code(regs.pc) {
                 s.kind = Kind::Guest;
-                s.pcs[0] = regs.pc;
-                s.depth = 1;
                 if let Some(stack) = stack {
                     self.walk(regs, stack, s);
                 }
-            } else if let Some(call) = self.calls.sample_host_call() {
-                s.kind = Kind::HostCall;
-                s.host_call = call;
             } else {
-                s.kind = Kind::Runtime;
-                s.pcs[0] = regs.pc;
-                s.depth = 1;
-                if let Some(stack) = stack.filter(|_| self.calls.wasm_active()) {
-                    self.scan(stack, s);
+                s.kind = Kind::Host;
+                if let Some((pc, fp, stack)) = stack.and_then(|st| self.last_exit(regs.sp, st)) {
+                    push(s, pc);
+                    self.follow_chain(stack, fp, s);
                 }
             }
         });
@@ -277,32 +268,53 @@ impl HandlerState {
         }
     }
 
-    /// From a PC in Wasmtime's own code (whose frames need not keep frame records), finds the
-    /// return address into Wasm code that the runtime was called from, and the frame record of
-    /// the frame it returns to, then follows the chain from there.
-    fn scan(&self, stack: Stack, s: &mut RawSample) {
-        let end = stack.top.min(stack.sp.saturating_add(SCAN_WORDS * WORD));
-        let mut addr = stack.sp;
-        while addr + WORD <= end {
-            // SAFETY: addr is in [sp, top): the live part of the stack.
-            let word = unsafe { read(addr) };
-            if self.in_code(word) {
-                for k in 1..=PROBE_WORDS {
-                    let fp = addr + k * WORD;
-                    if !stack.holds(fp + WORD) {
-                        break;
-                    }
-                    // SAFETY: fp and fp + word are on the live stack (checked above).
-                    let (next, ra) = unsafe { (read(fp), read(fp + WORD)) };
-                    if next > fp && stack.holds(next) && self.in_code(ra) {
-                        push(s, word);
-                        self.follow_chain(stack, fp, s);
-                        return;
-                    }
-                }
+    /// Where the guest left Wasm for the host code that `sp` runs: the return address into Wasm
+    /// code, the frame pointer of the frame it returns to, and the stack they are on; `None`
+    /// with no Wasm under the host code. The exit is the innermost one on `current` of the
+    /// thread's stores with Wasm on the stack; with none there, while the thread runs its own
+    /// stack, the one store whose guest waits suspended on a fiber (its asynchronous host call
+    /// pending), whose frames stay in that fiber's mapping.
+    fn last_exit(&self, sp: usize, current: Stack) -> Option<(usize, usize, Stack)> {
+        let on_thread_stack = sp >= self.stack_low && sp < self.stack_top;
+        let mut innermost: Option<(usize, usize)> = None;
+        let mut suspended: Option<(usize, usize, Stack)> = None;
+        let mut suspended_count = 0;
+        let o = self.exit_record;
+        store_contexts::for_each(self.tid, |context| {
+            // SAFETY: a published context is the VMStoreContext of a live store (see
+            // store_contexts), whose fields are aligned words.
+            let (entry_fp, trampoline_fp, pc) = unsafe {
+                (
+                    read(context + o.entry_fp),
+                    read(context + o.exit_trampoline_fp),
+                    read(context + o.exit_pc),
+                )
+            };
+            if entry_fp == 0 || trampoline_fp >= entry_fp || !self.in_code(pc) {
+                return;
             }
-            addr += WORD;
-        }
+            if current.holds(trampoline_fp) {
+                if innermost.is_none_or(|(_, fp)| trampoline_fp < fp) {
+                    innermost = Some((pc, trampoline_fp));
+                }
+            } else if let Some(fiber) = fiber_stacks::range_of(trampoline_fp) {
+                suspended_count += 1;
+                let stack = Stack {
+                    sp: fiber.start,
+                    top: fiber.end,
+                };
+                suspended = Some((pc, trampoline_fp, stack));
+            }
+        });
+        let (pc, trampoline_fp, stack) = match (innermost, suspended) {
+            (Some((pc, fp)), _) => (pc, fp, current),
+            (None, Some(exit)) if on_thread_stack && suspended_count == 1 => exit,
+            _ => return None,
+        };
+        // The trampoline's frame record saves the frame pointer of the Wasm code it left.
+        // SAFETY: trampoline_fp is on `stack`, mapped (checked above).
+        let fp = unsafe { read(trampoline_fp) };
+        stack.holds(fp).then_some((pc, fp, stack))
     }
 }
 
@@ -456,6 +468,12 @@ pub fn attach(state: &HandlerState) -> bool {
 /// Stops the handler from using the attached state; on return no handler uses it any more.
 pub fn detach() {
     STATE.store(std::ptr::null_mut(), Ordering::SeqCst);
+    wait_for_running_handlers();
+}
+
+/// Returns once every handler that was running has finished: none uses what was withdrawn
+/// from it before the call.
+pub fn wait_for_running_handlers() {
     while RUNNING.load(Ordering::SeqCst) != 0 {
         std::hint::spin_loop();
     }

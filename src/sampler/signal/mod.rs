@@ -8,6 +8,7 @@
 pub mod fiber_stacks;
 pub mod handler;
 mod ring;
+pub mod store_contexts;
 mod timer;
 
 use std::ops::Range;
@@ -18,7 +19,6 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use super::call_tracker::CallTracker;
 use super::{SampleValues, Sampler};
 use crate::clock::{sampling_period, Clock};
 use crate::collector::{Collector, NativeSample};
@@ -48,7 +48,6 @@ pub struct SignalSampler {
     period: Duration,
     clock: Clock,
     collector: Arc<Mutex<Collector>>,
-    calls: Arc<CallTracker>,
     guest: Option<GuestThread>,
     running: Option<Running>,
 }
@@ -59,7 +58,6 @@ impl SignalSampler {
             period: sampling_period(rate_hz),
             clock,
             collector,
-            calls: Arc::new(CallTracker::default()),
             guest: None,
             running: None,
         }
@@ -96,7 +94,6 @@ impl Sampler for SignalSampler {
         let timer = SignalTimer::create(guest.tid).context("cannot create the sampling timer")?;
         let state = Arc::new(HandlerState::new(
             Ring::new(RING_SLOTS, RawSample::empty),
-            self.calls.clone(),
             guest.stack.clone(),
             code.into_iter(),
             cpu_period_ns,
@@ -164,10 +161,6 @@ impl Sampler for SignalSampler {
             .load(std::sync::atomic::Ordering::Relaxed);
         lock(&self.collector).add_lost(lost);
     }
-
-    fn call_tracker(&self) -> Option<Arc<CallTracker>> {
-        Some(self.calls.clone())
-    }
 }
 
 impl Drop for SignalSampler {
@@ -189,8 +182,7 @@ fn drain(state: &HandlerState, collector: &Mutex<Collector>) {
         };
         let sample = match s.kind {
             Kind::Guest => NativeSample::Guest(s.pcs()),
-            Kind::Runtime => NativeSample::Runtime(s.pcs()),
-            Kind::HostCall => NativeSample::HostCall(s.host_call),
+            Kind::Host => NativeSample::Host(s.pcs()),
         };
         collector.add_native_sample(sample, values, s.time_ns);
     }) {}

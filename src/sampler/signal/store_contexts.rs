@@ -1,0 +1,279 @@
+//! The stores whose record of the guest's last exit from Wasm the signal handler reads.
+//!
+//! Every trampoline by which Wasm code leaves for the host (a call to an import, a component's
+//! lowered function, a libcall such as `memory.grow` or a GC allocation) stores in its store's
+//! `VMStoreContext` its own frame pointer and the return address into the Wasm code it was
+//! called from; the trampoline that enters Wasm stores its frame pointer there too (zero while
+//! no Wasm of the store is on the stack). From a PC in host code, the handler reads them to
+//! find the guest frames under it. This replaces a call hook, which Wasmtime would run at every
+//! one of these transitions: guests that make tens of millions of them (components crossing
+//! between their sub-components, Wasm GC allocation) ran a third slower with one set.
+//!
+//! Wasmtime has no public accessor for the record. Its layout is `wasmtime-environ`'s, the
+//! crate from which Wasmtime's compiler takes the same offsets (the exact version Wasmtime
+//! depends on). The store's context is found through a probe instance made in the store: the
+//! `VMFuncRef` of an exported function (`Func::to_raw`) names its instance's `VMContext`, which
+//! holds the store context's address.
+//!
+//! Invariants the handler relies on:
+//! - a context is published only while its store's memory is alive: a [`Publication`] owned by
+//!   the store (a never-called host function's data, dropped as the store is, before its memory
+//!   is freed) withdraws it and waits for running handlers to finish;
+//! - [`for_each`] is async-signal-safe: atomic loads over a fixed table, bounded by [`SLOTS`];
+//!   a slot's thread is written before its context, so a context read comes with its thread.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::task::{Context, Poll, Waker};
+
+use anyhow::{bail, Context as _, Result};
+use wasmtime::{Engine, Func, Instance, Module, Store};
+use wasmtime_environ::{HostPtr, PtrSize, VMCONTEXT_MAGIC};
+
+/// How many stores can be watched at once.
+pub const SLOTS: usize = 256;
+
+struct Slot {
+    taken: AtomicBool,
+    tid: AtomicI32,
+    context: AtomicUsize,
+}
+
+static TABLE: [Slot; SLOTS] = [const {
+    Slot {
+        taken: AtomicBool::new(false),
+        tid: AtomicI32::new(0),
+        context: AtomicUsize::new(0),
+    }
+}; SLOTS];
+
+/// One past the highest slot ever taken: the handler reads no further.
+static USED: AtomicUsize = AtomicUsize::new(0);
+
+/// Calls `f` with the address of each published store context of thread `tid`.
+/// Async-signal-safe.
+pub fn for_each(tid: libc::pid_t, mut f: impl FnMut(usize)) {
+    for slot in &TABLE[..USED.load(Ordering::Acquire).min(SLOTS)] {
+        let context = slot.context.load(Ordering::Acquire);
+        if context != 0 && slot.tid.load(Ordering::Relaxed) == tid {
+            f(context);
+        }
+    }
+}
+
+/// Where the exit record's fields are in a `VMStoreContext`.
+#[derive(Clone, Copy)]
+pub struct Offsets {
+    /// The frame pointer of the trampoline Wasm last left by; the word it points to is the
+    /// frame pointer of the Wasm function that called it.
+    pub exit_trampoline_fp: usize,
+    /// The return address into that Wasm function.
+    pub exit_pc: usize,
+    /// The frame pointer at which Wasm was entered; zero with no Wasm on the stack.
+    pub entry_fp: usize,
+}
+
+impl Offsets {
+    pub fn of_this_build() -> Self {
+        let context = HostPtr.vm_store_context();
+        Offsets {
+            exit_trampoline_fp: context.last_wasm_exit_trampoline_fp().into(),
+            exit_pc: context.last_wasm_exit_pc().into(),
+            entry_fp: context.last_wasm_entry_fp().into(),
+        }
+    }
+}
+
+/// Finds stores' contexts with a probe module, compiled once per engine.
+pub struct StoreContexts {
+    probe: Module,
+}
+
+/// Keeps a store's context published while it lives in the store.
+struct Publication {
+    slot: usize,
+}
+
+impl Drop for Publication {
+    fn drop(&mut self) {
+        TABLE[self.slot].context.store(0, Ordering::SeqCst);
+        super::handler::wait_for_running_handlers();
+        TABLE[self.slot].taken.store(false, Ordering::SeqCst);
+    }
+}
+
+const PROBE: &str = r#"(module (func (export "probe")))"#;
+
+impl StoreContexts {
+    pub fn new(engine: &Engine) -> Result<Self> {
+        let probe = Module::new(engine, PROBE)?;
+        Ok(StoreContexts { probe })
+    }
+
+    /// Publishes `store`'s context for the handler when it samples the calling thread, until
+    /// the store is dropped. Adds the probe's instance and a host function to the store.
+    pub fn publish<T: 'static>(&self, store: &mut Store<T>) -> Result<()> {
+        let context = self.find(store)?;
+        let Some(slot) = TABLE.iter().position(|slot| {
+            slot.taken
+                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        }) else {
+            bail!("more than {SLOTS} stores are attached at once");
+        };
+        // SAFETY: gettid has no preconditions.
+        TABLE[slot]
+            .tid
+            .store(unsafe { libc::gettid() }, Ordering::Relaxed);
+        TABLE[slot].context.store(context, Ordering::Release);
+        USED.fetch_max(slot + 1, Ordering::SeqCst);
+        let publication = Publication { slot };
+        Func::wrap(&mut *store, move || {
+            let _ = &publication;
+        });
+        Ok(())
+    }
+
+    /// The address of `store`'s `VMStoreContext`.
+    fn find<T: 'static>(&self, store: &mut Store<T>) -> Result<usize> {
+        // Instantiating a module without a start function runs no code and never suspends, on
+        // a synchronous store or an asynchronous one alike: one poll completes it.
+        // A store of another engine than the profiler's (a mistake, but one that works).
+        let other;
+        let probe = if Engine::same(store.engine(), self.probe.engine()) {
+            &self.probe
+        } else {
+            other = Module::new(store.engine(), PROBE)?;
+            &other
+        };
+        let instance = {
+            let instantiating = std::pin::pin!(Instance::new_async(&mut *store, probe, &[]));
+            match instantiating.poll(&mut Context::from_waker(Waker::noop())) {
+                Poll::Ready(instance) => instance?,
+                Poll::Pending => bail!("instantiating an empty module did not complete"),
+            }
+        };
+        let func = instance
+            .get_func(&mut *store, "probe")
+            .context("the probe module exports its function")?;
+        let func_ref = func.to_raw(&mut *store) as usize;
+        let ptr = HostPtr;
+        // SAFETY: `to_raw` returns a pointer to the function's `VMFuncRef`, alive as long as the
+        // store; its `vmctx` field is the instance's `VMContext`, whose first word holds the
+        // magic number checked before the store context's address is read.
+        unsafe {
+            let vmctx = read::<usize>(func_ref + usize::from(ptr.vm_func_ref().vmctx()));
+            if vmctx == 0 || read::<u32>(vmctx + usize::from(ptr.vmctx_magic())) != VMCONTEXT_MAGIC
+            {
+                bail!("Wasmtime's instance layout is not the one wasmspy was built for");
+            }
+            Ok(read::<usize>(
+                vmctx + usize::from(ptr.vmctx_store_context()),
+            ))
+        }
+    }
+}
+
+/// # Safety
+/// `addr` must be valid for reads of a `T`, and aligned for it.
+unsafe fn read<T: Copy>(addr: usize) -> T {
+    // SAFETY: the caller's contract.
+    unsafe { std::ptr::read(addr as *const T) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn published(tid: libc::pid_t) -> Vec<usize> {
+        let mut contexts = Vec::new();
+        for_each(tid, |c| contexts.push(c));
+        contexts
+    }
+
+    #[test]
+    fn a_store_is_published_on_its_thread_until_it_is_dropped() {
+        let engine = Engine::default();
+        let contexts = StoreContexts::new(&engine).unwrap();
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        let before = published(tid);
+        let mut store = Store::new(&engine, ());
+        contexts.publish(&mut store).unwrap();
+        let mut other = Store::new(&engine, ());
+        contexts.publish(&mut other).unwrap();
+        let now = published(tid);
+        assert_eq!(now.len(), before.len() + 2);
+        let offsets = Offsets::of_this_build();
+        for &context in now.iter().filter(|c| !before.contains(c)) {
+            // SAFETY: a published context is a live store's; no Wasm runs on this thread.
+            let entry_fp = unsafe { read::<usize>(context + offsets.entry_fp) };
+            assert_eq!(entry_fp, 0, "no Wasm is on the stack");
+        }
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // SAFETY: gettid has no preconditions.
+                let elsewhere = unsafe { libc::gettid() };
+                assert!(published(elsewhere).is_empty(), "other threads see none");
+            });
+        });
+        drop(store);
+        drop(other);
+        assert_eq!(published(tid), before);
+    }
+
+    #[test]
+    fn inside_a_host_call_the_record_names_the_wasm_caller() {
+        let engine = Engine::default();
+        let contexts = StoreContexts::new(&engine).unwrap();
+        let module = Module::new(
+            &engine,
+            r#"(module
+                (import "host" "call" (func $call))
+                (func (export "run") call $call))"#,
+        )
+        .unwrap();
+        let text = module.text().as_ptr_range();
+        let text = text.start as usize..text.end as usize;
+        let mut store = Store::new(&engine, Vec::new());
+        contexts.publish(&mut store).unwrap();
+        let call = Func::wrap(
+            &mut store,
+            |mut caller: wasmtime::Caller<'_, Vec<usize>>| {
+                let offsets = Offsets::of_this_build();
+                // SAFETY: gettid has no preconditions.
+                let tid = unsafe { libc::gettid() };
+                let mut records = Vec::new();
+                for_each(tid, |context| {
+                    // SAFETY: a published context is a live store's.
+                    records.push(unsafe {
+                        [
+                            read::<usize>(context + offsets.entry_fp),
+                            read::<usize>(context + offsets.exit_trampoline_fp),
+                            read::<usize>(context + offsets.exit_pc),
+                        ]
+                    })
+                });
+                caller
+                    .data_mut()
+                    .extend(records.into_iter().find(|r| r[0] != 0).unwrap_or_default());
+            },
+        );
+        let instance = Instance::new(&mut store, &module, &[call.into()]).unwrap();
+        let run = instance
+            .get_typed_func::<(), ()>(&mut store, "run")
+            .unwrap();
+        run.call(&mut store, ()).unwrap();
+        let [entry_fp, trampoline_fp, exit_pc] = store.data()[..] else {
+            panic!("no store had Wasm on the stack during the host call");
+        };
+        assert!(
+            text.contains(&exit_pc),
+            "the return address is in the module's code"
+        );
+        assert!(
+            trampoline_fp < entry_fp,
+            "the exit is below the entry on the stack"
+        );
+    }
+}
