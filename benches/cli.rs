@@ -32,7 +32,7 @@ use common::{
     check, geometric_mean, paired, report_seconds_with_stdout_silenced, seconds_in_child,
     wasmtime_cli,
 };
-use wasmspy::sampler::SamplerKind;
+use wasmspy::capture::SamplerKind;
 use wasmspy::wasi_host::{self, DirMount, Exit, Host, UnknownImports, WasiConfig};
 use wasmspy::{Profiler, ProfilerOptions};
 use wasmtime::{Engine, Linker, Module, Store};

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use wasmspy::collector::SAMPLES;
+use wasmspy::record::SAMPLES;
 
 const EARLY: Duration = Duration::from_secs(10);
 

@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use common::{check, median};
+use wasmspy::capture::SamplerKind;
 use wasmspy::memory::rewrite::{rewrite, Rewritten};
-use wasmspy::sampler::SamplerKind;
 use wasmspy::wasi_host::{self, DirMount, UnknownImports, WasiConfig};
 use wasmspy::{Profiler, ProfilerOptions};
 use wasmtime::{Engine, Module};

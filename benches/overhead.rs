@@ -31,7 +31,7 @@ use std::time::Instant;
 use common::{
     check, geometric_mean, paired, report_seconds_with_stdout_silenced, seconds_in_child,
 };
-use wasmspy::sampler::SamplerKind;
+use wasmspy::capture::SamplerKind;
 use wasmspy::wasi_host::{self, DirMount, Program, UnknownImports, WasiConfig};
 use wasmspy::{Profiler, ProfilerOptions};
 use wasmtime::{Engine, GuestProfiler, UpdateDeadline};

@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use wasmspy::capture::SamplerKind;
 use wasmspy::export::pprof;
-use wasmspy::sampler::SamplerKind;
 use wasmspy::wasi_host::{self, DirMount, Exit, UnknownImports, WasiConfig};
 use wasmspy::{Profiler, ProfilerOptions};
 use wasmtime::{Engine, Module};

@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use wasmspy::capture::SamplerKind;
 use wasmspy::clock::Clock;
 use wasmspy::export::Format;
-use wasmspy::sampler::SamplerKind;
 use wasmspy::wasi_host::{DirMount, UnknownImports, WasiOptions};
 
 #[derive(Parser, Debug)]

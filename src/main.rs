@@ -1,7 +1,5 @@
 mod cli;
-mod interrupt;
-mod record;
-mod report;
+mod commands;
 
 use clap::error::ErrorKind;
 use clap::Parser;
@@ -35,9 +33,9 @@ fn main() {
         },
     };
     let code = match cli.command {
-        cli::Command::Record(args) => record::record(args),
-        cli::Command::Report(args) => report::report(args),
-        cli::Command::Convert(args) => report::convert(args),
+        cli::Command::Record(args) => commands::record::record(args),
+        cli::Command::Report(args) => commands::report::report(args),
+        cli::Command::Convert(args) => commands::report::convert(args),
     };
     let code = code.unwrap_or_else(|e| {
         eprintln!("wasmspy: error: {e:#}");

@@ -1,5 +1,5 @@
 //! The format-neutral profile model: samples of interned stacks, each sample carrying several
-//! values (one per sample type). Samplers and the collector build it; exporters only read it.
+//! values (one per sample type). The record stage builds it; exporters only read it.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -108,7 +108,7 @@ pub enum FrameKind {
 }
 
 impl Profile {
-    /// Where a frame's code is: the collector gives an import's frame its module's mapping
+    /// Where a frame's code is: the recorder gives an import's frame its module's mapping
     /// and no address, and the runtime and unknown host calls their own names.
     pub fn frame_kind(&self, frame: FrameId) -> FrameKind {
         let f = &self.frames[frame];

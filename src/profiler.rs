@@ -27,7 +27,7 @@
 use std::fmt;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use wasmtime::{
@@ -35,16 +35,16 @@ use wasmtime::{
     WasmBacktrace,
 };
 
+use crate::capture::epoch::{self, EpochSampler};
+pub use crate::capture::MAX_STACK_DEPTH;
+use crate::capture::{SampleValues, Sampler, SamplerKind, Sink, SIGNALS_AVAILABLE};
 use crate::clock::{monotonic_ns, thread_cpu_ns, Clock};
-use crate::collector::{Collector, KindCounts, Mark};
 use crate::memory::component::ALLOCATOR_HOOK;
 use crate::memory::rewrite::{report, Allocator, Rewritten, HOOK_TABLE, SAMPLE_COUNTDOWN};
+use crate::pipeline::Pipeline;
 use crate::profile::Profile;
-use crate::sampler::epoch::{self, EpochSampler};
-use crate::sampler::{SampleValues, Sampler, SamplerKind, SIGNALS_AVAILABLE};
-
-/// The innermost frames a sample keeps; deeper stacks lose their outermost frames.
-pub const MAX_STACK_DEPTH: usize = 512;
+use crate::record::{KindCounts, Mark, Recorder};
+use crate::resolve::Resolver;
 
 #[derive(Clone, Debug)]
 pub struct ProfilerOptions {
@@ -59,7 +59,7 @@ pub struct ProfilerOptions {
     /// allocation). Allocations reach the profiler through [`Profiler::install_allocator_hook`].
     pub mem_rate: Option<u64>,
     /// Keep the samples in time order, for the formats that show a timeline (Firefox
-    /// Profiler, speedscope), within a fixed budget ([`crate::timeline`]). Without it a CPU
+    /// Profiler, speedscope), within a fixed budget ([`crate::record::timeline`]). Without it a CPU
     /// profile has one sample per distinct stack, and memory grows with those alone.
     pub timeline: bool,
 }
@@ -101,7 +101,7 @@ pub struct Profiler {
 #[derive(Clone)]
 pub struct ProfilerHandle {
     engine: Engine,
-    collector: Arc<Mutex<Collector>>,
+    pipeline: Arc<Pipeline>,
     interrupt: Arc<AtomicBool>,
 }
 
@@ -142,17 +142,17 @@ impl Profiler {
             bail!("the epoch sampler needs an engine with epoch interruption: configure it with Profiler::configure for these options");
         }
         let name = if use_signals { "signal" } else { "epoch" };
-        let mut collector = Collector::new(options.rate_hz, options.clock, name, options.dwarf);
+        let mut recorder = Recorder::new(options.rate_hz, options.clock, name);
         if let Some(rate) = options.mem_rate {
-            collector.profile_heap(rate);
+            recorder.profile_heap(rate);
         }
         if options.timeline {
-            collector.keep_timeline();
+            recorder.keep_timeline();
         }
-        let collector = Arc::new(Mutex::new(collector));
+        let pipeline = Arc::new(Pipeline::new(Resolver::new(options.dwarf), recorder));
         let (sampler, store_contexts): (Box<dyn Sampler>, _) = if use_signals {
             (
-                new_signal_sampler(&options, collector.clone()),
+                new_signal_sampler(&options, pipeline.clone()),
                 Some(StoreContexts::new(engine)?),
             )
         } else {
@@ -162,7 +162,7 @@ impl Profiler {
         Ok(Profiler {
             handle: ProfilerHandle {
                 engine: engine.clone(),
-                collector,
+                pipeline,
                 interrupt: Arc::new(AtomicBool::new(false)),
             },
             sampler,
@@ -186,7 +186,7 @@ impl Profiler {
         wasm: impl Into<Arc<[u8]>>,
     ) -> Result<()> {
         self.handle
-            .lock()
+            .resolver()
             .add_module(file_name, module, wasm.into(), None)
     }
 
@@ -203,7 +203,7 @@ impl Profiler {
         wasm: &[u8],
     ) -> Result<()> {
         self.handle
-            .lock()
+            .resolver()
             .add_component(file_name, component, wasm, None)
     }
 
@@ -219,7 +219,7 @@ impl Profiler {
         rewritten: &crate::memory::component::RewrittenComponent,
     ) -> Result<()> {
         self.handle
-            .lock()
+            .resolver()
             .add_component(file_name, component, original, Some(rewritten))
     }
 
@@ -234,7 +234,7 @@ impl Profiler {
         rewritten: Arc<Rewritten>,
     ) -> Result<()> {
         self.handle
-            .lock()
+            .resolver()
             .add_module(file_name, module, original.into(), Some(rewritten))
     }
 
@@ -260,7 +260,7 @@ impl Profiler {
     /// Samples at epoch deadlines (the epoch sampler), and stops the guest there once
     /// interrupted.
     fn attach_epoch_callback<T: 'static>(&self, store: &mut Store<T>) {
-        let collector = self.handle.collector.clone();
+        let pipeline = self.handle.pipeline.clone();
         let interrupt = self.handle.interrupt.clone();
         let samples_at_epochs = self.sampler.samples_at_epochs();
         let mut last_cpu = thread_cpu_ns();
@@ -277,7 +277,7 @@ impl Profiler {
                     wall_ns: wall.saturating_sub(last_wall),
                 };
                 (last_cpu, last_wall) = (cpu, wall);
-                epoch::take_sample(&ctx, &collector, values);
+                epoch::take_sample(&ctx, pipeline.as_ref(), values);
             }
             Ok(UpdateDeadline::Continue(1))
         });
@@ -301,8 +301,8 @@ impl Profiler {
                 "the module exports {HOOK_TABLE} without the rest of the allocator rewrite"
             );
         };
-        let collector = self.handle.collector.clone();
-        let first = self.handle.lock().heap_next_interval();
+        let pipeline = self.handle.pipeline.clone();
+        let first = self.handle.pipeline.recorder().heap_next_interval();
         countdown.set(&mut store, Val::I64(first))?;
         let hook = Func::wrap(
             &mut store,
@@ -314,7 +314,7 @@ impl Profiler {
                   countdown: i64|
                   -> i64 {
                 let call = (allocator, size, freed, allocated, countdown);
-                record_allocator_call(&collector, call, || WasmBacktrace::capture(&caller))
+                record_allocator_call(&pipeline, call, || WasmBacktrace::capture(&caller))
             },
         );
         table.set(&mut store, 0, Ref::Func(Some(hook)))
@@ -328,12 +328,12 @@ impl Profiler {
         &self,
         linker: &mut wasmtime::component::Linker<T>,
     ) -> wasmtime::Result<()> {
-        let collector = self.handle.collector.clone();
+        let pipeline = self.handle.pipeline.clone();
         linker.root().func_wrap(
             ALLOCATOR_HOOK,
             move |store: wasmtime::StoreContextMut<'_, T>, call: AllocatorCall| {
                 let report =
-                    record_allocator_call(&collector, call, || WasmBacktrace::capture(&store));
+                    record_allocator_call(&pipeline, call, || WasmBacktrace::capture(&store));
                 Ok((report,))
             },
         )
@@ -342,21 +342,21 @@ impl Profiler {
     /// The first countdown of a rewritten component's allocators: drawn as the hook draws the
     /// next ones.
     pub fn first_heap_countdown(&self) -> i64 {
-        self.handle.lock().heap_next_interval()
+        self.handle.pipeline.recorder().heap_next_interval()
     }
 
     /// Starts sampling; the profile's time counts from here.
     pub fn start(&mut self) -> Result<()> {
-        self.handle.lock().start();
-        self.sampler.start()
+        self.handle.pipeline.recorder().start();
+        let code = self.handle.resolver().code_ranges();
+        self.sampler.start(&code)
     }
 
     /// Stops sampling and returns the finished profile.
     pub fn stop(&mut self) -> Profile {
         self.sampler.stop();
-        let mut collector = self.handle.lock();
-        collector.stop();
-        collector.profile()
+        self.handle.pipeline.recorder().stop();
+        self.handle.pipeline.profile()
     }
 
     pub fn handle(&self) -> ProfilerHandle {
@@ -373,26 +373,26 @@ type AllocatorCall = (i32, i32, i32, i32, i64);
 /// sampled block; returns the allocator's [`report`]: the next countdown and the flags of the
 /// slots involved.
 fn record_allocator_call(
-    collector: &Mutex<Collector>,
+    pipeline: &Pipeline,
     (allocator, size, freed, allocated, countdown): AllocatorCall,
     backtrace: impl FnOnce() -> WasmBacktrace,
 ) -> i64 {
-    let mut collector = collector.lock().unwrap_or_else(|e| e.into_inner());
     let (freed, allocated) = (freed as u32, allocated as u32);
     let mut next = countdown;
     if freed != 0 {
-        collector.heap_freed(freed);
+        pipeline.recorder().heap_freed(freed);
     }
     if allocated != 0 && countdown < 0 {
         let collected = Allocator::from_code(allocator).is_some_and(Allocator::collected);
-        let frames = collector.backtrace_frames(&backtrace());
-        collector.heap_allocated(&frames, allocated, u64::from(size as u32), collected);
-        next = collector.heap_next_interval();
+        let size = u64::from(size as u32);
+        pipeline.heap_allocated(&backtrace(), allocated, size, collected);
+        next = pipeline.recorder().heap_next_interval();
     }
+    let recorder = pipeline.recorder();
     report(
         next,
-        collector.heap_slot_is_live(freed),
-        collector.heap_slot_is_live(allocated),
+        recorder.heap_slot_is_live(freed),
+        recorder.heap_slot_is_live(allocated),
     )
 }
 
@@ -400,14 +400,11 @@ fn record_allocator_call(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
-fn new_signal_sampler(
-    options: &ProfilerOptions,
-    collector: Arc<Mutex<Collector>>,
-) -> Box<dyn Sampler> {
-    Box::new(crate::sampler::signal::SignalSampler::new(
+fn new_signal_sampler(options: &ProfilerOptions, sink: Arc<dyn Sink>) -> Box<dyn Sampler> {
+    Box::new(crate::capture::signal::SignalSampler::new(
         options.rate_hz,
         options.clock,
-        collector,
+        sink,
     ))
 }
 
@@ -416,7 +413,7 @@ fn new_signal_sampler(
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
 fn use_walkable_fiber_stacks(config: &mut Config) {
-    config.with_host_stack(Arc::new(crate::sampler::signal::fiber_stacks::FiberStacks));
+    config.with_host_stack(Arc::new(crate::capture::signal::fiber_stacks::FiberStacks));
 }
 
 #[cfg(not(all(
@@ -429,7 +426,7 @@ fn use_walkable_fiber_stacks(_: &mut Config) {}
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 )))]
-fn new_signal_sampler(_: &ProfilerOptions, _: Arc<Mutex<Collector>>) -> Box<dyn Sampler> {
+fn new_signal_sampler(_: &ProfilerOptions, _: Arc<dyn Sink>) -> Box<dyn Sampler> {
     unreachable!("SIGNALS_AVAILABLE is false on this platform")
 }
 
@@ -437,7 +434,7 @@ fn new_signal_sampler(_: &ProfilerOptions, _: Arc<Mutex<Collector>>) -> Box<dyn 
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
-use crate::sampler::signal::store_contexts::StoreContexts;
+use crate::capture::signal::store_contexts::StoreContexts;
 
 /// No signal sampler, no store contexts to show it.
 #[cfg(not(all(
@@ -461,8 +458,8 @@ impl StoreContexts {
 }
 
 impl ProfilerHandle {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Collector> {
-        self.collector.lock().unwrap_or_else(|e| e.into_inner())
+    fn resolver(&self) -> std::sync::MutexGuard<'_, Resolver> {
+        self.pipeline.resolver()
     }
 
     /// Makes the guest's current call return [`Interrupted`] at its next epoch check, on an
@@ -481,38 +478,38 @@ impl ProfilerHandle {
 
     /// The profile recorded so far.
     pub fn snapshot(&self) -> Profile {
-        self.lock().profile()
+        self.pipeline.profile()
     }
 
     /// Where the recording stands now: [`profile_since`](Self::profile_since) is the profile
     /// of what comes after (e.g. the next 30 seconds, as `/debug/pprof/profile` serves).
     pub fn mark(&self) -> Mark {
-        self.lock().mark()
+        self.pipeline.recorder().mark()
     }
 
     /// The profile of the samples taken since `mark`, one per stack.
     pub fn profile_since(&self, mark: &Mark) -> Profile {
-        self.lock().profile_since(mark)
+        self.pipeline.profile_since(mark)
     }
 
     /// Whether memory is profiled ([`ProfilerOptions::mem_rate`]).
     pub fn profiles_memory(&self) -> bool {
-        self.lock().profiles_memory()
+        self.pipeline.recorder().profiles_memory()
     }
 
     /// The heap profile so far, when memory is profiled ([`ProfilerOptions::mem_rate`]).
     pub fn heap_profile(&self) -> Option<Profile> {
-        self.lock().heap_profile()
+        self.pipeline.heap_profile()
     }
 
     /// Warnings not taken yet: a module without debug info or with damaged names or DWARF
     /// (its profile then shows less, but the run goes on). Building a profile can add some.
     pub fn take_warnings(&self) -> Vec<String> {
-        self.lock().take_warnings()
+        self.resolver().take_warnings()
     }
 
     /// Samples by where they landed, and how many were lost (a full buffer).
     pub fn counts(&self) -> KindCounts {
-        self.lock().counts()
+        self.pipeline.counts()
     }
 }

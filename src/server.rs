@@ -25,9 +25,9 @@ use axum::routing::get;
 use axum::Router;
 use tokio::sync::{oneshot, watch};
 
-use crate::collector::{ALLOC_SPACE, INUSE_SPACE};
 use crate::export::pprof;
 use crate::profile::Profile;
+use crate::record::{ALLOC_SPACE, INUSE_SPACE};
 use crate::ProfilerHandle;
 
 /// What the server serves besides the profiler's data.

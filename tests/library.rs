@@ -1,7 +1,7 @@
 //! Embedders attach the profiler to their own `Engine` and `Store`.
 
-use wasmspy::collector::CPU;
-use wasmspy::sampler::SamplerKind;
+use wasmspy::capture::SamplerKind;
+use wasmspy::record::CPU;
 use wasmspy::{Profiler, ProfilerOptions};
 use wasmtime::{Config, Engine, Instance, Module, Store, TypedFunc};
 
@@ -430,7 +430,7 @@ fn a_foreign_sigprof_takes_no_sample() {
         ran
     });
     let profile = profiler.stop();
-    let samples = profile.total(wasmspy::collector::SAMPLES);
+    let samples = profile.total(wasmspy::record::SAMPLES);
     // The timer's own ticks: one a second.
     assert!(
         samples as f64 <= ran.as_secs_f64() + 1.0,
@@ -456,7 +456,7 @@ fn a_profile_counts_time_from_start() {
     run.call(&mut store, 100_000_000).unwrap();
     let profile = profiler.stop();
     let took = before.elapsed();
-    assert!(profile.total(wasmspy::collector::SAMPLES) > 0);
+    assert!(profile.total(wasmspy::record::SAMPLES) > 0);
     assert!(
         profile.duration_ns as u128 <= took.as_nanos(),
         "{} ns recorded, {took:?} from start to stop",
@@ -471,7 +471,7 @@ fn a_profile_counts_time_from_start() {
 /// adding up to what the timeline keeps one by one.
 #[test]
 fn without_a_timeline_samples_are_totals_by_stack() {
-    use wasmspy::collector::SAMPLES;
+    use wasmspy::record::SAMPLES;
 
     let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
     for timeline in [true, false] {

@@ -21,7 +21,7 @@ use wasm_encoder::{
 use wasmparser::{Chunk, Parser, Payload, Validator, WasmFeatures};
 
 use super::rewrite::{add_hook_type, rewrite_in_component, Rewritten, HOOK_TABLE};
-use crate::component::core_modules;
+use crate::wasm::component::core_modules;
 
 /// The function a rewritten component imports, through which its allocators report:
 /// `func(allocator: s32, size: s32, freed: s32, allocated: s32, countdown: s64) -> s64`, as
@@ -120,7 +120,7 @@ pub fn rewrite_component(component: &[u8], countdown: i64) -> Result<Option<Rewr
 /// has one; nested modules and components copied whole.
 fn copy_top_level(
     component: &[u8],
-    cores: &[crate::component::CoreModule],
+    cores: &[crate::wasm::component::CoreModule],
     modules: &[Option<Arc<Rewritten>>],
     out: &mut wasm_encoder::Component,
 ) -> Result<()> {

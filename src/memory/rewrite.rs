@@ -34,7 +34,7 @@ use wasm_encoder::{
 };
 use wasmparser::{CompositeInnerType, KnownCustom, Name, Parser, Payload, TypeRef};
 
-use crate::symbolize::demangle::demangle;
+use crate::wasm::demangle::demangle;
 
 /// The export holding the table whose element 0 the host sets to its report function, of type
 /// `(allocator: i32, size: i32, freed: i32, allocated: i32, countdown: i64) -> i64`: called

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use wasmparser::{Parser, Payload};
-use wasmspy::symbolize::ModuleSymbolizer;
+use wasmspy::resolve::symbolize::ModuleSymbolizer;
 
 /// Overwrites bytes of `module`'s `.debug_*` sections as `patch` says, then symbolizes one in
 /// every [`ADDRESS_STEP`] code offsets of the module (every function, most lines: a fuzzer wants

@@ -1,6 +1,6 @@
 //! Signal-driven sampling: the kernel sends SIGPROF to the guest thread at the sampling rate of
 //! its CPU time or of wall time ([`timer`]). The handler ([`handler`]) records raw PCs into a
-//! ring; a drain thread turns them into samples in the collector. Guests called with
+//! ring; a drain thread hands them to the sink. Guests called with
 //! `call_async` run on fiber stacks that [`fiber_stacks`] allocates, so the handler can walk
 //! them too. Unlike epoch sampling, a sample lands wherever the guest is: in loop-free code,
 //! in a host call, in Wasmtime itself.
@@ -13,15 +13,14 @@ mod timer;
 
 use std::ops::Range;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use super::{SampleValues, Sampler};
+use super::{NativeSample, SampleValues, Sampler, Sink};
 use crate::clock::{sampling_period, Clock};
-use crate::collector::{Collector, NativeSample};
 use handler::{HandlerState, Kind, RawSample};
 use ring::Ring;
 use timer::SignalTimer;
@@ -47,17 +46,17 @@ struct Running {
 pub struct SignalSampler {
     period: Duration,
     clock: Clock,
-    collector: Arc<Mutex<Collector>>,
+    sink: Arc<dyn Sink>,
     guest: Option<GuestThread>,
     running: Option<Running>,
 }
 
 impl SignalSampler {
-    pub fn new(rate_hz: u32, clock: Clock, collector: Arc<Mutex<Collector>>) -> Self {
+    pub fn new(rate_hz: u32, clock: Clock, sink: Arc<dyn Sink>) -> Self {
         SignalSampler {
             period: sampling_period(rate_hz),
             clock,
-            collector,
+            sink,
             guest: None,
             running: None,
         }
@@ -78,7 +77,7 @@ impl Sampler for SignalSampler {
         Ok(())
     }
 
-    fn start(&mut self) -> Result<()> {
+    fn start(&mut self, code: &[Range<usize>]) -> Result<()> {
         if self.running.is_some() {
             return Ok(());
         }
@@ -86,7 +85,6 @@ impl Sampler for SignalSampler {
             bail!("the signal sampler was not bound to the guest thread (Profiler::attach)");
         };
         handler::install().context("cannot install the SIGPROF handler")?;
-        let code: Vec<Range<usize>> = lock(&self.collector).code_ranges();
         let cpu_period_ns = match self.clock {
             Clock::Cpu => self.period.as_nanos() as u64,
             Clock::Wall => 0,
@@ -95,7 +93,7 @@ impl Sampler for SignalSampler {
         let state = Arc::new(HandlerState::new(
             Ring::new(RING_SLOTS, RawSample::empty),
             guest.stack.clone(),
-            code.into_iter(),
+            code.iter().cloned(),
             cpu_period_ns,
             &timer,
             self.period,
@@ -107,7 +105,7 @@ impl Sampler for SignalSampler {
         let (stop_drain, stopped) = mpsc::channel::<()>();
         let drain = {
             let state = state.clone();
-            let collector = self.collector.clone();
+            let sink = self.sink.clone();
             std::thread::Builder::new()
                 .name("wasmspy-drain".into())
                 .spawn(move || loop {
@@ -115,7 +113,7 @@ impl Sampler for SignalSampler {
                         stopped.recv_timeout(DRAIN_PERIOD),
                         Err(RecvTimeoutError::Timeout)
                     );
-                    drain(&state, &collector);
+                    drain(&state, sink.as_ref());
                     if stopping {
                         break;
                     }
@@ -159,7 +157,7 @@ impl Sampler for SignalSampler {
             .state
             .lost
             .load(std::sync::atomic::Ordering::Relaxed);
-        lock(&self.collector).add_lost(lost);
+        self.sink.lost(lost);
     }
 }
 
@@ -169,12 +167,7 @@ impl Drop for SignalSampler {
     }
 }
 
-fn lock(collector: &Mutex<Collector>) -> std::sync::MutexGuard<'_, Collector> {
-    collector.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn drain(state: &HandlerState, collector: &Mutex<Collector>) {
-    let mut collector = lock(collector);
+fn drain(state: &HandlerState, sink: &dyn Sink) {
     while state.ring.pop_with(|s| {
         let values = SampleValues {
             cpu_ns: s.cpu_delta_ns,
@@ -184,7 +177,7 @@ fn drain(state: &HandlerState, collector: &Mutex<Collector>) {
             Kind::Guest => NativeSample::Guest(s.pcs()),
             Kind::Host => NativeSample::Host(s.pcs()),
         };
-        collector.add_native_sample(sample, values, s.time_ns);
+        sink.native(sample, values, s.time_ns);
     }) {}
 }
 

@@ -1,5 +1,6 @@
-//! Samplers capture the guest's call stack on a timer and hand each sample to the
-//! [`Collector`](crate::collector::Collector). One file per strategy, behind [`Sampler`]:
+//! The capture stage: samplers take the guest's call stack on a timer and hand each sample to
+//! a [`Sink`], the stages after this one as capture sees them (it knows nothing else of them).
+//! One file per strategy, behind [`Sampler`]:
 //! - [`signal`]: a POSIX timer sends SIGPROF to the guest thread, whose handler walks the stack
 //!   wherever the guest is (the default on Linux x86_64 and aarch64);
 //! - [`epoch`]: Wasmtime's epoch interruption, where compiled code checks for it (everywhere).
@@ -12,38 +13,36 @@ pub mod epoch;
 pub mod signal;
 
 use anyhow::Result;
+use wasmtime::WasmBacktrace;
+
+/// The innermost frames a sample keeps; deeper stacks lose their outermost frames.
+pub const MAX_STACK_DEPTH: usize = 512;
+
+/// A sample as a native-code sampler took it: program counters, leaf first.
+#[derive(Clone, Copy)]
+pub enum NativeSample<'a> {
+    /// The interrupted PC is in a module's code; the rest are return addresses.
+    Guest(&'a [usize]),
+    /// The interrupted PC is outside Wasm code (a host function, a libcall, Wasmtime); the
+    /// rest, if any, are return addresses, the first into the Wasm code that left for the host.
+    Host(&'a [usize]),
+}
+
+/// Where captured samples go. `time_ns` is `CLOCK_MONOTONIC` when the sample was taken.
+pub trait Sink: Send + Sync {
+    /// A sample of native program counters (the signal sampler's, from its drain thread).
+    fn native(&self, sample: NativeSample<'_>, values: SampleValues, time_ns: u64);
+    /// A sample Wasmtime's backtrace took (the epoch sampler's, on the guest thread).
+    fn backtrace(&self, backtrace: &WasmBacktrace, values: SampleValues, time_ns: u64);
+    /// Samples that never reached the sink (a full ring).
+    fn lost(&self, samples: u64);
+}
 
 /// Whether this build can sample with signals.
 pub const SIGNALS_AVAILABLE: bool = cfg!(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 ));
-
-/// One captured frame, before symbolization.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum RawFrame {
-    /// An instruction of a Wasm function: the sampled one for the leaf, the call for callers.
-    Wasm {
-        /// Index in the collector's registry; `None` for a module nobody registered.
-        module: Option<u32>,
-        /// Index in the module's function index space (imports first).
-        func_index: u32,
-        /// Offset of the instruction in the module's bytes.
-        offset: u32,
-    },
-    /// Inside the host function that import `func_index` resolved to.
-    HostCall {
-        module: Option<u32>,
-        func_index: u32,
-    },
-    /// Inside the host function a component's shim reaches with the `call_indirect` at
-    /// `offset` (see [`crate::component`]).
-    LoweredCall { module: u32, offset: u32 },
-    /// Inside a host function the guest reached other than by a direct call.
-    UnknownHostCall,
-    /// Inside Wasmtime's own code: trampolines, libcalls such as `memory.grow`.
-    Runtime,
-}
 
 /// What a sample measured since the previous one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -92,7 +91,8 @@ pub trait Sampler: Send {
     fn name(&self) -> &'static str;
     /// Makes the calling thread the one sampled; called on the thread that will run the guest.
     fn bind_to_current_thread(&mut self) -> Result<()>;
-    fn start(&mut self) -> Result<()>;
+    /// `code`: the executable text of every module the guest may run.
+    fn start(&mut self, code: &[std::ops::Range<usize>]) -> Result<()>;
     /// After `stop` returns no more samples arrive.
     fn stop(&mut self);
     /// True when samples are taken in the store's epoch-deadline callback.

@@ -12,8 +12,8 @@
 
 use rustc_hash::FxHashMap;
 
+use crate::capture::SampleValues;
 use crate::profile::StackId;
-use crate::sampler::SampleValues;
 
 /// Entries kept at most (4 MiB).
 pub const BUDGET: usize = 1 << 17;

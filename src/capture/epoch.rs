@@ -7,16 +7,14 @@
 //! charged to the guest frame that runs next.
 
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use wasmtime::{AsContext, Engine, WasmBacktrace};
 
-use super::{SampleValues, Sampler};
+use super::{SampleValues, Sampler, Sink};
 use crate::clock::{clock_ns, monotonic_ns, sampling_period, Clock};
-use crate::collector::Collector;
 
 pub struct EpochSampler {
     engine: Engine,
@@ -58,7 +56,7 @@ impl Sampler for EpochSampler {
         Ok(())
     }
 
-    fn start(&mut self) -> Result<()> {
+    fn start(&mut self, _code: &[std::ops::Range<usize>]) -> Result<()> {
         if self.ticker.is_some() {
             return Ok(());
         }
@@ -109,11 +107,8 @@ impl Drop for EpochSampler {
     }
 }
 
-/// Records the store's current guest stack. Runs on the guest thread.
-pub fn take_sample(store: impl AsContext, collector: &Mutex<Collector>, values: SampleValues) {
+/// Takes the store's current guest stack. Runs on the guest thread.
+pub fn take_sample(store: impl AsContext, sink: &dyn Sink, values: SampleValues) {
     let now = monotonic_ns();
-    let backtrace = WasmBacktrace::capture(store);
-    let mut collector = collector.lock().unwrap_or_else(|e| e.into_inner());
-    let frames = collector.backtrace_frames(&backtrace);
-    collector.add_sample(&frames, values, now);
+    sink.backtrace(&WasmBacktrace::capture(store), values, now);
 }

@@ -3,7 +3,6 @@
 //! `name` section ([`names`]: every function's name), demangled ([`demangle`]). Each address is
 //! symbolized once, when a profile first shows it.
 
-pub mod demangle;
 mod dwarf;
 mod names;
 
@@ -15,9 +14,9 @@ use anyhow::{Context, Result};
 use rustc_hash::FxHashMap;
 use wasmparser::{KnownCustom, Parser, Payload, TypeRef};
 
-use self::demangle::demangle;
 use self::dwarf::{Dwarf, DwarfFrame, DwarfSections};
 use self::names::Names;
+use crate::wasm::demangle::demangle;
 
 /// A function's names as a profile shows them.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -40,7 +40,7 @@ use super::ring::Ring;
 use super::store_contexts::{self, Offsets};
 use crate::clock::clock_ns;
 
-pub const MAX_FRAMES: usize = crate::profiler::MAX_STACK_DEPTH;
+pub const MAX_FRAMES: usize = crate::capture::MAX_STACK_DEPTH;
 pub const MAX_CODE_RANGES: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

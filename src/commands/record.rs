@@ -9,19 +9,19 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use tempfile::NamedTempFile;
-use wasmspy::collector::{ALLOC_OBJECTS, ALLOC_SPACE, COLLECTED_NOTE, CPU, INUSE_SPACE, SAMPLES};
 use wasmspy::export::flamegraph::NothingToDraw;
 use wasmspy::export::Format;
 use wasmspy::memory::component::{rewrite_component, RewrittenComponent};
 use wasmspy::memory::rewrite::{rewrite, Rewritten};
 use wasmspy::profile::Profile;
+use wasmspy::record::{ALLOC_OBJECTS, ALLOC_SPACE, COLLECTED_NOTE, CPU, INUSE_SPACE, SAMPLES};
 use wasmspy::server::{LiveServer, ServerOptions};
 use wasmspy::wasi_host::{self, Exit, Program, WasiConfig};
 use wasmspy::{Profiler, ProfilerHandle, ProfilerOptions};
 use wasmtime::Engine;
 
 use crate::cli::RecordArgs;
-use crate::interrupt::{self, GuestEnded};
+use crate::commands::interrupt::{self, GuestEnded};
 
 /// `wasmtime run`'s exit code for a trap: that of an abort.
 const TRAP_EXIT_CODE: i32 = 128 + libc::SIGABRT;

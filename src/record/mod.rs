@@ -1,0 +1,549 @@
+//! The record stage: aggregates resolved samples (frames of registered modules, from
+//! [`crate::resolve`]) into the [`profile`](crate::profile) model, in memory that grows with
+//! the distinct stacks, not with time: totals by stack, the [`timeline`] within a budget, the
+//! [`heap`] profile. Frames are interned; each distinct address is symbolized once, when a
+//! profile is built.
+
+pub mod heap;
+pub mod timeline;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rustc_hash::FxHashMap;
+
+use crate::capture::SampleValues;
+use crate::clock::{monotonic_ns, sampling_period, Clock};
+use crate::profile::{
+    Frame, FrameId, Function, FunctionId, Line, MappingId, Profile, ProfileBuilder, ProfileHeader,
+    Sample, StackId, ValueType, RUNTIME_FRAME, UNKNOWN_HOST_CALL_FRAME,
+};
+use crate::resolve::symbolize::FunctionName;
+use crate::resolve::{Landed, RawFrame, Resolver};
+use heap::{Heap, HeapSampler};
+use timeline::{Tally, Timeline};
+
+/// Value indices of a sample: `samples`, `cpu`, and in wall-clock mode `wall`.
+pub const SAMPLES: usize = 0;
+pub const CPU: usize = 1;
+pub const WALL: usize = 2;
+
+/// Value indices of a heap profile's samples, as Go's.
+pub const ALLOC_OBJECTS: usize = 0;
+pub const ALLOC_SPACE: usize = 1;
+pub const INUSE_OBJECTS: usize = 2;
+pub const INUSE_SPACE: usize = 3;
+
+/// A heap profile's comment when garbage-collected allocations (Go's, TinyGo's) are in it.
+pub const COLLECTED_NOTE: &str = "garbage-collected blocks (Go, TinyGo) are freed without a call: \
+     they count in alloc_objects/alloc_space, not in the in-use values";
+
+/// How many samples landed where; `lost` ones never reached the recorder.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KindCounts {
+    pub guest: u64,
+    pub host_call: u64,
+    pub runtime: u64,
+    pub lost: u64,
+}
+
+/// A frame in a registered module's code, symbolized when a profile is built.
+struct WasmFrame {
+    id: FrameId,
+    module: u32,
+    func_index: u32,
+    offset: u32,
+}
+
+pub struct Recorder {
+    builder: ProfileBuilder,
+    /// The mapping of each registered module, in the resolver's order.
+    mappings: Vec<MappingId>,
+    frame_ids: FxHashMap<RawFrame, FrameId>,
+    wasm_frames: Vec<WasmFrame>,
+    stack: Vec<FrameId>,
+    /// What the samples of each stack add up to, by stack id: memory grows with the distinct
+    /// stacks, not with time.
+    totals: Vec<Tally>,
+    /// The samples in time order, within a budget, when a format that shows time is wanted.
+    timeline: Option<Timeline>,
+    counts: KindCounts,
+    /// Sampled allocations by stack, and which to sample, when memory is profiled.
+    heap: Option<(HeapSampler, Heap<StackId>)>,
+    rate_hz: u32,
+    clock: Clock,
+    sampler: &'static str,
+    started_ns: u64,
+    started_unix_ns: i64,
+    stopped_ns: Option<u64>,
+}
+
+impl Recorder {
+    pub fn new(rate_hz: u32, clock: Clock, sampler: &'static str) -> Self {
+        Recorder {
+            builder: ProfileBuilder::default(),
+            mappings: Vec::new(),
+            frame_ids: FxHashMap::default(),
+            wasm_frames: Vec::new(),
+            stack: Vec::new(),
+            totals: Vec::new(),
+            timeline: None,
+            counts: KindCounts::default(),
+            heap: None,
+            rate_hz,
+            clock,
+            sampler,
+            started_ns: monotonic_ns(),
+            started_unix_ns: unix_now_ns(),
+            stopped_ns: None,
+        }
+    }
+
+    /// Adds a sample of `frames` (leaf first), which landed where `landed` says.
+    pub fn add_sample(
+        &mut self,
+        resolver: &Resolver,
+        frames: &[RawFrame],
+        landed: Landed,
+        values: SampleValues,
+        time_ns: u64,
+    ) {
+        match landed {
+            Landed::Guest => self.counts.guest += 1,
+            Landed::HostCall => self.counts.host_call += 1,
+            Landed::Runtime => self.counts.runtime += 1,
+        }
+        let stack = self.stack_of(resolver, frames);
+        self.record(stack, values, time_ns);
+    }
+
+    /// Makes a mapping of each module registered since the last call, in the resolver's order.
+    fn add_mappings(&mut self, resolver: &Resolver) {
+        for module in self.mappings.len()..resolver.module_count() {
+            let mapping = self
+                .builder
+                .add_mapping(resolver.mapping(module as u32).clone());
+            self.mappings.push(mapping);
+        }
+    }
+
+    pub fn add_lost(&mut self, lost: u64) {
+        self.counts.lost += lost;
+    }
+
+    pub fn counts(&self) -> KindCounts {
+        self.counts
+    }
+
+    fn values(&self, t: Tally) -> Vec<i64> {
+        let clamp = |n: u64| n.min(i64::MAX as u64) as i64;
+        let mut values = vec![clamp(t.samples), clamp(t.cpu_ns)];
+        if self.clock == Clock::Wall {
+            values.push(clamp(t.wall_ns));
+        }
+        values
+    }
+
+    /// The stack of `frames` (leaf first).
+    fn stack_of(&mut self, resolver: &Resolver, frames: &[RawFrame]) -> StackId {
+        self.add_mappings(resolver);
+        let mut stack = std::mem::take(&mut self.stack);
+        stack.clear();
+        stack.extend(frames.iter().map(|raw| self.frame_id(resolver, raw)));
+        let stack_id = self.builder.stack(&stack);
+        self.stack = stack;
+        stack_id
+    }
+
+    fn record(&mut self, stack: StackId, values: SampleValues, time_ns: u64) {
+        let time_ns = time_ns.saturating_sub(self.started_ns);
+        self.add_tally(stack, Tally::one(values), time_ns);
+    }
+
+    /// `time_ns` since the start of the recording.
+    fn add_tally(&mut self, stack: StackId, tally: Tally, time_ns: u64) {
+        if self.totals.len() <= stack {
+            self.totals.resize(stack + 1, Tally::default());
+        }
+        self.totals[stack].add(tally);
+        if let Some(timeline) = &mut self.timeline {
+            timeline.push(stack, time_ns, tally);
+        }
+    }
+
+    fn frame_id(&mut self, resolver: &Resolver, raw: &RawFrame) -> FrameId {
+        if let Some(&id) = self.frame_ids.get(raw) {
+            return id;
+        }
+        let registered =
+            |module: Option<u32>| module.filter(|&m| (m as usize) < self.mappings.len());
+        let id = match *raw {
+            RawFrame::Wasm {
+                module,
+                func_index,
+                offset,
+            } => match registered(module) {
+                // Source lines are filled in when a profile is built: only the addresses that
+                // samples show are ever symbolized, and the run does not wait for DWARF.
+                Some(module) => {
+                    let id = self.builder.frame(&Frame {
+                        mapping: Some(self.mappings[module as usize]),
+                        address: u64::from(offset),
+                        lines: Vec::new(),
+                    });
+                    self.wasm_frames.push(WasmFrame {
+                        id,
+                        module,
+                        func_index,
+                        offset,
+                    });
+                    id
+                }
+                None => self.named_frame(
+                    None,
+                    u64::from(offset),
+                    plain_name(&format!("wasm-function[{func_index}]")),
+                ),
+            },
+            RawFrame::HostCall { module, func_index } => match registered(module) {
+                Some(module) => {
+                    let name = resolver.function_name(module, func_index);
+                    self.named_frame(Some(self.mappings[module as usize]), 0, name)
+                }
+                None => {
+                    self.named_frame(None, 0, plain_name(&format!("wasm-function[{func_index}]")))
+                }
+            },
+            RawFrame::LoweredCall { module, offset } => {
+                let name = plain_name(
+                    resolver
+                        .lowered_call_name(module, offset)
+                        .unwrap_or_default(),
+                );
+                self.named_frame(Some(self.mappings[module as usize]), 0, name)
+            }
+            RawFrame::Runtime => self.named_frame(None, 0, plain_name(RUNTIME_FRAME)),
+            RawFrame::UnknownHostCall => {
+                self.named_frame(None, 0, plain_name(UNKNOWN_HOST_CALL_FRAME))
+            }
+        };
+        self.frame_ids.insert(*raw, id);
+        id
+    }
+
+    /// A frame that is a function's name alone.
+    fn named_frame(
+        &mut self,
+        mapping: Option<MappingId>,
+        address: u64,
+        name: FunctionName,
+    ) -> FrameId {
+        let function = Function {
+            name: name.name,
+            system_name: name.system_name,
+            file: String::new(),
+            start_line: 0,
+        };
+        self.builder.function_frame(&function, mapping, address)
+    }
+
+    /// Gives the frames in registered modules their source lines (innermost first), from
+    /// DWARF where the module has it, else the function's name.
+    fn symbolize_wasm_frames(&self, resolver: &mut Resolver, profile: &mut Profile) {
+        let mut function_ids: FxHashMap<Function, FunctionId> = profile
+            .functions
+            .iter()
+            .cloned()
+            .enumerate()
+            .map(|(id, f)| (f, id))
+            .collect();
+        for module in 0..self.mappings.len() as u32 {
+            let addresses: Vec<(u32, u32)> = self
+                .wasm_frames
+                .iter()
+                .filter(|f| f.module == module)
+                .map(|f| (f.func_index, f.offset))
+                .collect();
+            resolver.symbolize(module, &addresses);
+        }
+        for frame in &self.wasm_frames {
+            let source = resolver.source_frames(frame.module, frame.func_index, frame.offset);
+            profile.frames[frame.id].lines = source
+                .iter()
+                .map(|s| {
+                    let function = Function {
+                        name: s.function.name.clone(),
+                        system_name: s.function.system_name.clone(),
+                        file: s.file.clone(),
+                        start_line: s.start_line,
+                    };
+                    let id = *function_ids.entry(function).or_insert_with_key(|f| {
+                        profile.functions.push(f.clone());
+                        profile.functions.len() - 1
+                    });
+                    Line {
+                        function: id,
+                        line: s.line,
+                        column: s.column,
+                    }
+                })
+                .collect();
+        }
+    }
+
+    /// Keeps a heap profile too, of allocations sampled at `rate` bytes.
+    pub fn profile_heap(&mut self, rate: u64) {
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        self.heap = Some((HeapSampler::new(rate, seed), Heap::new(rate)));
+    }
+
+    /// Time since the recording started, on the clock of the samples' `time_ns`.
+    fn elapsed_ns(&self) -> u64 {
+        monotonic_ns().saturating_sub(self.started_ns)
+    }
+
+    /// Whether a heap profile is kept.
+    pub fn profiles_memory(&self) -> bool {
+        self.heap.is_some()
+    }
+
+    /// The bytes the guest is to allocate before its next sampled allocation (never, if
+    /// memory is not profiled).
+    pub fn heap_next_interval(&mut self) -> i64 {
+        self.heap
+            .as_mut()
+            .map_or(i64::MAX, |(sampler, _)| sampler.next_interval())
+    }
+
+    /// A sampled allocation of `size` bytes at `address`, made by `frames` (leaf first: the
+    /// allocator's wrapper, standing for the allocator); `collected` if a garbage collector
+    /// frees it.
+    pub fn heap_allocated(
+        &mut self,
+        resolver: &Resolver,
+        frames: &[RawFrame],
+        address: u32,
+        size: u64,
+        collected: bool,
+    ) {
+        let id = self.stack_of(resolver, frames);
+        if let Some((_, heap)) = &mut self.heap {
+            heap.allocated(id, address, size, collected);
+        }
+    }
+
+    /// The block at `address` was freed.
+    pub fn heap_freed(&mut self, address: u32) {
+        if let Some((_, heap)) = &mut self.heap {
+            heap.freed(address);
+        }
+    }
+
+    /// Whether a live sampled block shares `address`'s slot of
+    /// rewritten allocators' flags ([`crate::memory::rewrite::report`]).
+    pub fn heap_slot_is_live(&self, address: u32) -> bool {
+        self.heap
+            .as_ref()
+            .is_some_and(|(_, heap)| heap.slot_is_live(address))
+    }
+
+    /// The heap profile so far (`alloc_objects`, `alloc_space`, `inuse_objects`,
+    /// `inuse_space`, as Go's), if memory is profiled.
+    pub fn heap_profile(&mut self, resolver: &mut Resolver) -> Option<Profile> {
+        let (_, heap) = self.heap.as_ref()?;
+        let rate = heap.rate();
+        let mut samples: Vec<Sample> = heap
+            .values()
+            .map(|(stack, v)| Sample {
+                stack,
+                time_ns: 0,
+                values: [
+                    v.alloc_objects,
+                    v.alloc_space,
+                    v.inuse_objects,
+                    v.inuse_space,
+                ]
+                .map(|x| x.round() as i64)
+                .to_vec(),
+            })
+            .collect();
+        samples.sort_by_key(|s| s.stack);
+        let mut comments = vec![format!(
+            "wasmspy {}: allocations sampled every {rate} bytes on average",
+            env!("CARGO_PKG_VERSION")
+        )];
+        // In-use values without the garbage-collected blocks would mislead as a default view.
+        let default_sample_type = if heap.has_collected() {
+            comments.push(COLLECTED_NOTE.to_string());
+            ALLOC_SPACE
+        } else {
+            INUSE_SPACE
+        };
+        let header = ProfileHeader {
+            sample_types: vec![
+                ValueType::new("alloc_objects", "count"),
+                ValueType::new("alloc_space", "bytes"),
+                ValueType::new("inuse_objects", "count"),
+                ValueType::new("inuse_space", "bytes"),
+            ],
+            default_sample_type,
+            period_type: ValueType::new("space", "bytes"),
+            period: rate as i64,
+            comments,
+            ..self.timing()
+        };
+        self.add_mappings(resolver);
+        let mut profile = self.builder.build(header, samples);
+        self.symbolize_wasm_frames(resolver, &mut profile);
+        Some(profile)
+    }
+
+    /// The recording's start and its duration so far (to [`stop`](Self::stop)).
+    fn timing(&self) -> ProfileHeader {
+        let end = self.stopped_ns.unwrap_or_else(monotonic_ns);
+        ProfileHeader {
+            start_unix_ns: self.started_unix_ns,
+            duration_ns: end.saturating_sub(self.started_ns) as i64,
+            ..ProfileHeader::default()
+        }
+    }
+
+    /// Marks the start of the recording: sample times and the profile's duration count from
+    /// here.
+    pub fn start(&mut self) {
+        self.started_ns = monotonic_ns();
+        self.started_unix_ns = unix_now_ns();
+    }
+
+    /// Keeps the samples in time order too (within [`crate::record::timeline::BUDGET`]), for the
+    /// formats that show a timeline; else only their totals by stack are kept.
+    pub fn keep_timeline(&mut self) {
+        self.timeline
+            .get_or_insert_with(|| Timeline::new(sampling_period(self.rate_hz).as_nanos() as u64));
+    }
+
+    /// Marks the end of the recording: the profile's duration stops here.
+    pub fn stop(&mut self) {
+        self.stopped_ns.get_or_insert_with(monotonic_ns);
+    }
+
+    /// The profile so far (complete once [`stop`](Self::stop) was called): the samples in time
+    /// order when a timeline is kept ([`keep_timeline`](Self::keep_timeline)), else one per
+    /// stack.
+    pub fn profile(&mut self, resolver: &mut Resolver) -> Profile {
+        let samples: Vec<Sample> = match &self.timeline {
+            Some(timeline) => timeline
+                .entries()
+                .into_iter()
+                .map(|e| Sample {
+                    stack: e.stack,
+                    time_ns: e.time_ns,
+                    values: self.values(e.tally),
+                })
+                .collect(),
+            None => self.samples_since(&[]),
+        };
+        let header = self.cpu_header(self.timing());
+        self.cpu_profile(resolver, header, samples)
+    }
+
+    /// Where the recording stands now: [`profile_since`](Self::profile_since) keeps what comes
+    /// after.
+    pub fn mark(&self) -> Mark {
+        Mark {
+            elapsed_ns: self.elapsed_ns(),
+            totals: self.totals.clone(),
+        }
+    }
+
+    /// The profile of the samples taken since `mark`, one per stack.
+    pub fn profile_since(&mut self, resolver: &mut Resolver, mark: &Mark) -> Profile {
+        let samples = self.samples_since(&mark.totals);
+        let timing = self.timing();
+        let header = ProfileHeader {
+            start_unix_ns: timing.start_unix_ns + mark.elapsed_ns as i64,
+            duration_ns: timing.duration_ns - mark.elapsed_ns as i64,
+            ..timing
+        };
+        let header = self.cpu_header(header);
+        self.cpu_profile(resolver, header, samples)
+    }
+
+    /// A sample per stack of what it gained since `earlier` (totals by stack id).
+    fn samples_since(&self, earlier: &[Tally]) -> Vec<Sample> {
+        self.totals
+            .iter()
+            .enumerate()
+            .filter_map(|(stack, t)| {
+                let gained = t.since(earlier.get(stack).copied().unwrap_or_default());
+                (gained.samples > 0).then(|| Sample {
+                    stack,
+                    time_ns: 0,
+                    values: self.values(gained),
+                })
+            })
+            .collect()
+    }
+
+    /// A CPU profile's header: its sample types, period and comment, with `timing`.
+    fn cpu_header(&self, timing: ProfileHeader) -> ProfileHeader {
+        let cpu = ValueType::new("cpu", "nanoseconds");
+        let wall = ValueType::new("wall", "nanoseconds");
+        let mut sample_types = vec![ValueType::new("samples", "count"), cpu.clone()];
+        let (default_sample_type, period_type) = match self.clock {
+            Clock::Cpu => (CPU, cpu),
+            Clock::Wall => {
+                sample_types.push(wall.clone());
+                (WALL, wall)
+            }
+        };
+        ProfileHeader {
+            sample_types,
+            default_sample_type,
+            period_type,
+            period: sampling_period(self.rate_hz).as_nanos() as i64,
+            comments: vec![format!(
+                "wasmspy {}: {} sampler at {} Hz on the {} clock",
+                env!("CARGO_PKG_VERSION"),
+                self.sampler,
+                self.rate_hz,
+                self.clock
+            )],
+            ..timing
+        }
+    }
+
+    fn cpu_profile(
+        &mut self,
+        resolver: &mut Resolver,
+        header: ProfileHeader,
+        samples: Vec<Sample>,
+    ) -> Profile {
+        self.add_mappings(resolver);
+        let mut profile = self.builder.build(header, samples);
+        self.symbolize_wasm_frames(resolver, &mut profile);
+        profile
+    }
+}
+
+/// Where a recording stood at some moment, by stack (see [`Recorder::mark`]).
+#[derive(Clone, Debug)]
+pub struct Mark {
+    elapsed_ns: u64,
+    totals: Vec<Tally>,
+}
+
+fn plain_name(name: &str) -> FunctionName {
+    FunctionName {
+        name: name.to_string(),
+        system_name: name.to_string(),
+    }
+}
+
+fn unix_now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,490 @@
+//! The resolve stage: maps what [`crate::capture`] captured (native program counters, Wasmtime
+//! backtraces) to frames of the registered modules' code ([`RawFrame`]): the code map, the
+//! import (or WIT function) a host call calls, the allocator rewrite's offsets mapped back to
+//! the original module; and, when a profile is built, symbolization ([`symbolize`]).
+
+pub mod code_map;
+pub mod symbolize;
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use anyhow::Result;
+use rustc_hash::FxHashMap;
+use sha2::{Digest, Sha256};
+use wasmtime::component::Component;
+use wasmtime::{Module, WasmBacktrace};
+
+use crate::capture::NativeSample;
+use crate::memory::component::RewrittenComponent;
+use crate::memory::rewrite::Rewritten;
+use crate::profile::Mapping;
+use crate::wasm::component::core_modules;
+use code_map::{CodeLocation, CodeMap, CodeOwner};
+use symbolize::{FunctionName, ModuleSymbolizer, SourceFrame};
+
+/// A frame of a sample, resolved to a registered module's code, before symbolization.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RawFrame {
+    /// An instruction of a Wasm function: the sampled one for the leaf, the call for callers.
+    Wasm {
+        /// Index in the resolver's registry; `None` for a module nobody registered.
+        module: Option<u32>,
+        /// Index in the module's function index space (imports first).
+        func_index: u32,
+        /// Offset of the instruction in the module's bytes.
+        offset: u32,
+    },
+    /// Inside the host function that import `func_index` resolved to.
+    HostCall {
+        module: Option<u32>,
+        func_index: u32,
+    },
+    /// Inside the host function a component's shim reaches with the `call_indirect` at
+    /// `offset` (see [`crate::wasm::component`]).
+    LoweredCall { module: u32, offset: u32 },
+    /// Inside a host function the guest reached other than by a direct call.
+    UnknownHostCall,
+    /// Inside Wasmtime's own code: trampolines, libcalls such as `memory.grow`.
+    Runtime,
+}
+
+/// Where a sample landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Landed {
+    /// In a Wasm function.
+    Guest,
+    /// In a host function the guest called.
+    HostCall,
+    /// In Wasmtime's own code: trampolines, libcalls, with or without Wasm under it.
+    Runtime,
+}
+
+struct RegisteredModule {
+    compiled: Compiled,
+    /// Where the module's binary starts in the binary compiled (0 unless in a component):
+    /// Wasmtime's offsets count from there.
+    start: u32,
+    symbolizer: ModuleSymbolizer,
+    /// The module as a profile's mapping names it.
+    mapping: Mapping,
+    /// Set when the compiled module is a rewrite of the one symbolized: where its code came
+    /// from.
+    rewritten: Option<Arc<Rewritten>>,
+}
+
+/// What Wasmtime compiled a registered module as.
+enum Compiled {
+    Module(Module),
+    /// Core module `index` (Wasmtime's static module index) of a component whose code is
+    /// `text`.
+    InComponent {
+        text: Range<usize>,
+        index: u32,
+    },
+}
+
+/// What a module in a backtrace is to the resolver.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    Registered(u32),
+    /// A module of a registered component's code that is none of its core modules: an
+    /// adapter Wasmtime generated between the component's components.
+    Adapter,
+    Unknown,
+}
+
+/// The registered modules, and what maps captured code to them.
+pub struct Resolver {
+    modules: Vec<RegisteredModule>,
+    /// The core modules of components that backtraces showed, and what each is.
+    component_modules: Vec<(Module, Owner)>,
+    code_map: CodeMap,
+    /// Native code address → its frame (`None`: not in a Wasm function).
+    native_frames: FxHashMap<usize, Option<(RawFrame, bool)>>,
+    /// Return address into Wasm code that left for the host → the frame of what it called.
+    exit_frames: FxHashMap<usize, RawFrame>,
+    use_dwarf: bool,
+    warnings: Vec<String>,
+}
+
+impl Resolver {
+    /// `use_dwarf`: map code to source lines with the modules' DWARF, not only to functions.
+    pub fn new(use_dwarf: bool) -> Self {
+        Resolver {
+            modules: Vec::new(),
+            component_modules: Vec::new(),
+            code_map: CodeMap::default(),
+            native_frames: FxHashMap::default(),
+            exit_frames: FxHashMap::default(),
+            use_dwarf,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Registers a module whose frames samples may contain; `wasm` is its binary, kept (not
+    /// copied) to read call instructions and debug info from. When `module` was compiled from
+    /// a rewrite of `wasm`, `rewritten` maps its code back.
+    pub fn add_module(
+        &mut self,
+        file_name: &str,
+        module: &Module,
+        wasm: Arc<[u8]>,
+        rewritten: Option<Arc<Rewritten>>,
+    ) -> Result<()> {
+        self.code_map.add(self.modules.len() as u32, module);
+        let compiled = Compiled::Module(module.clone());
+        let symbolizer = ModuleSymbolizer::new(file_name, wasm, self.use_dwarf)?;
+        self.register(file_name, compiled, 0, symbolizer, rewritten);
+        Ok(())
+    }
+
+    /// Registers a component: each of its core modules is a module of its own, named
+    /// `FILE/NAME` by its `name` section's module name (`FILE/module0` without one), its
+    /// imports named by the WIT functions they lower. When `component` was compiled from
+    /// `rewritten`, the allocator rewrite of `wasm`, its code is mapped back to `wasm`'s.
+    pub fn add_component(
+        &mut self,
+        file_name: &str,
+        component: &Component,
+        wasm: &[u8],
+        rewritten: Option<&RewrittenComponent>,
+    ) -> Result<()> {
+        let text = component.text().as_ptr_range();
+        let text = text.start as usize..text.end as usize;
+        // Where each core module is in the binary compiled.
+        let compiled = match rewritten {
+            Some(r) => core_modules(&r.wasm)?,
+            None => Vec::new(),
+        };
+        let mut owners = Vec::new();
+        for (index, core) in core_modules(wasm)?.into_iter().enumerate() {
+            let module_name = match &core.name {
+                Some(name) => name.clone(),
+                None => format!("module{index}"),
+            };
+            let name = format!("{file_name}/{module_name}");
+            let bytes: Arc<[u8]> = wasm[core.range.clone()].into();
+            let mut symbolizer = ModuleSymbolizer::new(&name, bytes, self.use_dwarf)?;
+            symbolizer.qualify_unnamed(&module_name);
+            // wit-component's adapters, shims and fixups carry no debug info.
+            if module_name.starts_with("wit-component:") {
+                symbolizer.expect_no_dwarf();
+            }
+            symbolizer.name_imports(&core.lowered_imports);
+            symbolizer.name_functions(&core.stub_names);
+            symbolizer.name_lowered_indirect_calls(core.lowered_indirect_calls);
+            let start = compiled
+                .get(index)
+                .map_or(core.range.start, |c| c.range.start) as u32;
+            let rewrite = rewritten.and_then(|r| r.modules.get(index).cloned().flatten());
+            owners.push(CodeOwner {
+                module: self.modules.len() as u32,
+                start,
+            });
+            let compiled_as = Compiled::InComponent {
+                text: text.clone(),
+                index: index as u32,
+            };
+            self.register(&name, compiled_as, start, symbolizer, rewrite);
+        }
+        self.code_map.add_component(component, owners);
+        Ok(())
+    }
+
+    fn register(
+        &mut self,
+        file_name: &str,
+        compiled: Compiled,
+        start: u32,
+        mut symbolizer: ModuleSymbolizer,
+        rewritten: Option<Arc<Rewritten>>,
+    ) {
+        let wasm = symbolizer.wasm();
+        let mapping = Mapping {
+            file_name: file_name.to_string(),
+            build_id: hex(&Sha256::digest(wasm)),
+            size: wasm.len() as u64,
+        };
+        self.warnings.extend(symbolizer.take_warnings());
+        self.modules.push(RegisteredModule {
+            compiled,
+            start,
+            symbolizer,
+            mapping,
+            rewritten,
+        });
+    }
+
+    /// Warnings about the modules' symbols not taken yet.
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        for m in &mut self.modules {
+            self.warnings.extend(m.symbolizer.take_warnings());
+        }
+        std::mem::take(&mut self.warnings)
+    }
+
+    /// How many modules are registered; their indices are `0..module_count()`.
+    pub fn module_count(&self) -> usize {
+        self.modules.len()
+    }
+
+    /// Registered module `module` as a profile's mapping names it.
+    pub fn mapping(&self, module: u32) -> &Mapping {
+        &self.modules[module as usize].mapping
+    }
+
+    /// The name of function `func_index` of registered module `module` (an import's: the
+    /// function it imports).
+    pub fn function_name(&self, module: u32, func_index: u32) -> FunctionName {
+        self.modules[module as usize]
+            .symbolizer
+            .function_name(func_index)
+    }
+
+    /// The WIT function that the `call_indirect` at `offset` of a component's shim reaches.
+    pub fn lowered_call_name(&self, module: u32, offset: u32) -> Option<&str> {
+        self.modules[module as usize]
+            .symbolizer
+            .lowered_indirect_call(offset)
+    }
+
+    /// Symbolizes `addresses` (function index, offset) of registered module `module` at once,
+    /// for [`source_frames`](Self::source_frames).
+    pub fn symbolize(&mut self, module: u32, addresses: &[(u32, u32)]) {
+        self.modules[module as usize]
+            .symbolizer
+            .symbolize(addresses);
+    }
+
+    /// The source frames of an address of registered module `module`, innermost first.
+    pub fn source_frames(
+        &mut self,
+        module: u32,
+        func_index: u32,
+        offset: u32,
+    ) -> Arc<[SourceFrame]> {
+        self.modules[module as usize]
+            .symbolizer
+            .source_frames(func_index, offset)
+    }
+
+    /// The frames of a native sample, leaf first, into `frames`; where it landed.
+    pub fn native_frames(
+        &mut self,
+        sample: NativeSample<'_>,
+        frames: &mut Vec<RawFrame>,
+    ) -> Landed {
+        frames.clear();
+        let (landed, callers) = match sample {
+            NativeSample::Guest(pcs) => {
+                // A leaf outside Wasm functions (a trampoline) is Wasmtime's.
+                let landed = match self.native_frame(pcs[0]) {
+                    Some((frame, _)) => {
+                        frames.push(frame);
+                        Landed::Guest
+                    }
+                    None => {
+                        frames.push(RawFrame::Runtime);
+                        Landed::Runtime
+                    }
+                };
+                (landed, &pcs[1..])
+            }
+            NativeSample::Host(pcs) => {
+                let called = match pcs.get(1) {
+                    Some(&exit) => self.exit_frame(exit),
+                    None => RawFrame::Runtime,
+                };
+                frames.push(called);
+                let landed = match called {
+                    RawFrame::Runtime => Landed::Runtime,
+                    _ => Landed::HostCall,
+                };
+                (landed, &pcs[1..])
+            }
+        };
+        for &pc in callers {
+            // A return address follows its call instruction; trampolines are not guest frames;
+            // a wrapper above the leaf only called its allocator's original body.
+            if let Some((frame, false)) = self.native_frame(pc - 1) {
+                frames.push(frame);
+            }
+        }
+        landed
+    }
+
+    /// What Wasmtime's `module` is: a registered module, an adapter in a registered
+    /// component, or unknown.
+    fn owner(&mut self, module: &Module) -> Owner {
+        let alone = self.modules.iter().position(|m| match &m.compiled {
+            Compiled::Module(registered) => Module::same(registered, module),
+            Compiled::InComponent { .. } => false,
+        });
+        if let Some(i) = alone {
+            return Owner::Registered(i as u32);
+        }
+        if let Some(&(_, owner)) = self
+            .component_modules
+            .iter()
+            .find(|(seen, _)| Module::same(seen, module))
+        {
+            return owner;
+        }
+        // A core module of a component: in the component's code, and numbered there.
+        let code = module.text().as_ptr() as usize;
+        let index = module.functions().next().map(|f| f.module.as_u32());
+        let mut owner = Owner::Unknown;
+        for (i, m) in self.modules.iter().enumerate() {
+            if let Compiled::InComponent { text, index: n } = &m.compiled {
+                if Some(*n) == index && text.contains(&code) {
+                    owner = Owner::Registered(i as u32);
+                    break;
+                }
+                if text.contains(&code) {
+                    owner = Owner::Adapter;
+                }
+            }
+        }
+        self.component_modules.push((module.clone(), owner));
+        owner
+    }
+
+    /// A backtrace Wasmtime captured, as raw frames, leaf first.
+    pub fn backtrace_frames(&mut self, backtrace: &WasmBacktrace) -> Vec<RawFrame> {
+        let mut frames = Vec::with_capacity(backtrace.frames().len());
+        for (depth, f) in backtrace.frames().iter().enumerate() {
+            let module = match self.owner(f.module()) {
+                Owner::Registered(m) => Some(m),
+                Owner::Unknown => None,
+                // The runtime's code, as trampolines are.
+                Owner::Adapter => {
+                    if depth == 0 {
+                        frames.push(RawFrame::Runtime);
+                    }
+                    continue;
+                }
+            };
+            let offset = f.module_offset().unwrap_or(0) as u32;
+            let (func_index, offset, wrapper) = match module {
+                Some(m) => {
+                    let offset = offset.saturating_sub(self.modules[m as usize].start);
+                    self.original(m, f.func_index(), offset)
+                }
+                None => (f.func_index(), offset, false),
+            };
+            // A wrapper above the leaf only called its allocator's original body.
+            if !(wrapper && depth > 0) {
+                frames.push(RawFrame::Wasm {
+                    module,
+                    func_index,
+                    offset,
+                });
+            }
+        }
+        frames
+    }
+
+    /// The original function index and code offset of code in a registered module, and whether
+    /// it is an allocator's wrapper (see [`crate::memory::rewrite`]).
+    fn original(&self, module: u32, func_index: u32, offset: u32) -> (u32, u32, bool) {
+        self.modules[module as usize]
+            .rewritten
+            .as_ref()
+            .and_then(|r| r.original(func_index, offset))
+            .unwrap_or((func_index, offset, false))
+    }
+
+    /// The native code of every registered module.
+    pub fn code_ranges(&self) -> Vec<Range<usize>> {
+        self.code_map.text_ranges().collect()
+    }
+
+    /// The frame of what the Wasm code that `exit` returns to called: an import, or the
+    /// runtime for a libcall.
+    fn exit_frame(&mut self, exit: usize) -> RawFrame {
+        if let Some(&found) = self.exit_frames.get(&exit) {
+            return found;
+        }
+        let called = match self.native_frame(exit - 1) {
+            Some((caller, _)) => self.called_import(Some(&caller)),
+            None => RawFrame::Runtime,
+        };
+        self.exit_frames.insert(exit, called);
+        called
+    }
+
+    /// The Wasm frame of a native code address, and whether it is in an allocator's wrapper;
+    /// the signal sampler's samples repeat the same addresses, so each is looked up once.
+    fn native_frame(&mut self, pc: usize) -> Option<(RawFrame, bool)> {
+        if let Some(&found) = self.native_frames.get(&pc) {
+            return found;
+        }
+        let found = match self.code_map.lookup(pc) {
+            CodeLocation::Wasm {
+                module,
+                func_index,
+                offset,
+            } => {
+                let (func_index, offset, wrapper) = self.original(module, func_index, offset);
+                let frame = RawFrame::Wasm {
+                    module: Some(module),
+                    func_index,
+                    offset,
+                };
+                Some((frame, wrapper))
+            }
+            CodeLocation::Trampoline | CodeLocation::Elsewhere => None,
+        };
+        self.native_frames.insert(pc, found);
+        found
+    }
+
+    /// The import that the call instruction at `caller` calls; the runtime where the
+    /// instruction is not a call (a libcall: `memory.grow`, a GC allocation).
+    fn called_import(&self, caller: Option<&RawFrame>) -> RawFrame {
+        let Some(&RawFrame::Wasm {
+            module: Some(module),
+            func_index: caller_index,
+            offset,
+        }) = caller
+        else {
+            return RawFrame::UnknownHostCall;
+        };
+        let registered = &self.modules[module as usize];
+        // An allocator's wrapper calls the allocator hook through its table; its frame's
+        // offset is its allocator's first byte, not that call.
+        if registered
+            .rewritten
+            .as_ref()
+            .is_some_and(|r| r.is_wrapper(caller_index))
+        {
+            return RawFrame::UnknownHostCall;
+        }
+        let m = &registered.symbolizer;
+        let Some(code) = m.wasm().get(offset as usize..) else {
+            return RawFrame::UnknownHostCall;
+        };
+        let mut reader = wasmparser::BinaryReader::new(code, offset as usize);
+        // `call` and `return_call` name their callee; indirect calls do not, but for those of
+        // a component's shim, whose targets are known.
+        match (reader.read_u8(), reader.read_var_u32()) {
+            (Ok(0x10 | 0x12), Ok(func_index)) if func_index < m.imported_function_count() => {
+                RawFrame::HostCall {
+                    module: Some(module),
+                    func_index,
+                }
+            }
+            (Ok(0x11 | 0x13), _) if m.lowered_indirect_call(offset).is_some() => {
+                RawFrame::LoweredCall { module, offset }
+            }
+            // call, call_indirect, return_call, return_call_indirect, call_ref, return_call_ref
+            (Ok(0x10..=0x15), _) => RawFrame::UnknownHostCall,
+            _ => RawFrame::Runtime,
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

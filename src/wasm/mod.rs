@@ -1,0 +1,7 @@
+//! What a Wasm binary says, read with `wasmparser`, for the stages that need it (the allocator
+//! rewrite before the run, the resolver after): a component's core modules and the WIT
+//! functions their imports lower ([`component`]), and the demangling of the names in them
+//! ([`demangle`]).
+
+pub mod component;
+pub mod demangle;
