@@ -1,10 +1,19 @@
 //! Connects the stages: what [`crate::capture`] hands its [`Sink`] is resolved
 //! ([`crate::resolve`]) and recorded ([`crate::record`]); profiles are built from the record,
 //! symbolized by the resolver. Each stage has its own lock, always taken in that order
-//! (resolver, then recorder); the signal handler takes none.
+//! (resolver, then recorder). Nothing on the guest thread takes them: the signal handler
+//! writes to its ring, which a drain thread empties into [`Sink::native`]; what the guest
+//! thread hands over (epoch samples, sampled allocations and frees) goes through a bounded
+//! queue that the pipeline's own thread empties, so a profile being built never holds the
+//! guest up.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
+use anyhow::{Context, Result};
 use wasmtime::WasmBacktrace;
 
 use crate::capture::{NativeSample, SampleValues, Sink};
@@ -12,11 +21,39 @@ use crate::profile::Profile;
 use crate::record::{KindCounts, Mark, Recorder};
 use crate::resolve::{Landed, RawFrame, Resolver};
 
+/// Events from the guest thread waiting to be resolved: at 1 kHz, 16 seconds of samples.
+const QUEUE_EVENTS: usize = 16 * 1024;
+/// How long the pipeline's thread waits for an event before it looks whether to stop.
+const POLL: Duration = Duration::from_millis(10);
+
+/// What the guest thread handed over.
+enum Event {
+    Sample {
+        backtrace: WasmBacktrace,
+        values: SampleValues,
+        time_ns: u64,
+    },
+    Allocation {
+        backtrace: WasmBacktrace,
+        address: u32,
+        size: u64,
+        collected: bool,
+    },
+    Free {
+        address: u32,
+    },
+}
+
 pub struct Pipeline {
     resolver: Mutex<Resolver>,
     recorder: Mutex<Recorder>,
     /// The frames of the sample being resolved, kept for the next one.
     frames: Mutex<Vec<RawFrame>>,
+    events: SyncSender<Event>,
+    queued: Mutex<Receiver<Event>>,
+    /// Events the full queue turned away.
+    dropped: AtomicU64,
+    thread: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -25,10 +62,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Pipeline {
     pub fn new(resolver: Resolver, recorder: Recorder) -> Self {
+        let (events, queued) = mpsc::sync_channel(QUEUE_EVENTS);
         Pipeline {
             resolver: Mutex::new(resolver),
             recorder: Mutex::new(recorder),
             frames: Mutex::new(Vec::new()),
+            events,
+            queued: Mutex::new(queued),
+            dropped: AtomicU64::new(0),
+            thread: Mutex::new(None),
         }
     }
 
@@ -36,45 +78,105 @@ impl Pipeline {
         lock(&self.resolver)
     }
 
+    /// The recorder, with every event queued so far recorded.
     pub fn recorder(&self) -> MutexGuard<'_, Recorder> {
+        self.flush();
         lock(&self.recorder)
+    }
+
+    /// Starts the thread that empties the queue.
+    pub fn start(self: &Arc<Self>) -> Result<()> {
+        let mut thread = lock(&self.thread);
+        if thread.is_some() {
+            return Ok(());
+        }
+        let (stop, stopped) = mpsc::channel::<()>();
+        let pipeline = Arc::downgrade(self);
+        let handle = std::thread::Builder::new()
+            .name("wasmspy-pipeline".into())
+            .spawn(move || {
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(POLL) {
+                    match pipeline.upgrade() {
+                        Some(pipeline) => pipeline.flush(),
+                        None => break,
+                    }
+                }
+            })
+            .context("cannot start the pipeline's thread")?;
+        *thread = Some((stop, handle));
+        Ok(())
+    }
+
+    /// Stops the pipeline's thread; what it left in the queue is recorded at the next read.
+    pub fn stop(&self) {
+        if let Some((stop, handle)) = lock(&self.thread).take() {
+            drop(stop);
+            let _ = handle.join();
+        }
+    }
+
+    /// Resolves and records every event queued so far.
+    fn flush(&self) {
+        let queued = lock(&self.queued);
+        let dropped = self.dropped.swap(0, Ordering::Relaxed);
+        if dropped > 0 {
+            lock(&self.recorder).add_lost(dropped);
+        }
+        while let Ok(event) = queued.try_recv() {
+            let mut resolver = self.resolver();
+            let mut recorder = lock(&self.recorder);
+            match event {
+                Event::Sample {
+                    backtrace,
+                    values,
+                    time_ns,
+                } => {
+                    let frames = resolver.backtrace_frames(&backtrace);
+                    recorder.add_sample(&resolver, &frames, Landed::Guest, values, time_ns);
+                }
+                Event::Allocation {
+                    backtrace,
+                    address,
+                    size,
+                    collected,
+                } => {
+                    let frames = resolver.backtrace_frames(&backtrace);
+                    recorder.heap_allocated(&resolver, &frames, address, size, collected);
+                }
+                Event::Free { address } => recorder.heap_freed(address),
+            }
+        }
+    }
+
+    fn enqueue(&self, event: Event) {
+        if let Err(TrySendError::Full(_)) = self.events.try_send(event) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// The CPU profile so far.
     pub fn profile(&self) -> Profile {
+        self.flush();
         let mut resolver = self.resolver();
-        self.recorder().profile(&mut resolver)
+        lock(&self.recorder).profile(&mut resolver)
     }
 
     /// The CPU profile of what came after `mark`.
     pub fn profile_since(&self, mark: &Mark) -> Profile {
+        self.flush();
         let mut resolver = self.resolver();
-        self.recorder().profile_since(&mut resolver, mark)
+        lock(&self.recorder).profile_since(&mut resolver, mark)
     }
 
     /// The heap profile so far, when memory is profiled.
     pub fn heap_profile(&self) -> Option<Profile> {
+        self.flush();
         let mut resolver = self.resolver();
-        self.recorder().heap_profile(&mut resolver)
+        lock(&self.recorder).heap_profile(&mut resolver)
     }
 
     pub fn counts(&self) -> KindCounts {
         self.recorder().counts()
-    }
-
-    /// A sampled allocation of `size` bytes at `address`, made by the guest stack `backtrace`
-    /// captured; `collected` if a garbage collector frees it.
-    pub fn heap_allocated(
-        &self,
-        backtrace: &WasmBacktrace,
-        address: u32,
-        size: u64,
-        collected: bool,
-    ) {
-        let mut resolver = self.resolver();
-        let frames = resolver.backtrace_frames(backtrace);
-        self.recorder()
-            .heap_allocated(&resolver, &frames, address, size, collected);
     }
 }
 
@@ -83,18 +185,31 @@ impl Sink for Pipeline {
         let mut resolver = self.resolver();
         let mut frames = lock(&self.frames);
         let landed = resolver.native_frames(sample, &mut frames);
-        self.recorder()
-            .add_sample(&resolver, &frames, landed, values, time_ns);
+        lock(&self.recorder).add_sample(&resolver, &frames, landed, values, time_ns);
     }
 
-    fn backtrace(&self, backtrace: &WasmBacktrace, values: SampleValues, time_ns: u64) {
-        let mut resolver = self.resolver();
-        let frames = resolver.backtrace_frames(backtrace);
-        self.recorder()
-            .add_sample(&resolver, &frames, Landed::Guest, values, time_ns);
+    fn backtrace(&self, backtrace: WasmBacktrace, values: SampleValues, time_ns: u64) {
+        self.enqueue(Event::Sample {
+            backtrace,
+            values,
+            time_ns,
+        });
     }
 
     fn lost(&self, samples: u64) {
-        self.recorder().add_lost(samples);
+        lock(&self.recorder).add_lost(samples);
+    }
+
+    fn allocation(&self, backtrace: WasmBacktrace, address: u32, size: u64, collected: bool) {
+        self.enqueue(Event::Allocation {
+            backtrace,
+            address,
+            size,
+            collected,
+        });
+    }
+
+    fn free(&self, address: u32) {
+        self.enqueue(Event::Free { address });
     }
 }

@@ -27,7 +27,8 @@
 use std::fmt;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Result};
 use wasmtime::{
@@ -35,12 +36,13 @@ use wasmtime::{
     WasmBacktrace,
 };
 
+use crate::capture::allocations::{Allocations, AllocatorCall};
 use crate::capture::epoch::{self, EpochSampler};
 pub use crate::capture::MAX_STACK_DEPTH;
 use crate::capture::{SampleValues, Sampler, SamplerKind, Sink, SIGNALS_AVAILABLE};
 use crate::clock::{monotonic_ns, thread_cpu_ns, Clock};
 use crate::memory::component::ALLOCATOR_HOOK;
-use crate::memory::rewrite::{report, Allocator, Rewritten, HOOK_TABLE, SAMPLE_COUNTDOWN};
+use crate::memory::rewrite::{report, Rewritten, HOOK_TABLE, SAMPLE_COUNTDOWN};
 use crate::pipeline::Pipeline;
 use crate::profile::Profile;
 use crate::record::{KindCounts, Mark, Recorder};
@@ -95,6 +97,8 @@ pub struct Profiler {
     /// With the signal sampler: shows the handler each attached store's record of the guest's
     /// exits from Wasm, by which samples in host code find the guest stack under them.
     store_contexts: Option<StoreContexts>,
+    /// Which allocations the rewritten allocators sample, when memory is profiled.
+    allocations: Option<Arc<Mutex<Allocations>>>,
 }
 
 /// What other threads may do with a running profiler: read the profile so far, or stop the guest.
@@ -143,9 +147,13 @@ impl Profiler {
         }
         let name = if use_signals { "signal" } else { "epoch" };
         let mut recorder = Recorder::new(options.rate_hz, options.clock, name);
-        if let Some(rate) = options.mem_rate {
+        let allocations = options.mem_rate.map(|rate| {
             recorder.profile_heap(rate);
-        }
+            let seed = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64);
+            Arc::new(Mutex::new(Allocations::new(rate, seed)))
+        });
         if options.timeline {
             recorder.keep_timeline();
         }
@@ -167,6 +175,7 @@ impl Profiler {
             },
             sampler,
             store_contexts,
+            allocations,
         })
     }
 
@@ -302,7 +311,8 @@ impl Profiler {
             );
         };
         let pipeline = self.handle.pipeline.clone();
-        let first = self.handle.pipeline.recorder().heap_next_interval();
+        let allocations = self.allocations.clone();
+        let first = self.first_heap_countdown();
         countdown.set(&mut store, Val::I64(first))?;
         let hook = Func::wrap(
             &mut store,
@@ -314,7 +324,8 @@ impl Profiler {
                   countdown: i64|
                   -> i64 {
                 let call = (allocator, size, freed, allocated, countdown);
-                record_allocator_call(&pipeline, call, || WasmBacktrace::capture(&caller))
+                let backtrace = || WasmBacktrace::capture(&caller);
+                allocator_call(allocations.as_deref(), pipeline.as_ref(), call, backtrace)
             },
         );
         table.set(&mut store, 0, Ref::Func(Some(hook)))
@@ -329,11 +340,13 @@ impl Profiler {
         linker: &mut wasmtime::component::Linker<T>,
     ) -> wasmtime::Result<()> {
         let pipeline = self.handle.pipeline.clone();
+        let allocations = self.allocations.clone();
         linker.root().func_wrap(
             ALLOCATOR_HOOK,
             move |store: wasmtime::StoreContextMut<'_, T>, call: AllocatorCall| {
+                let backtrace = || WasmBacktrace::capture(&store);
                 let report =
-                    record_allocator_call(&pipeline, call, || WasmBacktrace::capture(&store));
+                    allocator_call(allocations.as_deref(), pipeline.as_ref(), call, backtrace);
                 Ok((report,))
             },
         )
@@ -342,12 +355,15 @@ impl Profiler {
     /// The first countdown of a rewritten component's allocators: drawn as the hook draws the
     /// next ones.
     pub fn first_heap_countdown(&self) -> i64 {
-        self.handle.pipeline.recorder().heap_next_interval()
+        self.allocations
+            .as_ref()
+            .map_or(i64::MAX, |a| lock(a).next_interval())
     }
 
     /// Starts sampling; the profile's time counts from here.
     pub fn start(&mut self) -> Result<()> {
         self.handle.pipeline.recorder().start();
+        self.handle.pipeline.start()?;
         let code = self.handle.resolver().code_ranges();
         self.sampler.start(&code)
     }
@@ -355,6 +371,7 @@ impl Profiler {
     /// Stops sampling and returns the finished profile.
     pub fn stop(&mut self) -> Profile {
         self.sampler.stop();
+        self.handle.pipeline.stop();
         self.handle.pipeline.recorder().stop();
         self.handle.pipeline.profile()
     }
@@ -364,36 +381,22 @@ impl Profiler {
     }
 }
 
-/// A call of a rewritten allocator that reached the host.
-/// A call of a rewritten allocator that reached the host: (allocator, size, freed address,
-/// allocated address, countdown), as [`HOOK_TABLE`] says.
-type AllocatorCall = (i32, i32, i32, i32, i64);
-
-/// Records a sampled allocation, with the guest stack `backtrace` captures, and the free of a
-/// sampled block; returns the allocator's [`report`]: the next countdown and the flags of the
-/// slots involved.
-fn record_allocator_call(
-    pipeline: &Pipeline,
-    (allocator, size, freed, allocated, countdown): AllocatorCall,
+/// Answers a call of a rewritten allocator (see [`Allocations::on_call`]); without a memory
+/// profile, samples nothing.
+fn allocator_call(
+    allocations: Option<&Mutex<Allocations>>,
+    sink: &dyn Sink,
+    call: AllocatorCall,
     backtrace: impl FnOnce() -> WasmBacktrace,
 ) -> i64 {
-    let (freed, allocated) = (freed as u32, allocated as u32);
-    let mut next = countdown;
-    if freed != 0 {
-        pipeline.recorder().heap_freed(freed);
+    match allocations {
+        Some(a) => lock(a).on_call(call, sink, backtrace),
+        None => report(i64::MAX, false, false),
     }
-    if allocated != 0 && countdown < 0 {
-        let collected = Allocator::from_code(allocator).is_some_and(Allocator::collected);
-        let size = u64::from(size as u32);
-        pipeline.heap_allocated(&backtrace(), allocated, size, collected);
-        next = pipeline.recorder().heap_next_interval();
-    }
-    let recorder = pipeline.recorder();
-    report(
-        next,
-        recorder.heap_slot_is_live(freed),
-        recorder.heap_slot_is_live(allocated),
-    )
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(all(

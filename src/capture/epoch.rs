@@ -110,5 +110,5 @@ impl Drop for EpochSampler {
 /// Takes the store's current guest stack. Runs on the guest thread.
 pub fn take_sample(store: impl AsContext, sink: &dyn Sink, values: SampleValues) {
     let now = monotonic_ns();
-    sink.backtrace(&WasmBacktrace::capture(store), values, now);
+    sink.backtrace(WasmBacktrace::capture(store), values, now);
 }

@@ -1,10 +1,11 @@
 //! The capture stage: samplers take the guest's call stack on a timer and hand each sample to
 //! a [`Sink`], the stages after this one as capture sees them (it knows nothing else of them).
-//! One file per strategy, behind [`Sampler`]:
+//! One file per strategy, behind [`Sampler`] (and [`allocations`], for memory profiles):
 //! - [`signal`]: a POSIX timer sends SIGPROF to the guest thread, whose handler walks the stack
 //!   wherever the guest is (the default on Linux x86_64 and aarch64);
 //! - [`epoch`]: Wasmtime's epoch interruption, where compiled code checks for it (everywhere).
 
+pub mod allocations;
 pub mod epoch;
 #[cfg(all(
     target_os = "linux",
@@ -28,14 +29,20 @@ pub enum NativeSample<'a> {
     Host(&'a [usize]),
 }
 
-/// Where captured samples go. `time_ns` is `CLOCK_MONOTONIC` when the sample was taken.
+/// Where captured samples go. `time_ns` is `CLOCK_MONOTONIC` when the sample was taken. The
+/// methods called on the guest thread must not wait for the stages after capture.
 pub trait Sink: Send + Sync {
     /// A sample of native program counters (the signal sampler's, from its drain thread).
     fn native(&self, sample: NativeSample<'_>, values: SampleValues, time_ns: u64);
     /// A sample Wasmtime's backtrace took (the epoch sampler's, on the guest thread).
-    fn backtrace(&self, backtrace: &WasmBacktrace, values: SampleValues, time_ns: u64);
+    fn backtrace(&self, backtrace: WasmBacktrace, values: SampleValues, time_ns: u64);
     /// Samples that never reached the sink (a full ring).
     fn lost(&self, samples: u64);
+    /// A sampled allocation of `size` bytes at `address`, made by the guest stack `backtrace`
+    /// captured; `collected` if a garbage collector frees it. On the guest thread.
+    fn allocation(&self, backtrace: WasmBacktrace, address: u32, size: u64, collected: bool);
+    /// The sampled block at `address` was freed. On the guest thread.
+    fn free(&self, address: u32);
 }
 
 /// Whether this build can sample with signals.

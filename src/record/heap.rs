@@ -10,42 +10,6 @@ use std::hash::Hash;
 
 use rustc_hash::FxHashMap;
 
-use crate::memory::rewrite::block_slot;
-
-/// Draws the intervals between sampled allocations. The countdown itself runs in the guest
-/// (see [`crate::memory::rewrite`]): each allocation takes its size off the interval, and the
-/// one that takes it below zero is sampled.
-pub struct HeapSampler {
-    rate: u64,
-    /// xorshift64* state: the intervals need no more than a fast uniform source.
-    rng: u64,
-}
-
-impl HeapSampler {
-    /// `seed` starts the random intervals (zero is taken as one: xorshift needs a bit set).
-    pub fn new(rate: u64, seed: u64) -> Self {
-        HeapSampler {
-            rate,
-            rng: seed.max(1),
-        }
-    }
-
-    /// An exponentially distributed number of bytes, of mean `rate`; at a rate of 1, −1, so
-    /// that every allocation, even of zero bytes, is sampled.
-    pub fn next_interval(&mut self) -> i64 {
-        if self.rate <= 1 {
-            return -1;
-        }
-        self.rng ^= self.rng >> 12;
-        self.rng ^= self.rng << 25;
-        self.rng ^= self.rng >> 27;
-        let bits = self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11;
-        // Uniform in (0, 1].
-        let uniform = (bits as f64 + 1.0) / (1u64 << 53) as f64;
-        (-uniform.ln() * self.rate as f64) as i64
-    }
-}
-
 /// A stack's estimated heap values.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct HeapValues {
@@ -56,13 +20,12 @@ pub struct HeapValues {
 }
 
 /// The sampled allocations' values by stack (`K`: a stack's id), and the blocks still live.
+/// Which allocations are sampled is decided as they are made
+/// ([`crate::capture::allocations`]).
 pub struct Heap<K> {
     rate: u64,
     /// Address → (stack, size) of each sampled block not freed yet.
     live: FxHashMap<u32, (K, u64)>,
-    /// How many of `live` are in each [`block_slot`]: the guest asks the host about a free
-    /// only when its slot has some.
-    live_per_slot: Vec<u32>,
     by_stack: FxHashMap<K, HeapValues>,
     /// Whether a garbage-collected block was counted: its in-use values are unknown.
     collected: bool,
@@ -73,7 +36,6 @@ impl<K: Copy + Eq + Hash> Heap<K> {
         Heap {
             rate,
             live: FxHashMap::default(),
-            live_per_slot: vec![0; 1 << 16],
             by_stack: FxHashMap::default(),
             collected: false,
         }
@@ -107,23 +69,16 @@ impl<K: Copy + Eq + Hash> Heap<K> {
         values.inuse_objects += scale;
         values.inuse_space += scale * size as f64;
         // A block at an address still thought live was freed unseen (by code not wrapped).
-        match self.live.insert(address, (stack, size)) {
-            Some((old_stack, old_size)) => self.take_out(old_stack, old_size),
-            None => self.live_per_slot[block_slot(address)] += 1,
+        if let Some((old_stack, old_size)) = self.live.insert(address, (stack, size)) {
+            self.take_out(old_stack, old_size);
         }
     }
 
     /// The block at `address` was freed; only sampled blocks count.
     pub fn freed(&mut self, address: u32) {
         if let Some((stack, size)) = self.live.remove(&address) {
-            self.live_per_slot[block_slot(address)] -= 1;
             self.take_out(stack, size);
         }
-    }
-
-    /// Whether a live sampled block has the [`block_slot`] that `address` has.
-    pub fn slot_is_live(&self, address: u32) -> bool {
-        self.live_per_slot[block_slot(address)] > 0
     }
 
     /// Whether garbage-collected blocks were counted, whose in-use values are unknown.
@@ -149,6 +104,7 @@ impl<K: Copy + Eq + Hash> Heap<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capture::allocations::HeapSampler;
 
     fn of(heap: &Heap<u8>, stack: u8) -> HeapValues {
         heap.values()
@@ -189,9 +145,8 @@ mod tests {
         heap.allocated(1, 64, 20, false);
         assert_eq!(of(&heap, 0).inuse_objects, 0.0);
         assert_eq!(of(&heap, 1).inuse_space, 20.0);
-        assert!(heap.slot_is_live(64));
         heap.freed(64);
-        assert!(!heap.slot_is_live(64));
+        assert_eq!(of(&heap, 1).inuse_space, 0.0);
     }
 
     #[test]
@@ -202,7 +157,7 @@ mod tests {
         let v = of(&heap, 0);
         assert_eq!((v.alloc_objects, v.alloc_space), (1.0, 10.0));
         assert_eq!((v.inuse_objects, v.inuse_space), (0.0, 0.0));
-        assert!(heap.has_collected() && !heap.slot_is_live(64));
+        assert!(heap.has_collected());
     }
 
     /// Sampled at 512 KiB, the estimates of a known workload land near the truth: three call

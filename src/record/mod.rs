@@ -19,7 +19,7 @@ use crate::profile::{
 };
 use crate::resolve::symbolize::FunctionName;
 use crate::resolve::{Landed, RawFrame, Resolver};
-use heap::{Heap, HeapSampler};
+use heap::Heap;
 use timeline::{Tally, Timeline};
 
 /// Value indices of a sample: `samples`, `cpu`, and in wall-clock mode `wall`.
@@ -37,7 +37,8 @@ pub const INUSE_SPACE: usize = 3;
 pub const COLLECTED_NOTE: &str = "garbage-collected blocks (Go, TinyGo) are freed without a call: \
      they count in alloc_objects/alloc_space, not in the in-use values";
 
-/// How many samples landed where; `lost` ones never reached the recorder.
+/// How many samples landed where; `lost` ones (samples, or sampled allocations) never
+/// reached the recorder.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KindCounts {
     pub guest: u64,
@@ -68,7 +69,7 @@ pub struct Recorder {
     timeline: Option<Timeline>,
     counts: KindCounts,
     /// Sampled allocations by stack, and which to sample, when memory is profiled.
-    heap: Option<(HeapSampler, Heap<StackId>)>,
+    heap: Option<Heap<StackId>>,
     rate_hz: u32,
     clock: Clock,
     sampler: &'static str,
@@ -292,10 +293,7 @@ impl Recorder {
 
     /// Keeps a heap profile too, of allocations sampled at `rate` bytes.
     pub fn profile_heap(&mut self, rate: u64) {
-        let seed = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64);
-        self.heap = Some((HeapSampler::new(rate, seed), Heap::new(rate)));
+        self.heap = Some(Heap::new(rate));
     }
 
     /// Time since the recording started, on the clock of the samples' `time_ns`.
@@ -306,14 +304,6 @@ impl Recorder {
     /// Whether a heap profile is kept.
     pub fn profiles_memory(&self) -> bool {
         self.heap.is_some()
-    }
-
-    /// The bytes the guest is to allocate before its next sampled allocation (never, if
-    /// memory is not profiled).
-    pub fn heap_next_interval(&mut self) -> i64 {
-        self.heap
-            .as_mut()
-            .map_or(i64::MAX, |(sampler, _)| sampler.next_interval())
     }
 
     /// A sampled allocation of `size` bytes at `address`, made by `frames` (leaf first: the
@@ -328,30 +318,22 @@ impl Recorder {
         collected: bool,
     ) {
         let id = self.stack_of(resolver, frames);
-        if let Some((_, heap)) = &mut self.heap {
+        if let Some(heap) = &mut self.heap {
             heap.allocated(id, address, size, collected);
         }
     }
 
     /// The block at `address` was freed.
     pub fn heap_freed(&mut self, address: u32) {
-        if let Some((_, heap)) = &mut self.heap {
+        if let Some(heap) = &mut self.heap {
             heap.freed(address);
         }
-    }
-
-    /// Whether a live sampled block shares `address`'s slot of
-    /// rewritten allocators' flags ([`crate::memory::rewrite::report`]).
-    pub fn heap_slot_is_live(&self, address: u32) -> bool {
-        self.heap
-            .as_ref()
-            .is_some_and(|(_, heap)| heap.slot_is_live(address))
     }
 
     /// The heap profile so far (`alloc_objects`, `alloc_space`, `inuse_objects`,
     /// `inuse_space`, as Go's), if memory is profiled.
     pub fn heap_profile(&mut self, resolver: &mut Resolver) -> Option<Profile> {
-        let (_, heap) = self.heap.as_ref()?;
+        let heap = self.heap.as_ref()?;
         let rate = heap.rate();
         let mut samples: Vec<Sample> = heap
             .values()
