@@ -93,20 +93,21 @@ impl std::error::Error for Interrupted {}
 
 pub struct Profiler {
     handle: ProfilerHandle,
-    sampler: Box<dyn Sampler>,
-    /// With the signal sampler: shows the handler each attached store's record of the guest's
-    /// exits from Wasm, by which samples in host code find the guest stack under them.
-    store_contexts: Option<StoreContexts>,
     /// Which allocations the rewritten allocators sample, when memory is profiled.
     allocations: Option<Arc<Mutex<Allocations>>>,
 }
 
-/// What other threads may do with a running profiler: read the profile so far, or stop the guest.
+/// What other threads may do with a running profiler: attach their stores, read the profile
+/// so far, or stop the guest.
 #[derive(Clone)]
 pub struct ProfilerHandle {
     engine: Engine,
     pipeline: Arc<Pipeline>,
     interrupt: Arc<AtomicBool>,
+    sampler: Arc<Mutex<Box<dyn Sampler>>>,
+    /// With the signal sampler: shows the handler each attached store's record of the guest's
+    /// exits from Wasm, by which samples in host code find the guest stack under them.
+    store_contexts: Option<Arc<StoreContexts>>,
 }
 
 impl Profiler {
@@ -161,7 +162,7 @@ impl Profiler {
         let (sampler, store_contexts): (Box<dyn Sampler>, _) = if use_signals {
             (
                 new_signal_sampler(&options, pipeline.clone()),
-                Some(StoreContexts::new(engine)?),
+                Some(Arc::new(StoreContexts::new(engine)?)),
             )
         } else {
             let epochs = EpochSampler::new(engine, options.rate_hz, options.clock);
@@ -172,20 +173,27 @@ impl Profiler {
                 engine: engine.clone(),
                 pipeline,
                 interrupt: Arc::new(AtomicBool::new(false)),
+                sampler: Arc::new(Mutex::new(sampler)),
+                store_contexts,
             },
-            sampler,
-            store_contexts,
             allocations,
         })
     }
 
-    /// The sampler in use: `signal` or `epoch`.
-    pub fn sampler_name(&self) -> &'static str {
-        self.sampler.name()
+    /// Shows the sampler the code of a module just registered (one registered after
+    /// [`start`](Self::start) is sampled too).
+    fn code_registered(&self) {
+        let code = self.handle.resolver().code_ranges();
+        lock(&self.handle.sampler).add_code(&code);
     }
 
-    /// Registers a module so its frames are named and attributed to it; register every module
-    /// before [`start`](Self::start). `wasm` is the module's binary (not text) form; pass an
+    /// The sampler in use: `signal` or `epoch`.
+    pub fn sampler_name(&self) -> &'static str {
+        lock(&self.handle.sampler).name()
+    }
+
+    /// Registers a module so its frames are named and attributed to it, before or after
+    /// [`start`](Self::start). `wasm` is the module's binary (not text) form; pass an
     /// `Arc<[u8]>` to share it rather than have it copied. Problems with its names or debug info
     /// are not errors: see [`ProfilerHandle::take_warnings`].
     pub fn add_module(
@@ -196,7 +204,9 @@ impl Profiler {
     ) -> Result<()> {
         self.handle
             .resolver()
-            .add_module(file_name, module, wasm.into(), None)
+            .add_module(file_name, module, wasm.into(), None)?;
+        self.code_registered();
+        Ok(())
     }
 
     /// Registers a component (`wasmtime::component::Component`), as
@@ -213,7 +223,9 @@ impl Profiler {
     ) -> Result<()> {
         self.handle
             .resolver()
-            .add_component(file_name, component, wasm, None)
+            .add_component(file_name, component, wasm, None)?;
+        self.code_registered();
+        Ok(())
     }
 
     /// As [`add_component`](Self::add_component), for a component compiled from
@@ -229,7 +241,9 @@ impl Profiler {
     ) -> Result<()> {
         self.handle
             .resolver()
-            .add_component(file_name, component, original, Some(rewritten))
+            .add_component(file_name, component, original, Some(rewritten))?;
+        self.code_registered();
+        Ok(())
     }
 
     /// As [`add_module`](Self::add_module), for a module compiled from `rewritten`, the
@@ -244,52 +258,14 @@ impl Profiler {
     ) -> Result<()> {
         self.handle
             .resolver()
-            .add_module(file_name, module, original.into(), Some(rewritten))
-    }
-
-    /// Installs the profiler in `store`, on the thread that will run the guest (the one that is
-    /// sampled); any number of stores may be attached. With the signal sampler this adds to the
-    /// store an empty instance and a host function, by which the signal handler reads, for a
-    /// sample taken in host code (a host call, a libcall), Wasmtime's record of where the guest
-    /// left Wasm, until the store is dropped; it sets no call hook, so the guest runs as fast
-    /// as without the profiler. On an engine with epoch interruption it replaces the store's
-    /// epoch-deadline callback and deadline (the epoch sampler samples there, and
-    /// [`ProfilerHandle::interrupt`] stops the guest there).
-    pub fn attach<T: 'static>(&mut self, store: &mut Store<T>) -> Result<()> {
-        self.sampler.bind_to_current_thread()?;
-        if self.handle.engine.get_epoch_interruption() {
-            self.attach_epoch_callback(store);
-        }
-        if let Some(contexts) = &self.store_contexts {
-            contexts.publish(store)?;
-        }
+            .add_module(file_name, module, original.into(), Some(rewritten))?;
+        self.code_registered();
         Ok(())
     }
 
-    /// Samples at epoch deadlines (the epoch sampler), and stops the guest there once
-    /// interrupted.
-    fn attach_epoch_callback<T: 'static>(&self, store: &mut Store<T>) {
-        let pipeline = self.handle.pipeline.clone();
-        let interrupt = self.handle.interrupt.clone();
-        let samples_at_epochs = self.sampler.samples_at_epochs();
-        let mut last_cpu = thread_cpu_ns();
-        let mut last_wall = monotonic_ns();
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |ctx| {
-            if interrupt.load(Ordering::Relaxed) {
-                return Err(Interrupted.into());
-            }
-            if samples_at_epochs {
-                let (cpu, wall) = (thread_cpu_ns(), monotonic_ns());
-                let values = SampleValues {
-                    cpu_ns: cpu.saturating_sub(last_cpu),
-                    wall_ns: wall.saturating_sub(last_wall),
-                };
-                (last_cpu, last_wall) = (cpu, wall);
-                epoch::take_sample(&ctx, pipeline.as_ref(), values);
-            }
-            Ok(UpdateDeadline::Continue(1))
-        });
+    /// Installs the profiler in `store`: see [`ProfilerHandle::attach`].
+    pub fn attach<T: 'static>(&mut self, store: &mut Store<T>) -> Result<()> {
+        self.handle.attach(store)
     }
 
     /// Connects an instance of a module rewritten by [`crate::memory::rewrite`] to the heap
@@ -365,12 +341,12 @@ impl Profiler {
         self.handle.pipeline.recorder().start();
         self.handle.pipeline.start()?;
         let code = self.handle.resolver().code_ranges();
-        self.sampler.start(&code)
+        lock(&self.handle.sampler).start(&code)
     }
 
     /// Stops sampling and returns the finished profile.
     pub fn stop(&mut self) -> Profile {
-        self.sampler.stop();
+        lock(&self.handle.sampler).stop();
         self.handle.pipeline.stop();
         self.handle.pipeline.recorder().stop();
         self.handle.pipeline.profile()
@@ -378,6 +354,14 @@ impl Profiler {
 
     pub fn handle(&self) -> ProfilerHandle {
         self.handle.clone()
+    }
+}
+
+impl Drop for Profiler {
+    /// Stops sampling, even while handles live on.
+    fn drop(&mut self) {
+        lock(&self.handle.sampler).stop();
+        self.handle.pipeline.stop();
     }
 }
 
@@ -461,6 +445,55 @@ impl StoreContexts {
 }
 
 impl ProfilerHandle {
+    /// Installs the profiler in `store`, on the thread that will run the guest. Any number of
+    /// stores may be attached, on any threads, before or after [`start`](Self::start): the
+    /// signal sampler samples every thread that attached one. With the signal sampler this adds to the
+    /// store an empty instance and a host function, by which the signal handler reads, for a
+    /// sample taken in host code (a host call, a libcall), Wasmtime's record of where the guest
+    /// left Wasm, until the store is dropped; it sets no call hook, so the guest runs as fast
+    /// as without the profiler. On an engine with epoch interruption it replaces the store's
+    /// epoch-deadline callback and deadline (the epoch sampler samples there, and
+    /// [`ProfilerHandle::interrupt`] stops the guest there).
+    pub fn attach<T: 'static>(&self, store: &mut Store<T>) -> Result<()> {
+        let samples_at_epochs = {
+            let mut sampler = lock(&self.sampler);
+            sampler.bind_to_current_thread()?;
+            sampler.samples_at_epochs()
+        };
+        if self.engine.get_epoch_interruption() {
+            self.attach_epoch_callback(store, samples_at_epochs);
+        }
+        if let Some(contexts) = &self.store_contexts {
+            contexts.publish(store)?;
+        }
+        Ok(())
+    }
+
+    /// Samples at epoch deadlines (the epoch sampler), and stops the guest there once
+    /// interrupted.
+    fn attach_epoch_callback<T: 'static>(&self, store: &mut Store<T>, samples_at_epochs: bool) {
+        let pipeline = self.pipeline.clone();
+        let interrupt = self.interrupt.clone();
+        let mut last_cpu = thread_cpu_ns();
+        let mut last_wall = monotonic_ns();
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |ctx| {
+            if interrupt.load(Ordering::Relaxed) {
+                return Err(Interrupted.into());
+            }
+            if samples_at_epochs {
+                let (cpu, wall) = (thread_cpu_ns(), monotonic_ns());
+                let values = SampleValues {
+                    cpu_ns: cpu.saturating_sub(last_cpu),
+                    wall_ns: wall.saturating_sub(last_wall),
+                };
+                (last_cpu, last_wall) = (cpu, wall);
+                epoch::take_sample(&ctx, pipeline.as_ref(), values);
+            }
+            Ok(UpdateDeadline::Continue(1))
+        });
+    }
+
     fn resolver(&self) -> std::sync::MutexGuard<'_, Resolver> {
         self.pipeline.resolver()
     }

@@ -61,13 +61,35 @@ fn setup(sampler: SamplerKind) -> (Engine, Module, Vec<u8>, Profiler) {
 /// a store the profiler is attached to (on this thread): the profiler, the store and `run`.
 fn attached(options: ProfilerOptions) -> (Profiler, Store<()>, TypedFunc<i32, i32>) {
     let (engine, module, _, mut profiler) = compiled(options, &guest());
-    let mut store = Store::new(&engine, ());
+    let (store, run) = instantiated(&mut profiler, &engine, &module);
+    (profiler, store, run)
+}
+
+/// A store attached to `profiler` (on this thread) with `module`, a [`guest`], instantiated in
+/// it, and its `run`.
+fn instantiated(
+    profiler: &mut Profiler,
+    engine: &Engine,
+    module: &Module,
+) -> (Store<()>, TypedFunc<i32, i32>) {
+    let mut store = Store::new(engine, ());
     profiler.attach(&mut store).unwrap();
-    let instance = Instance::new(&mut store, &module, &[]).unwrap();
+    let instance = Instance::new(&mut store, module, &[]).unwrap();
     let run = instance
         .get_typed_func::<i32, i32>(&mut store, "run")
         .unwrap();
-    (profiler, store, run)
+    (store, run)
+}
+
+/// The share of the CPU time whose leaf is function `name`.
+fn leaf_share(profile: &wasmspy::profile::Profile, name: &str) -> f64 {
+    let leaf: i64 = profile
+        .samples
+        .iter()
+        .filter(|s| profile.frame_name(profile.stacks[s.stack][0]) == name)
+        .map(|s| s.values[CPU])
+        .sum();
+    leaf as f64 / profile.total(CPU) as f64
 }
 
 #[test]
@@ -82,13 +104,7 @@ fn an_embedders_store_is_profiled() {
         run.call(&mut store, 300_000_000).unwrap();
         let profile = profiler.stop();
 
-        let busy: i64 = profile
-            .samples
-            .iter()
-            .filter(|s| profile.frame_name(profile.stacks[s.stack][0]) == "busy")
-            .map(|s| s.values[CPU])
-            .sum();
-        let share = busy as f64 / profile.total(CPU) as f64;
+        let share = leaf_share(&profile, "busy");
         assert!(
             share > 0.9,
             "{sampler:?}: busy has {share:.3} of the CPU time"
@@ -576,4 +592,100 @@ fn an_embedders_component_is_profiled() {
             .collect();
         assert_eq!(mappings, ["app.wasm/guest"]);
     }
+}
+
+/// Four threads, each with its own store attached after the profiler started, each running a
+/// hot function of its own for a CPU time it measures itself: every thread is sampled, each
+/// function's share of the profile is its thread's share of the CPU time.
+#[test]
+fn every_thread_that_attaches_a_store_is_sampled() {
+    use wasmspy::clock::thread_cpu_ns;
+    let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
+    let functions: String = (0..4)
+        .map(|i| format!(r#"(func $hot{i} (export "hot{i}") (param i32) (result i32) (call $busy (local.get 0)))"#))
+        .collect();
+    let (engine, module, _, mut profiler) = compiled(
+        ProfilerOptions {
+            sampler: SamplerKind::Signal,
+            ..Default::default()
+        },
+        &format!("(module {BUSY} {functions})"),
+    );
+    // The profiler needs a thread bound before it starts: this one, which runs nothing.
+    let mut idle = Store::new(&engine, ());
+    profiler.attach(&mut idle).unwrap();
+    profiler.start().unwrap();
+    let handle = profiler.handle();
+    let cpu_ns: Vec<u64> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..4u64)
+            .map(|i| {
+                let (engine, module, handle) = (&engine, &module, handle.clone());
+                s.spawn(move || {
+                    let mut store = Store::new(engine, ());
+                    handle.attach(&mut store).unwrap();
+                    let instance = Instance::new(&mut store, module, &[]).unwrap();
+                    let hot = instance
+                        .get_typed_func::<i32, i32>(&mut store, &format!("hot{i}"))
+                        .unwrap();
+                    let start = thread_cpu_ns();
+                    // Thread i runs (i + 1) × 150 ms of CPU.
+                    while thread_cpu_ns() - start < (i + 1) * 150_000_000 {
+                        hot.call(&mut store, 2_000_000).unwrap();
+                    }
+                    thread_cpu_ns() - start
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let profile = profiler.stop();
+    let total_cpu: u64 = cpu_ns.iter().sum();
+    let profiled = profile.total(CPU);
+    for (i, &cpu) in cpu_ns.iter().enumerate() {
+        let hot: i64 = profile
+            .samples
+            .iter()
+            .filter(|s| {
+                profile.stacks[s.stack]
+                    .iter()
+                    .any(|&f| profile.frame_name(f) == format!("hot{i}"))
+            })
+            .map(|s| s.values[CPU])
+            .sum();
+        let share = hot as f64 / profiled as f64;
+        let expected = cpu as f64 / total_cpu as f64;
+        assert!(
+            (share - expected).abs() < 0.03,
+            "hot{i}: {share:.3} of the profile, {expected:.3} of the threads' CPU time"
+        );
+    }
+    // Nearly all the CPU the threads used is in the profile.
+    let seen = profiled as f64 / total_cpu as f64;
+    assert!(
+        seen > 0.9,
+        "the profile holds {seen:.3} of the threads' CPU time"
+    );
+}
+
+/// A module registered after the profiler started, in a store attached after it started, is
+/// sampled as one registered before.
+#[test]
+fn a_module_registered_while_running_is_sampled() {
+    let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
+    let (engine, options) = engine_for(SamplerKind::Signal);
+    let mut profiler = Profiler::new(&engine, options).unwrap();
+    let mut first = Store::new(&engine, ());
+    profiler.attach(&mut first).unwrap();
+    profiler.start().unwrap();
+    let wasm = wat::parse_str(guest()).unwrap();
+    let module = Module::new(&engine, &wasm).unwrap();
+    profiler
+        .add_module("late.wasm", &module, wasm.as_slice())
+        .unwrap();
+    let (mut store, run) = instantiated(&mut profiler, &engine, &module);
+    run.call(&mut store, 300_000_000).unwrap();
+    let profile = profiler.stop();
+    let share = leaf_share(&profile, "busy");
+    assert!(share > 0.9, "busy has {share:.3} of the CPU time");
+    assert_eq!(profile.mappings[0].file_name, "late.wasm");
 }

@@ -96,12 +96,14 @@ impl std::str::FromStr for SamplerKind {
 pub trait Sampler: Send {
     /// Short name recorded in the profile, e.g. `signal`.
     fn name(&self) -> &'static str;
-    /// Makes the calling thread the one sampled; called on the thread that will run the guest.
+    /// Samples the calling thread too, which will run a guest (from now on if running).
     fn bind_to_current_thread(&mut self) -> Result<()>;
     /// `code`: the executable text of every module the guest may run.
     fn start(&mut self, code: &[std::ops::Range<usize>]) -> Result<()>;
     /// After `stop` returns no more samples arrive.
     fn stop(&mut self);
+    /// Adds the text of modules registered after `start`.
+    fn add_code(&self, _code: &[std::ops::Range<usize>]) {}
     /// True when samples are taken in the store's epoch-deadline callback.
     fn samples_at_epochs(&self) -> bool {
         false

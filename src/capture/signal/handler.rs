@@ -14,13 +14,14 @@
 //!   the thread runs its own stack, is read within that fiber's published mapping. Code reads
 //!   (instruction bytes at the PC) happen only for a PC inside a registered module's text.
 //!   Store contexts are read only while [`store_contexts`] publishes them (their stores alive).
-//! - **Lifetime**: the handler reaches its state only through [`STATE`], after counting itself
-//!   in [`RUNNING`]; [`detach`] clears `STATE` and waits for `RUNNING` to drop to zero before
-//!   the state may be freed.
-//! - **One producer**: only a signal of wasmspy's timer (`si_code` `SI_TIMER` with its
-//!   cookie), on the guest thread, takes a sample and re-arms the timer; any other SIGPROF
-//!   (`kill`, another library's timer, a signal to another thread) is ignored, so the ring
-//!   has one producer, the guest thread.
+//! - **Lifetime**: the handler reaches a thread's state only through [`THREADS`], after
+//!   counting itself in [`RUNNING`]; [`detach`] clears the state's slot and waits for `RUNNING`
+//!   to drop to zero before the state may be freed. The code ranges ([`CODE`]) only grow while
+//!   any state is attached; they are cleared only when none is.
+//! - **One producer per ring**: only a signal of a thread's own timer (`si_code` `SI_TIMER`
+//!   with its cookie), on that thread, takes a sample into that thread's ring and re-arms its
+//!   timer; any other SIGPROF (`kill`, another library's timer, a signal to another thread) is
+//!   ignored, so each ring has one producer, its thread.
 //!
 //! Frame walking: Cranelift keeps a frame record (saved frame pointer, return address) in every
 //! Wasm function and trampoline. From a PC in Wasm code the handler follows the chain, keeping
@@ -41,7 +42,10 @@ use super::store_contexts::{self, Offsets};
 use crate::clock::clock_ns;
 
 pub const MAX_FRAMES: usize = crate::capture::MAX_STACK_DEPTH;
-pub const MAX_CODE_RANGES: usize = 64;
+/// Texts of modules and components the guest threads may run.
+pub const MAX_CODE_RANGES: usize = 1024;
+/// Threads sampled at once.
+pub const MAX_THREADS: usize = 256;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
@@ -81,13 +85,11 @@ impl RawSample {
     }
 }
 
-/// Everything the handler reads or writes. Built, and never changed afterwards except through
-/// its atomics, before it is published in [`STATE`].
-pub struct HandlerState {
+/// Everything the handler reads or writes for one sampled thread. Built, and never changed
+/// afterwards except through its atomics, before it is published in [`THREADS`].
+pub struct ThreadState {
     pub ring: Ring<RawSample>,
     exit_record: Offsets,
-    code: [(usize, usize); MAX_CODE_RANGES],
-    code_len: usize,
     stack_low: usize,
     stack_top: usize,
     last_cpu_ns: AtomicU64,
@@ -107,30 +109,21 @@ pub struct HandlerState {
 }
 
 // SAFETY: the timer id is a kernel handle, usable from any thread; everything else is Sync.
-unsafe impl Sync for HandlerState {}
-unsafe impl Send for HandlerState {}
+unsafe impl Sync for ThreadState {}
+unsafe impl Send for ThreadState {}
 
-impl HandlerState {
-    /// `stack` is the guest thread's stack; `code`, the text of every module it may run.
+impl ThreadState {
+    /// `stack` is the sampled thread's stack; `timer` sends it its signals.
     pub fn new(
         ring: Ring<RawSample>,
         stack: std::ops::Range<usize>,
-        code: impl Iterator<Item = std::ops::Range<usize>>,
         cpu_period_ns: u64,
         timer: &super::timer::SignalTimer,
         tick: std::time::Duration,
     ) -> Self {
-        let mut ranges = [(0, 0); MAX_CODE_RANGES];
-        let mut len = 0;
-        for (slot, r) in ranges.iter_mut().zip(code) {
-            *slot = (r.start, r.end);
-            len += 1;
-        }
-        HandlerState {
+        ThreadState {
             ring,
             exit_record: Offsets::of_this_build(),
-            code: ranges,
-            code_len: len,
             stack_low: stack.start,
             stack_top: stack.end,
             last_cpu_ns: AtomicU64::new(0),
@@ -176,9 +169,10 @@ impl HandlerState {
     }
 
     fn in_code(&self, pc: usize) -> bool {
-        self.code[..self.code_len]
-            .iter()
-            .any(|&(start, end)| pc >= start && pc < end)
+        let len = CODE_LEN.load(Ordering::Acquire).min(MAX_CODE_RANGES);
+        CODE[..len].iter().any(|(start, end)| {
+            pc >= start.load(Ordering::Relaxed) && pc < end.load(Ordering::Relaxed)
+        })
     }
 
     /// The live part of the stack `sp` is on, if wasmspy knows that stack.
@@ -447,27 +441,43 @@ fn caller_after_push(regs: &Registers, stack: Stack) -> Option<usize> {
     }
 }
 
-/// The state the handler samples into; null when no sampler is active.
-static STATE: AtomicPtr<HandlerState> = AtomicPtr::new(std::ptr::null_mut());
+/// The sampled threads' states; null where none is.
+static THREADS: [AtomicPtr<ThreadState>; MAX_THREADS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_THREADS];
 /// Handlers currently running (and possibly using the state they loaded).
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
+/// Texts of the registered modules, `[start, end)`: `CODE[..CODE_LEN]`, each written before
+/// `CODE_LEN` counts it.
+static CODE: [(AtomicUsize, AtomicUsize); MAX_CODE_RANGES] =
+    [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; MAX_CODE_RANGES];
+static CODE_LEN: AtomicUsize = AtomicUsize::new(0);
 
-/// Makes the handler sample into `state`, which must stay alive until [`detach`] returns.
-/// False when another state is attached: one signal sampler runs per process at a time.
-pub fn attach(state: &HandlerState) -> bool {
-    STATE
-        .compare_exchange(
+/// Makes the handler sample the thread of `state` into it; `state` must stay alive until
+/// [`detach`] returns. False when [`MAX_THREADS`] are sampled already.
+pub fn attach(state: &ThreadState) -> bool {
+    let state = state as *const _ as *mut _;
+    THREADS.iter().any(|slot| {
+        slot.compare_exchange(
             std::ptr::null_mut(),
-            state as *const _ as *mut _,
+            state,
             Ordering::SeqCst,
             Ordering::SeqCst,
         )
         .is_ok()
+    })
 }
 
-/// Stops the handler from using the attached state; on return no handler uses it any more.
-pub fn detach() {
-    STATE.store(std::ptr::null_mut(), Ordering::SeqCst);
+/// Stops the handler from using `state`; on return no handler uses it any more.
+pub fn detach(state: &ThreadState) {
+    let state = state as *const _ as *mut _;
+    for slot in &THREADS {
+        let _ = slot.compare_exchange(
+            state,
+            std::ptr::null_mut(),
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+    }
     wait_for_running_handlers();
 }
 
@@ -476,6 +486,36 @@ pub fn detach() {
 pub fn wait_for_running_handlers() {
     while RUNNING.load(Ordering::SeqCst) != 0 {
         std::hint::spin_loop();
+    }
+}
+
+/// Adds the text of a module the sampled threads may run; false when [`MAX_CODE_RANGES`] are
+/// known already. Called by one thread at a time (the sampler's owner).
+pub fn add_code(code: std::ops::Range<usize>) -> bool {
+    let len = CODE_LEN.load(Ordering::Acquire);
+    let known = CODE[..len.min(MAX_CODE_RANGES)].iter().any(|(start, end)| {
+        start.load(Ordering::Relaxed) == code.start && end.load(Ordering::Relaxed) == code.end
+    });
+    if known {
+        return true;
+    }
+    let Some((start, end)) = CODE.get(len) else {
+        return false;
+    };
+    start.store(code.start, Ordering::Relaxed);
+    end.store(code.end, Ordering::Relaxed);
+    CODE_LEN.store(len + 1, Ordering::Release);
+    true
+}
+
+/// Forgets the texts added so far. Only while no thread is attached: handlers that see them
+/// may be running otherwise.
+pub fn clear_code() {
+    if THREADS
+        .iter()
+        .all(|slot| slot.load(Ordering::SeqCst).is_null())
+    {
+        CODE_LEN.store(0, Ordering::SeqCst);
     }
 }
 
@@ -524,23 +564,25 @@ extern "C" fn on_sigprof(_signal: libc::c_int, info: *mut libc::siginfo_t, uc: *
     // SAFETY: __errno_location returns this thread's errno slot.
     let errno = unsafe { *libc::__errno_location() };
     RUNNING.fetch_add(1, Ordering::SeqCst);
-    let state = STATE.load(Ordering::SeqCst);
-    if !state.is_null() {
-        // SAFETY: `detach` waits for RUNNING to reach zero before the state can be freed, and
-        // we counted ourselves in RUNNING before loading the pointer.
-        let state = unsafe { &*state };
-        // SAFETY: the kernel passes a valid siginfo_t to SA_SIGINFO handlers; TimerSigInfo is
-        // a prefix of it (checked at compile time above), whose fields any signal may read.
-        let info = unsafe { &*(info as *const TimerSigInfo) };
-        if state.is_own_tick(info) {
-            // SAFETY: the kernel passes a valid ucontext to SA_SIGINFO handlers.
-            let regs = unsafe { Registers::from_ucontext(uc as *const libc::ucontext_t) };
-            let wall = clock_ns(libc::CLOCK_MONOTONIC);
-            state.take_sample(&regs, wall);
-            // A failure cannot be reported here; it ends the sampling (`--verbose` shows how
-            // many samples were taken).
-            let _ = state.arm_next_tick(wall);
-        }
+    // SAFETY: the kernel passes a valid siginfo_t to SA_SIGINFO handlers; TimerSigInfo is a
+    // prefix of it (checked at compile time above), whose fields any signal may read.
+    let info = unsafe { &*(info as *const TimerSigInfo) };
+    let own = THREADS.iter().find_map(|slot| {
+        let state = slot.load(Ordering::SeqCst);
+        // SAFETY: `detach` waits for RUNNING to reach zero before a state can be freed, and we
+        // counted ourselves in RUNNING before loading the pointer.
+        (!state.is_null())
+            .then(|| unsafe { &*state })
+            .filter(|state| state.is_own_tick(info))
+    });
+    if let Some(state) = own {
+        // SAFETY: the kernel passes a valid ucontext to SA_SIGINFO handlers.
+        let regs = unsafe { Registers::from_ucontext(uc as *const libc::ucontext_t) };
+        let wall = clock_ns(libc::CLOCK_MONOTONIC);
+        state.take_sample(&regs, wall);
+        // A failure cannot be reported here; it ends this thread's sampling (`--verbose` shows
+        // how many samples were taken).
+        let _ = state.arm_next_tick(wall);
     }
     RUNNING.fetch_sub(1, Ordering::SeqCst);
     // SAFETY: as above.

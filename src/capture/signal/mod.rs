@@ -1,9 +1,9 @@
-//! Signal-driven sampling: the kernel sends SIGPROF to the guest thread at the sampling rate of
-//! its CPU time or of wall time ([`timer`]). The handler ([`handler`]) records raw PCs into a
-//! ring; a drain thread hands them to the sink. Guests called with
-//! `call_async` run on fiber stacks that [`fiber_stacks`] allocates, so the handler can walk
-//! them too. Unlike epoch sampling, a sample lands wherever the guest is: in loop-free code,
-//! in a host call, in Wasmtime itself.
+//! Signal-driven sampling: the kernel sends SIGPROF to each guest thread (every thread that
+//! attached a store) at the sampling rate of its CPU time or of wall time ([`timer`], one per
+//! thread). The handler ([`handler`]) records raw PCs into that thread's ring; a drain thread
+//! hands them to the sink. Guests called with `call_async` run on fiber stacks that
+//! [`fiber_stacks`] allocates, so the handler can walk them too. Unlike epoch sampling, a
+//! sample lands wherever the guest is: in loop-free code, in a host call, in Wasmtime itself.
 
 pub mod fiber_stacks;
 pub mod handler;
@@ -12,8 +12,9 @@ pub mod store_contexts;
 mod timer;
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -21,24 +22,28 @@ use anyhow::{bail, Context, Result};
 
 use super::{NativeSample, SampleValues, Sampler, Sink};
 use crate::clock::{sampling_period, Clock};
-use handler::{HandlerState, Kind, RawSample};
+use handler::{Kind, RawSample, ThreadState};
 use ring::Ring;
 use timer::SignalTimer;
 
-/// How often the drain thread empties the ring.
+/// How often the drain thread empties the rings.
 const DRAIN_PERIOD: Duration = Duration::from_millis(10);
-/// Ring slots: at 100 kHz, ten drain periods' worth.
+/// Ring slots per thread: at 100 kHz, ten drain periods' worth.
 const RING_SLOTS: usize = 1024;
 
-/// The sampled thread.
+/// Whether a signal sampler is running in this process: one at a time.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// A thread that attached a store.
 struct GuestThread {
     tid: libc::pid_t,
     stack: Range<usize>,
 }
 
 struct Running {
-    state: Arc<HandlerState>,
-    timer: SignalTimer,
+    /// Every sampled thread's state, which the drain thread empties.
+    states: Arc<Mutex<Vec<Arc<ThreadState>>>>,
+    timers: Vec<SignalTimer>,
     stop_drain: Sender<()>,
     drain: JoinHandle<()>,
 }
@@ -47,7 +52,7 @@ pub struct SignalSampler {
     period: Duration,
     clock: Clock,
     sink: Arc<dyn Sink>,
-    guest: Option<GuestThread>,
+    guests: Vec<GuestThread>,
     running: Option<Running>,
 }
 
@@ -57,10 +62,44 @@ impl SignalSampler {
             period: sampling_period(rate_hz),
             clock,
             sink,
-            guest: None,
+            guests: Vec::new(),
             running: None,
         }
     }
+
+    /// Starts sampling `guest`'s thread.
+    fn sample(&self, running: &mut Running, guest: &GuestThread) -> Result<()> {
+        let cpu_period_ns = match self.clock {
+            Clock::Cpu => self.period.as_nanos() as u64,
+            Clock::Wall => 0,
+        };
+        let timer = SignalTimer::create(guest.tid).context("cannot create the sampling timer")?;
+        let state = Arc::new(ThreadState::new(
+            Ring::new(RING_SLOTS, RawSample::empty),
+            guest.stack.clone(),
+            cpu_period_ns,
+            &timer,
+            self.period,
+        ));
+        state.reset_clocks();
+        if !handler::attach(&state) {
+            bail!(
+                "more than {} threads are sampled at once",
+                handler::MAX_THREADS
+            );
+        }
+        if let Err(e) = state.arm_next_tick(crate::clock::monotonic_ns()) {
+            handler::detach(&state);
+            return Err(e).context("cannot arm the sampling timer");
+        }
+        lock(&running.states).push(state);
+        running.timers.push(timer);
+        Ok(())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Sampler for SignalSampler {
@@ -69,11 +108,21 @@ impl Sampler for SignalSampler {
     }
 
     fn bind_to_current_thread(&mut self) -> Result<()> {
-        self.guest = Some(GuestThread {
-            // SAFETY: gettid has no preconditions.
-            tid: unsafe { libc::gettid() },
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        if self.guests.iter().any(|g| g.tid == tid) {
+            return Ok(());
+        }
+        let guest = GuestThread {
+            tid,
             stack: current_thread_stack()?,
-        });
+        };
+        if let Some(mut running) = self.running.take() {
+            let sampled = self.sample(&mut running, &guest);
+            self.running = Some(running);
+            sampled?;
+        }
+        self.guests.push(guest);
         Ok(())
     }
 
@@ -81,30 +130,22 @@ impl Sampler for SignalSampler {
         if self.running.is_some() {
             return Ok(());
         }
-        let Some(guest) = &self.guest else {
+        if self.guests.is_empty() {
             bail!("the signal sampler was not bound to the guest thread (Profiler::attach)");
-        };
+        }
         handler::install().context("cannot install the SIGPROF handler")?;
-        let cpu_period_ns = match self.clock {
-            Clock::Cpu => self.period.as_nanos() as u64,
-            Clock::Wall => 0,
-        };
-        let timer = SignalTimer::create(guest.tid).context("cannot create the sampling timer")?;
-        let state = Arc::new(HandlerState::new(
-            Ring::new(RING_SLOTS, RawSample::empty),
-            guest.stack.clone(),
-            code.iter().cloned(),
-            cpu_period_ns,
-            &timer,
-            self.period,
-        ));
-        state.reset_clocks();
-        if !handler::attach(&state) {
+        if ACTIVE
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
             bail!("another signal sampler is running in this process; use the epoch sampler");
         }
+        handler::clear_code();
+        self.add_code(code);
+        let states = Arc::new(Mutex::new(Vec::new()));
         let (stop_drain, stopped) = mpsc::channel::<()>();
         let drain = {
-            let state = state.clone();
+            let states = states.clone();
             let sink = self.sink.clone();
             std::thread::Builder::new()
                 .name("wasmspy-drain".into())
@@ -113,51 +154,62 @@ impl Sampler for SignalSampler {
                         stopped.recv_timeout(DRAIN_PERIOD),
                         Err(RecvTimeoutError::Timeout)
                     );
-                    drain(&state, sink.as_ref());
+                    drain(&states, sink.as_ref());
                     if stopping {
                         break;
                     }
                 })
         };
-        let started = drain
-            .context("cannot start the drain thread")
-            .and_then(|drain| {
-                state
-                    .arm_next_tick(crate::clock::monotonic_ns())
-                    .context("cannot arm the sampling timer")?;
-                Ok(drain)
-            });
-        // On failure, returning drops `stop_drain`, which ends the drain thread.
-        let drain = match started {
+        let drain = match drain {
             Ok(drain) => drain,
             Err(e) => {
-                handler::detach();
-                return Err(e);
+                ACTIVE.store(false, Ordering::SeqCst);
+                return Err(e).context("cannot start the drain thread");
             }
         };
-        self.running = Some(Running {
-            state,
-            timer,
+        let mut running = Running {
+            states,
+            timers: Vec::new(),
             stop_drain,
             drain,
-        });
-        Ok(())
+        };
+        let started = self
+            .guests
+            .iter()
+            .try_for_each(|guest| self.sample(&mut running, guest));
+        self.running = Some(running);
+        if started.is_err() {
+            self.stop();
+        }
+        started
     }
 
     fn stop(&mut self) {
         let Some(running) = self.running.take() else {
             return;
         };
-        // Detached first: the handler re-arms the timer until then.
-        handler::detach();
-        drop(running.timer);
+        // Detached first: the handler re-arms the timers until then.
+        for state in lock(&running.states).iter() {
+            handler::detach(state);
+        }
+        drop(running.timers);
         drop(running.stop_drain);
         let _ = running.drain.join();
-        let lost = running
-            .state
-            .lost
-            .load(std::sync::atomic::Ordering::Relaxed);
+        let lost = lock(&running.states)
+            .iter()
+            .map(|state| state.lost.load(Ordering::Relaxed))
+            .sum();
         self.sink.lost(lost);
+        handler::clear_code();
+        ACTIVE.store(false, Ordering::SeqCst);
+    }
+
+    fn add_code(&self, code: &[Range<usize>]) {
+        for range in code {
+            if !handler::add_code(range.clone()) {
+                break;
+            }
+        }
     }
 }
 
@@ -167,18 +219,22 @@ impl Drop for SignalSampler {
     }
 }
 
-fn drain(state: &HandlerState, sink: &dyn Sink) {
-    while state.ring.pop_with(|s| {
-        let values = SampleValues {
-            cpu_ns: s.cpu_delta_ns,
-            wall_ns: s.wall_delta_ns,
-        };
-        let sample = match s.kind {
-            Kind::Guest => NativeSample::Guest(s.pcs()),
-            Kind::Host => NativeSample::Host(s.pcs()),
-        };
-        sink.native(sample, values, s.time_ns);
-    }) {}
+fn drain(states: &Mutex<Vec<Arc<ThreadState>>>, sink: &dyn Sink) {
+    // Cloned so that attaching a thread never waits for the sink.
+    let states = lock(states).clone();
+    for state in &states {
+        while state.ring.pop_with(|s| {
+            let values = SampleValues {
+                cpu_ns: s.cpu_delta_ns,
+                wall_ns: s.wall_delta_ns,
+            };
+            let sample = match s.kind {
+                Kind::Guest => NativeSample::Guest(s.pcs()),
+                Kind::Host => NativeSample::Host(s.pcs()),
+            };
+            sink.native(sample, values, s.time_ns);
+        }) {}
+    }
 }
 
 /// The calling thread's stack, as [lowest address, top).
