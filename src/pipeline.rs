@@ -16,9 +16,11 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use wasmtime::WasmBacktrace;
 
-use crate::capture::{NativeSample, SampleValues, Sink};
+use rustc_hash::FxHashMap;
+
+use crate::capture::{NativeSample, SampleValues, Sink, StoreKey};
 use crate::profile::Profile;
-use crate::record::{KindCounts, Mark, Recorder};
+use crate::record::{KindCounts, LabelsId, Mark, Recorder};
 use crate::resolve::{Landed, RawFrame, Resolver};
 
 /// Events from the guest thread waiting to be resolved: at 1 kHz, 16 seconds of samples.
@@ -30,6 +32,7 @@ const POLL: Duration = Duration::from_millis(10);
 enum Event {
     Sample {
         backtrace: WasmBacktrace,
+        store: StoreKey,
         values: SampleValues,
         time_ns: u64,
     },
@@ -53,6 +56,8 @@ pub struct Pipeline {
     queued: Mutex<Receiver<Event>>,
     /// Events the full queue turned away.
     dropped: AtomicU64,
+    /// The labels of the stores that have some.
+    store_labels: Mutex<FxHashMap<StoreKey, LabelsId>>,
     thread: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
 }
 
@@ -70,6 +75,7 @@ impl Pipeline {
             events,
             queued: Mutex::new(queued),
             dropped: AtomicU64::new(0),
+            store_labels: Mutex::new(FxHashMap::default()),
             thread: Mutex::new(None),
         }
     }
@@ -82,6 +88,20 @@ impl Pipeline {
     pub fn recorder(&self) -> MutexGuard<'_, Recorder> {
         self.flush();
         lock(&self.recorder)
+    }
+
+    /// Gives the samples of `store` these labels.
+    pub fn label_store(&self, store: StoreKey, labels: &[(String, String)]) {
+        let id = lock(&self.recorder).intern_labels(labels);
+        if id != LabelsId::NONE {
+            lock(&self.store_labels).insert(store, id);
+        }
+    }
+
+    fn labels_of(&self, store: Option<StoreKey>) -> LabelsId {
+        store
+            .and_then(|s| lock(&self.store_labels).get(&s).copied())
+            .unwrap_or(LabelsId::NONE)
     }
 
     /// Starts the thread that empties the queue.
@@ -128,11 +148,13 @@ impl Pipeline {
             match event {
                 Event::Sample {
                     backtrace,
+                    store,
                     values,
                     time_ns,
                 } => {
                     let frames = resolver.backtrace_frames(&backtrace);
-                    recorder.add_sample(&resolver, &frames, Landed::Guest, values, time_ns);
+                    let labels = self.labels_of(Some(store));
+                    recorder.add_sample(&resolver, &frames, Landed::Guest, labels, values, time_ns);
                 }
                 Event::Allocation {
                     backtrace,
@@ -181,16 +203,30 @@ impl Pipeline {
 }
 
 impl Sink for Pipeline {
-    fn native(&self, sample: NativeSample<'_>, values: SampleValues, time_ns: u64) {
+    fn native(
+        &self,
+        sample: NativeSample<'_>,
+        store: Option<StoreKey>,
+        values: SampleValues,
+        time_ns: u64,
+    ) {
+        let labels = self.labels_of(store);
         let mut resolver = self.resolver();
         let mut frames = lock(&self.frames);
         let landed = resolver.native_frames(sample, &mut frames);
-        lock(&self.recorder).add_sample(&resolver, &frames, landed, values, time_ns);
+        lock(&self.recorder).add_sample(&resolver, &frames, landed, labels, values, time_ns);
     }
 
-    fn backtrace(&self, backtrace: WasmBacktrace, values: SampleValues, time_ns: u64) {
+    fn backtrace(
+        &self,
+        backtrace: WasmBacktrace,
+        store: StoreKey,
+        values: SampleValues,
+        time_ns: u64,
+    ) {
         self.enqueue(Event::Sample {
             backtrace,
+            store,
             values,
             time_ns,
         });

@@ -3,6 +3,7 @@
 
 use std::borrow::Borrow;
 use std::hash::Hash;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
@@ -64,9 +65,14 @@ pub struct Frame {
     pub lines: Vec<Line>,
 }
 
+/// A sample's labels, as pprof's string labels (key, value), e.g. the store or request it was
+/// taken in; empty for none.
+pub type Labels = Arc<[(String, String)]>;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sample {
     pub stack: StackId,
+    pub labels: Labels,
     /// Since the start of the profile.
     pub time_ns: u64,
     /// One per [`Profile::sample_types`] entry.
@@ -284,6 +290,7 @@ mod tests {
         assert_ne!(b.stack(&[fr, fr]), s);
         let sample = |time_ns, cpu| Sample {
             stack: s,
+            labels: Default::default(),
             time_ns,
             values: vec![1, cpu],
         };

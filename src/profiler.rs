@@ -39,7 +39,7 @@ use wasmtime::{
 use crate::capture::allocations::{Allocations, AllocatorCall};
 use crate::capture::epoch::{self, EpochSampler};
 pub use crate::capture::MAX_STACK_DEPTH;
-use crate::capture::{SampleValues, Sampler, SamplerKind, Sink, SIGNALS_AVAILABLE};
+use crate::capture::{SampleValues, Sampler, SamplerKind, Sink, StoreKey, SIGNALS_AVAILABLE};
 use crate::clock::{monotonic_ns, thread_cpu_ns, Clock};
 use crate::memory::component::ALLOCATOR_HOOK;
 use crate::memory::rewrite::{report, Rewritten, HOOK_TABLE, SAMPLE_COUNTDOWN};
@@ -455,23 +455,45 @@ impl ProfilerHandle {
     /// epoch-deadline callback and deadline (the epoch sampler samples there, and
     /// [`ProfilerHandle::interrupt`] stops the guest there).
     pub fn attach<T: 'static>(&self, store: &mut Store<T>) -> Result<()> {
+        self.attach_with_labels(store, &[])
+    }
+
+    /// As [`attach`](Self::attach), and every sample taken in `store` carries `labels` (pprof's
+    /// string labels: `go tool pprof -tagfocus key=value` keeps them, `-tags` lists them), e.g.
+    /// the tenant or the request the store serves.
+    pub fn attach_with_labels<T: 'static>(
+        &self,
+        store: &mut Store<T>,
+        labels: &[(&str, &str)],
+    ) -> Result<()> {
+        let key = StoreKey::unique();
+        let labels: Vec<(String, String)> = labels
+            .iter()
+            .map(|&(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        self.pipeline.label_store(key, &labels);
         let samples_at_epochs = {
             let mut sampler = lock(&self.sampler);
             sampler.bind_to_current_thread()?;
             sampler.samples_at_epochs()
         };
         if self.engine.get_epoch_interruption() {
-            self.attach_epoch_callback(store, samples_at_epochs);
+            self.attach_epoch_callback(store, key, samples_at_epochs);
         }
         if let Some(contexts) = &self.store_contexts {
-            contexts.publish(store)?;
+            contexts.publish(store, key)?;
         }
         Ok(())
     }
 
     /// Samples at epoch deadlines (the epoch sampler), and stops the guest there once
     /// interrupted.
-    fn attach_epoch_callback<T: 'static>(&self, store: &mut Store<T>, samples_at_epochs: bool) {
+    fn attach_epoch_callback<T: 'static>(
+        &self,
+        store: &mut Store<T>,
+        key: StoreKey,
+        samples_at_epochs: bool,
+    ) {
         let pipeline = self.pipeline.clone();
         let interrupt = self.interrupt.clone();
         let mut last_cpu = thread_cpu_ns();
@@ -488,7 +510,7 @@ impl ProfilerHandle {
                     wall_ns: wall.saturating_sub(last_wall),
                 };
                 (last_cpu, last_wall) = (cpu, wall);
-                epoch::take_sample(&ctx, pipeline.as_ref(), values);
+                epoch::take_sample(&ctx, key, pipeline.as_ref(), values);
             }
             Ok(UpdateDeadline::Continue(1))
         });

@@ -596,7 +596,8 @@ fn an_embedders_component_is_profiled() {
 
 /// Four threads, each with its own store attached after the profiler started, each running a
 /// hot function of its own for a CPU time it measures itself: every thread is sampled, each
-/// function's share of the profile is its thread's share of the CPU time.
+/// function's share of the profile is its thread's share of the CPU time, and its samples carry
+/// the labels its store was attached with, also once written to pprof and read back.
 #[test]
 fn every_thread_that_attaches_a_store_is_sampled() {
     use wasmspy::clock::thread_cpu_ns;
@@ -622,7 +623,10 @@ fn every_thread_that_attaches_a_store_is_sampled() {
                 let (engine, module, handle) = (&engine, &module, handle.clone());
                 s.spawn(move || {
                     let mut store = Store::new(engine, ());
-                    handle.attach(&mut store).unwrap();
+                    let thread = i.to_string();
+                    handle
+                        .attach_with_labels(&mut store, &[("thread", &thread)])
+                        .unwrap();
                     let instance = Instance::new(&mut store, module, &[]).unwrap();
                     let hot = instance
                         .get_typed_func::<i32, i32>(&mut store, &format!("hot{i}"))
@@ -639,6 +643,20 @@ fn every_thread_that_attaches_a_store_is_sampled() {
         threads.into_iter().map(|t| t.join().unwrap()).collect()
     });
     let profile = profiler.stop();
+    let read_back =
+        wasmspy::export::pprof::read(&wasmspy::export::pprof::encode(&profile).unwrap()).unwrap();
+    for p in [&profile, &read_back] {
+        for sample in &p.samples {
+            let names: Vec<&str> = p.stacks[sample.stack]
+                .iter()
+                .map(|&f| p.frame_name(f))
+                .collect();
+            if let Some(hot) = names.iter().find(|n| n.starts_with("hot")) {
+                let label = [("thread".to_string(), hot[3..].to_string())];
+                assert_eq!(*sample.labels, label, "{names:?}");
+            }
+        }
+    }
     let total_cpu: u64 = cpu_ns.iter().sum();
     let profiled = profile.total(CPU);
     for (i, &cpu) in cpu_ns.iter().enumerate() {

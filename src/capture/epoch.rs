@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use wasmtime::{AsContext, Engine, WasmBacktrace};
 
-use super::{SampleValues, Sampler, Sink};
+use super::{SampleValues, Sampler, Sink, StoreKey};
 use crate::clock::{clock_ns, monotonic_ns, sampling_period, Clock};
 
 pub struct EpochSampler {
@@ -107,8 +107,8 @@ impl Drop for EpochSampler {
     }
 }
 
-/// Takes the store's current guest stack. Runs on the guest thread.
-pub fn take_sample(store: impl AsContext, sink: &dyn Sink, values: SampleValues) {
+/// Takes the store's current guest stack; `key` names the store. Runs on the guest thread.
+pub fn take_sample(store: impl AsContext, key: StoreKey, sink: &dyn Sink, values: SampleValues) {
     let now = monotonic_ns();
-    sink.backtrace(WasmBacktrace::capture(store), values, now);
+    sink.backtrace(WasmBacktrace::capture(store), key, values, now);
 }

@@ -29,13 +29,39 @@ pub enum NativeSample<'a> {
     Host(&'a [usize]),
 }
 
+/// A store attached to the profiler, as samples name the store they were taken in (whose
+/// labels they carry). Never zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StoreKey(pub u64);
+
+impl StoreKey {
+    /// A key no other store of this process has.
+    pub fn unique() -> Self {
+        static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        StoreKey(LAST.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1)
+    }
+}
+
 /// Where captured samples go. `time_ns` is `CLOCK_MONOTONIC` when the sample was taken. The
 /// methods called on the guest thread must not wait for the stages after capture.
 pub trait Sink: Send + Sync {
-    /// A sample of native program counters (the signal sampler's, from its drain thread).
-    fn native(&self, sample: NativeSample<'_>, values: SampleValues, time_ns: u64);
-    /// A sample Wasmtime's backtrace took (the epoch sampler's, on the guest thread).
-    fn backtrace(&self, backtrace: WasmBacktrace, values: SampleValues, time_ns: u64);
+    /// A sample of native program counters (the signal sampler's, from its drain thread),
+    /// taken in `store` when the handler could tell which store ran.
+    fn native(
+        &self,
+        sample: NativeSample<'_>,
+        store: Option<StoreKey>,
+        values: SampleValues,
+        time_ns: u64,
+    );
+    /// A sample Wasmtime's backtrace took in `store` (the epoch sampler's, on the guest thread).
+    fn backtrace(
+        &self,
+        backtrace: WasmBacktrace,
+        store: StoreKey,
+        values: SampleValues,
+        time_ns: u64,
+    );
     /// Samples that never reached the sink (a full ring).
     fn lost(&self, samples: u64);
     /// A sampled allocation of `size` bytes at `address`, made by the guest stack `backtrace`

@@ -79,6 +79,7 @@ pub fn read(text: &str) -> Result<Profile> {
             .collect();
         samples.push(Sample {
             stack: builder.stack(&frames),
+            labels: Default::default(),
             time_ns: 0,
             values: vec![value],
         });

@@ -13,7 +13,8 @@ use prost::Message;
 
 use super::pprof_proto as proto;
 use crate::profile::{
-    Frame, Function, Line, Mapping, Profile, ProfileBuilder, ProfileHeader, Sample, ValueType,
+    Frame, Function, Labels, Line, Mapping, Profile, ProfileBuilder, ProfileHeader, Sample,
+    ValueType,
 };
 
 #[derive(Default)]
@@ -118,9 +119,9 @@ pub fn to_proto(profile: &Profile) -> proto::Profile {
             is_folded: false,
         })
         .collect();
-    let mut merged: HashMap<usize, usize> = HashMap::new();
+    let mut merged: HashMap<(usize, &Labels), usize> = HashMap::new();
     for sample in &profile.samples {
-        match merged.get(&sample.stack) {
+        match merged.get(&(sample.stack, &sample.labels)) {
             Some(&i) => {
                 let values: &mut Vec<i64> = &mut out.sample[i].value;
                 for (total, v) in values.iter_mut().zip(&sample.values) {
@@ -128,14 +129,23 @@ pub fn to_proto(profile: &Profile) -> proto::Profile {
                 }
             }
             None => {
-                merged.insert(sample.stack, out.sample.len());
+                merged.insert((sample.stack, &sample.labels), out.sample.len());
+                let label = sample
+                    .labels
+                    .iter()
+                    .map(|(key, value)| proto::Label {
+                        key: strings.id(key),
+                        str: strings.id(value),
+                        ..Default::default()
+                    })
+                    .collect();
                 out.sample.push(proto::Sample {
                     location_id: profile.stacks[sample.stack]
                         .iter()
                         .map(|&f| f as u64 + 1)
                         .collect(),
                     value: sample.values.clone(),
-                    label: Vec::new(),
+                    label,
                 });
             }
         }
@@ -289,8 +299,16 @@ pub fn from_proto(p: &proto::Profile) -> Result<Profile> {
                 })
             })
             .collect::<Result<_>>()?;
+        // String labels; numeric ones (pprof's `num`) are not kept.
+        let labels: Vec<(String, String)> = s
+            .label
+            .iter()
+            .filter(|l| l.str != 0)
+            .map(|l| Ok((str(l.key)?, str(l.str)?)))
+            .collect::<Result<_>>()?;
         samples.push(Sample {
             stack: builder.stack(&stack),
+            labels: labels.into(),
             time_ns: 0,
             values: s.value.clone(),
         });
@@ -352,6 +370,7 @@ mod tests {
         let s2 = b.stack(&[root]);
         let sample = |stack, time_ns, cpu| Sample {
             stack,
+            labels: Default::default(),
             time_ns,
             values: vec![1, cpu],
         };

@@ -164,6 +164,7 @@ pub fn read(bytes: &[u8]) -> Result<Profile> {
             .collect::<Result<_>>()?;
         samples.push(Sample {
             stack: builder.stack(&frames),
+            labels: Default::default(),
             time_ns: 0,
             values: file.profiles.iter().map(|p| p.weights[i]).collect(),
         });

@@ -14,8 +14,8 @@ use rustc_hash::FxHashMap;
 use crate::capture::SampleValues;
 use crate::clock::{monotonic_ns, sampling_period, Clock};
 use crate::profile::{
-    Frame, FrameId, Function, FunctionId, Line, MappingId, Profile, ProfileBuilder, ProfileHeader,
-    Sample, StackId, ValueType, RUNTIME_FRAME, UNKNOWN_HOST_CALL_FRAME,
+    Frame, FrameId, Function, FunctionId, Labels, Line, MappingId, Profile, ProfileBuilder,
+    ProfileHeader, Sample, StackId, ValueType, RUNTIME_FRAME, UNKNOWN_HOST_CALL_FRAME,
 };
 use crate::resolve::symbolize::FunctionName;
 use crate::resolve::{Landed, RawFrame, Resolver};
@@ -55,15 +55,32 @@ struct WasmFrame {
     offset: u32,
 }
 
+/// A set of labels, interned by the recorder; [`LabelsId::NONE`] is the empty set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LabelsId(u32);
+
+impl LabelsId {
+    pub const NONE: LabelsId = LabelsId(0);
+}
+
+/// A stack with its labels: what totals and the timeline are kept by.
+type KeyId = StackId;
+
 pub struct Recorder {
     builder: ProfileBuilder,
+    /// Interned label sets; the first is the empty one.
+    label_sets: Vec<Labels>,
+    label_ids: FxHashMap<Labels, LabelsId>,
+    /// Labeled stacks, by key id.
+    keys: Vec<(StackId, LabelsId)>,
+    key_ids: FxHashMap<(StackId, LabelsId), KeyId>,
     /// The mapping of each registered module, in the resolver's order.
     mappings: Vec<MappingId>,
     frame_ids: FxHashMap<RawFrame, FrameId>,
     wasm_frames: Vec<WasmFrame>,
     stack: Vec<FrameId>,
-    /// What the samples of each stack add up to, by stack id: memory grows with the distinct
-    /// stacks, not with time.
+    /// What the samples of each labeled stack add up to, by key id: memory grows with the
+    /// distinct labeled stacks, not with time.
     totals: Vec<Tally>,
     /// The samples in time order, within a budget, when a format that shows time is wanted.
     timeline: Option<Timeline>,
@@ -82,6 +99,10 @@ impl Recorder {
     pub fn new(rate_hz: u32, clock: Clock, sampler: &'static str) -> Self {
         Recorder {
             builder: ProfileBuilder::default(),
+            label_sets: vec![Labels::default()],
+            label_ids: FxHashMap::default(),
+            keys: Vec::new(),
+            key_ids: FxHashMap::default(),
             mappings: Vec::new(),
             frame_ids: FxHashMap::default(),
             wasm_frames: Vec::new(),
@@ -99,12 +120,14 @@ impl Recorder {
         }
     }
 
-    /// Adds a sample of `frames` (leaf first), which landed where `landed` says.
+    /// Adds a sample of `frames` (leaf first), which landed where `landed` says, with
+    /// `labels`.
     pub fn add_sample(
         &mut self,
         resolver: &Resolver,
         frames: &[RawFrame],
         landed: Landed,
+        labels: LabelsId,
         values: SampleValues,
         time_ns: u64,
     ) {
@@ -114,7 +137,7 @@ impl Recorder {
             Landed::Runtime => self.counts.runtime += 1,
         }
         let stack = self.stack_of(resolver, frames);
-        self.record(stack, values, time_ns);
+        self.record(stack, labels, values, time_ns);
     }
 
     /// Makes a mapping of each module registered since the last call, in the resolver's order.
@@ -155,19 +178,45 @@ impl Recorder {
         stack_id
     }
 
-    fn record(&mut self, stack: StackId, values: SampleValues, time_ns: u64) {
-        let time_ns = time_ns.saturating_sub(self.started_ns);
-        self.add_tally(stack, Tally::one(values), time_ns);
+    /// Interns a set of labels (none: [`LabelsId::NONE`]).
+    pub fn intern_labels(&mut self, labels: &[(String, String)]) -> LabelsId {
+        if labels.is_empty() {
+            return LabelsId::NONE;
+        }
+        let labels: Labels = labels.into();
+        if let Some(&id) = self.label_ids.get(&labels) {
+            return id;
+        }
+        let id = LabelsId(self.label_sets.len() as u32);
+        self.label_sets.push(labels.clone());
+        self.label_ids.insert(labels, id);
+        id
     }
 
-    /// `time_ns` since the start of the recording.
-    fn add_tally(&mut self, stack: StackId, tally: Tally, time_ns: u64) {
-        if self.totals.len() <= stack {
-            self.totals.resize(stack + 1, Tally::default());
+    fn record(&mut self, stack: StackId, labels: LabelsId, values: SampleValues, time_ns: u64) {
+        let time_ns = time_ns.saturating_sub(self.started_ns);
+        let key = *self.key_ids.entry((stack, labels)).or_insert_with(|| {
+            self.keys.push((stack, labels));
+            self.keys.len() - 1
+        });
+        if self.totals.len() <= key {
+            self.totals.resize(key + 1, Tally::default());
         }
-        self.totals[stack].add(tally);
+        let tally = Tally::one(values);
+        self.totals[key].add(tally);
         if let Some(timeline) = &mut self.timeline {
-            timeline.push(stack, time_ns, tally);
+            timeline.push(key, time_ns, tally);
+        }
+    }
+
+    /// A sample of labeled stack `key`.
+    fn sample(&self, key: KeyId, time_ns: u64, tally: Tally) -> Sample {
+        let (stack, labels) = self.keys[key];
+        Sample {
+            stack,
+            labels: self.label_sets[labels.0 as usize].clone(),
+            time_ns,
+            values: self.values(tally),
         }
     }
 
@@ -339,6 +388,7 @@ impl Recorder {
             .values()
             .map(|(stack, v)| Sample {
                 stack,
+                labels: Labels::default(),
                 time_ns: 0,
                 values: [
                     v.alloc_objects,
@@ -418,11 +468,7 @@ impl Recorder {
             Some(timeline) => timeline
                 .entries()
                 .into_iter()
-                .map(|e| Sample {
-                    stack: e.stack,
-                    time_ns: e.time_ns,
-                    values: self.values(e.tally),
-                })
+                .map(|e| self.sample(e.stack, e.time_ns, e.tally))
                 .collect(),
             None => self.samples_since(&[]),
         };
@@ -452,18 +498,14 @@ impl Recorder {
         self.cpu_profile(resolver, header, samples)
     }
 
-    /// A sample per stack of what it gained since `earlier` (totals by stack id).
+    /// A sample per labeled stack of what it gained since `earlier` (totals by key id).
     fn samples_since(&self, earlier: &[Tally]) -> Vec<Sample> {
         self.totals
             .iter()
             .enumerate()
-            .filter_map(|(stack, t)| {
-                let gained = t.since(earlier.get(stack).copied().unwrap_or_default());
-                (gained.samples > 0).then(|| Sample {
-                    stack,
-                    time_ns: 0,
-                    values: self.values(gained),
-                })
+            .filter_map(|(key, t)| {
+                let gained = t.since(earlier.get(key).copied().unwrap_or_default());
+                (gained.samples > 0).then(|| self.sample(key, 0, gained))
             })
             .collect()
     }

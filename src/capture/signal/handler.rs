@@ -60,6 +60,8 @@ pub enum Kind {
 /// One sample as the handler records it.
 pub struct RawSample {
     pub kind: Kind,
+    /// The key of the store whose Wasm is innermost on the stack; 0 when unknown.
+    pub store: u64,
     pub depth: usize,
     pub cpu_delta_ns: u64,
     pub wall_delta_ns: u64,
@@ -72,6 +74,7 @@ impl RawSample {
     pub fn empty() -> Self {
         RawSample {
             kind: Kind::Guest,
+            store: 0,
             depth: 0,
             cpu_delta_ns: 0,
             wall_delta_ns: 0,
@@ -209,17 +212,20 @@ impl ThreadState {
             s.time_ns = wall;
             s.pcs[0] = regs.pc;
             s.depth = 1;
+            s.store = 0;
             let stack = self.stack_at(regs.sp);
             if self.in_code(regs.pc) {
                 s.kind = Kind::Guest;
                 if let Some(stack) = stack {
+                    s.store = self.running_store(stack);
                     self.walk(regs, stack, s);
                 }
             } else {
                 s.kind = Kind::Host;
-                if let Some((pc, fp, stack)) = stack.and_then(|st| self.last_exit(regs.sp, st)) {
-                    push(s, pc);
-                    self.follow_chain(stack, fp, s);
+                if let Some(exit) = stack.and_then(|st| self.last_exit(regs.sp, st)) {
+                    s.store = exit.store;
+                    push(s, exit.pc);
+                    self.follow_chain(exit.stack, exit.fp, s);
                 }
             }
         });
@@ -268,13 +274,13 @@ impl ThreadState {
     /// thread's stores with Wasm on the stack; with none there, while the thread runs its own
     /// stack, the one store whose guest waits suspended on a fiber (its asynchronous host call
     /// pending), whose frames stay in that fiber's mapping.
-    fn last_exit(&self, sp: usize, current: Stack) -> Option<(usize, usize, Stack)> {
+    fn last_exit(&self, sp: usize, current: Stack) -> Option<Exit> {
         let on_thread_stack = sp >= self.stack_low && sp < self.stack_top;
-        let mut innermost: Option<(usize, usize)> = None;
-        let mut suspended: Option<(usize, usize, Stack)> = None;
+        let mut innermost: Option<(usize, usize, u64)> = None;
+        let mut suspended: Option<(usize, usize, Stack, u64)> = None;
         let mut suspended_count = 0;
         let o = self.exit_record;
-        store_contexts::for_each(self.tid, |context| {
+        store_contexts::for_each(self.tid, |context, key| {
             // SAFETY: a published context is the VMStoreContext of a live store (see
             // store_contexts), whose fields are aligned words.
             let (entry_fp, trampoline_fp, pc) = unsafe {
@@ -288,8 +294,8 @@ impl ThreadState {
                 return;
             }
             if current.holds(trampoline_fp) {
-                if innermost.is_none_or(|(_, fp)| trampoline_fp < fp) {
-                    innermost = Some((pc, trampoline_fp));
+                if innermost.is_none_or(|(_, fp, _)| trampoline_fp < fp) {
+                    innermost = Some((pc, trampoline_fp, key));
                 }
             } else if let Some(fiber) = fiber_stacks::range_of(trampoline_fp) {
                 suspended_count += 1;
@@ -297,19 +303,51 @@ impl ThreadState {
                     sp: fiber.start,
                     top: fiber.end,
                 };
-                suspended = Some((pc, trampoline_fp, stack));
+                suspended = Some((pc, trampoline_fp, stack, key));
             }
         });
-        let (pc, trampoline_fp, stack) = match (innermost, suspended) {
-            (Some((pc, fp)), _) => (pc, fp, current),
+        let (pc, trampoline_fp, stack, store) = match (innermost, suspended) {
+            (Some((pc, fp, key)), _) => (pc, fp, current, key),
             (None, Some(exit)) if on_thread_stack && suspended_count == 1 => exit,
             _ => return None,
         };
         // The trampoline's frame record saves the frame pointer of the Wasm code it left.
         // SAFETY: trampoline_fp is on `stack`, mapped (checked above).
         let fp = unsafe { read(trampoline_fp) };
-        stack.holds(fp).then_some((pc, fp, stack))
+        stack.holds(fp).then_some(Exit {
+            pc,
+            fp,
+            stack,
+            store,
+        })
     }
+
+    /// The key of the store whose Wasm, entered on `current`, is innermost; 0 for none known.
+    fn running_store(&self, current: Stack) -> u64 {
+        let mut innermost: Option<(usize, u64)> = None;
+        let entry_fp = self.exit_record.entry_fp;
+        store_contexts::for_each(self.tid, |context, key| {
+            // SAFETY: a published context is the VMStoreContext of a live store (see
+            // store_contexts), whose fields are aligned words.
+            let entry = unsafe { read(context + entry_fp) };
+            if current.holds(entry) && innermost.is_none_or(|(fp, _)| entry < fp) {
+                innermost = Some((entry, key));
+            }
+        });
+        innermost.map_or(0, |(_, key)| key)
+    }
+}
+
+/// Where the guest left Wasm for host code (see [`ThreadState::last_exit`]).
+struct Exit {
+    /// The return address into the Wasm code that left.
+    pc: usize,
+    /// The frame pointer of the frame it returns to.
+    fp: usize,
+    /// The stack they are on.
+    stack: Stack,
+    /// The key of the store the exit was from.
+    store: u64,
 }
 
 const WORD: usize = std::mem::size_of::<usize>();

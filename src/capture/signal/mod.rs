@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use super::{NativeSample, SampleValues, Sampler, Sink};
+use super::{NativeSample, SampleValues, Sampler, Sink, StoreKey};
 use crate::clock::{sampling_period, Clock};
 use handler::{Kind, RawSample, ThreadState};
 use ring::Ring;
@@ -232,7 +232,8 @@ fn drain(states: &Mutex<Vec<Arc<ThreadState>>>, sink: &dyn Sink) {
                 Kind::Guest => NativeSample::Guest(s.pcs()),
                 Kind::Host => NativeSample::Host(s.pcs()),
             };
-            sink.native(sample, values, s.time_ns);
+            let store = (s.store != 0).then_some(StoreKey(s.store));
+            sink.native(sample, store, values, s.time_ns);
         }) {}
     }
 }

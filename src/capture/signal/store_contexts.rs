@@ -23,12 +23,14 @@
 //!   a slot's thread is written before its context, so a context read comes with its thread.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll, Waker};
 
 use anyhow::{bail, Context as _, Result};
 use wasmtime::{Engine, Func, Instance, Module, Store};
 use wasmtime_environ::{HostPtr, PtrSize, VMCONTEXT_MAGIC};
+
+use crate::capture::StoreKey;
 
 /// How many stores can be watched at once.
 pub const SLOTS: usize = 256;
@@ -36,6 +38,8 @@ pub const SLOTS: usize = 256;
 struct Slot {
     taken: AtomicBool,
     tid: AtomicI32,
+    /// The store's [`StoreKey`].
+    key: AtomicU64,
     context: AtomicUsize,
 }
 
@@ -43,6 +47,7 @@ static TABLE: [Slot; SLOTS] = [const {
     Slot {
         taken: AtomicBool::new(false),
         tid: AtomicI32::new(0),
+        key: AtomicU64::new(0),
         context: AtomicUsize::new(0),
     }
 }; SLOTS];
@@ -50,13 +55,13 @@ static TABLE: [Slot; SLOTS] = [const {
 /// One past the highest slot ever taken: the handler reads no further.
 static USED: AtomicUsize = AtomicUsize::new(0);
 
-/// Calls `f` with the address of each published store context of thread `tid`.
-/// Async-signal-safe.
-pub fn for_each(tid: libc::pid_t, mut f: impl FnMut(usize)) {
+/// Calls `f` with the address of each published store context of thread `tid`, and the
+/// store's key. Async-signal-safe.
+pub fn for_each(tid: libc::pid_t, mut f: impl FnMut(usize, u64)) {
     for slot in &TABLE[..USED.load(Ordering::Acquire).min(SLOTS)] {
         let context = slot.context.load(Ordering::Acquire);
         if context != 0 && slot.tid.load(Ordering::Relaxed) == tid {
-            f(context);
+            f(context, slot.key.load(Ordering::Relaxed));
         }
     }
 }
@@ -110,9 +115,10 @@ impl StoreContexts {
         Ok(StoreContexts { probe })
     }
 
-    /// Publishes `store`'s context for the handler when it samples the calling thread, until
-    /// the store is dropped. Adds the probe's instance and a host function to the store.
-    pub fn publish<T: 'static>(&self, store: &mut Store<T>) -> Result<()> {
+    /// Publishes `store`'s context, and `key`, for the handler when it samples the calling
+    /// thread, until the store is dropped. Adds the probe's instance and a host function to
+    /// the store.
+    pub fn publish<T: 'static>(&self, store: &mut Store<T>, key: StoreKey) -> Result<()> {
         let context = self.find(store)?;
         let Some(slot) = TABLE.iter().position(|slot| {
             slot.taken
@@ -125,6 +131,7 @@ impl StoreContexts {
         TABLE[slot]
             .tid
             .store(unsafe { libc::gettid() }, Ordering::Relaxed);
+        TABLE[slot].key.store(key.0, Ordering::Relaxed);
         TABLE[slot].context.store(context, Ordering::Release);
         USED.fetch_max(slot + 1, Ordering::SeqCst);
         let publication = Publication { slot };
@@ -187,7 +194,7 @@ mod tests {
 
     fn published(tid: libc::pid_t) -> Vec<usize> {
         let mut contexts = Vec::new();
-        for_each(tid, |c| contexts.push(c));
+        for_each(tid, |c, _| contexts.push(c));
         contexts
     }
 
@@ -199,9 +206,9 @@ mod tests {
         let tid = unsafe { libc::gettid() };
         let before = published(tid);
         let mut store = Store::new(&engine, ());
-        contexts.publish(&mut store).unwrap();
+        contexts.publish(&mut store, StoreKey::unique()).unwrap();
         let mut other = Store::new(&engine, ());
-        contexts.publish(&mut other).unwrap();
+        contexts.publish(&mut other, StoreKey::unique()).unwrap();
         let now = published(tid);
         assert_eq!(now.len(), before.len() + 2);
         let offsets = Offsets::of_this_build();
@@ -236,7 +243,7 @@ mod tests {
         let text = module.text().as_ptr_range();
         let text = text.start as usize..text.end as usize;
         let mut store = Store::new(&engine, Vec::new());
-        contexts.publish(&mut store).unwrap();
+        contexts.publish(&mut store, StoreKey::unique()).unwrap();
         let call = Func::wrap(
             &mut store,
             |mut caller: wasmtime::Caller<'_, Vec<usize>>| {
@@ -244,7 +251,7 @@ mod tests {
                 // SAFETY: gettid has no preconditions.
                 let tid = unsafe { libc::gettid() };
                 let mut records = Vec::new();
-                for_each(tid, |context| {
+                for_each(tid, |context, _| {
                     // SAFETY: a published context is a live store's.
                     records.push(unsafe {
                         [
