@@ -7,9 +7,10 @@
 //! queue that the pipeline's own thread empties, so a profile being built never holds the
 //! guest up.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use wasmtime::WasmBacktrace;
 use rustc_hash::FxHashMap;
 
 use crate::capture::{NativeSample, SampleValues, Sink, StoreKey};
+use crate::clock::monotonic_ns;
 use crate::profile::Profile;
 use crate::record::{KindCounts, LabelsId, Mark, Recorder};
 use crate::resolve::{Landed, RawFrame, Resolver};
@@ -27,6 +29,23 @@ use crate::resolve::{Landed, RawFrame, Resolver};
 const QUEUE_EVENTS: usize = 16 * 1024;
 /// How long the pipeline's thread waits for an event before it looks whether to stop.
 const POLL: Duration = Duration::from_millis(10);
+/// How long a dropped store's labels are kept for its samples still on their way (in a ring
+/// until the next drain, 10 ms; in the queue).
+const RETIRED_LABELS: Duration = Duration::from_secs(2);
+
+/// Keeps a store's labels until dropped, with the store.
+pub struct LabeledStore {
+    pipeline: Weak<Pipeline>,
+    store: StoreKey,
+}
+
+impl Drop for LabeledStore {
+    fn drop(&mut self) {
+        if let Some(pipeline) = self.pipeline.upgrade() {
+            lock(&pipeline.retired).push_back((monotonic_ns(), self.store));
+        }
+    }
+}
 
 /// What the guest thread handed over.
 enum Event {
@@ -58,6 +77,9 @@ pub struct Pipeline {
     dropped: AtomicU64,
     /// The labels of the stores that have some.
     store_labels: Mutex<FxHashMap<StoreKey, LabelsId>>,
+    /// Dropped stores (`CLOCK_MONOTONIC` when dropped), whose labels are forgotten once their
+    /// last samples must have been resolved.
+    retired: Mutex<VecDeque<(u64, StoreKey)>>,
     thread: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
 }
 
@@ -76,6 +98,7 @@ impl Pipeline {
             queued: Mutex::new(queued),
             dropped: AtomicU64::new(0),
             store_labels: Mutex::new(FxHashMap::default()),
+            retired: Mutex::new(VecDeque::new()),
             thread: Mutex::new(None),
         }
     }
@@ -90,11 +113,34 @@ impl Pipeline {
         lock(&self.recorder)
     }
 
-    /// Gives the samples of `store` these labels.
-    pub fn label_store(&self, store: StoreKey, labels: &[(String, String)]) {
+    /// Gives the samples of `store` these labels, until the returned value is dropped (with
+    /// the store: see [`crate::capture::keep_until_dropped`]).
+    pub fn label_store(
+        self: &Arc<Self>,
+        store: StoreKey,
+        labels: &[(String, String)],
+    ) -> Option<LabeledStore> {
         let id = lock(&self.recorder).intern_labels(labels);
-        if id != LabelsId::NONE {
-            lock(&self.store_labels).insert(store, id);
+        if id == LabelsId::NONE {
+            return None;
+        }
+        lock(&self.store_labels).insert(store, id);
+        Some(LabeledStore {
+            pipeline: Arc::downgrade(self),
+            store,
+        })
+    }
+
+    /// Forgets the labels of stores dropped more than [`RETIRED_LABELS`] ago.
+    fn forget_retired(&self) {
+        let now = monotonic_ns();
+        let mut retired = lock(&self.retired);
+        while let Some(&(when, store)) = retired.front() {
+            if now.saturating_sub(when) < RETIRED_LABELS.as_nanos() as u64 {
+                break;
+            }
+            retired.pop_front();
+            lock(&self.store_labels).remove(&store);
         }
     }
 
@@ -137,6 +183,7 @@ impl Pipeline {
 
     /// Resolves and records every event queued so far.
     fn flush(&self) {
+        self.forget_retired();
         let queued = lock(&self.queued);
         let dropped = self.dropped.swap(0, Ordering::Relaxed);
         if dropped > 0 {
@@ -247,5 +294,35 @@ impl Sink for Pipeline {
 
     fn free(&self, address: u32) {
         self.enqueue(Event::Free { address });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::Clock;
+
+    #[test]
+    fn a_dropped_stores_labels_outlive_its_last_samples_then_go() {
+        let pipeline = Arc::new(Pipeline::new(
+            Resolver::new(false),
+            Recorder::new(1000, Clock::Cpu, "signal"),
+        ));
+        let store = StoreKey::unique();
+        let labels = [("request".to_string(), "1".to_string())];
+        let labeled = pipeline.label_store(store, &labels).unwrap();
+        let id = pipeline.labels_of(Some(store));
+        assert_ne!(id, LabelsId::NONE);
+        assert!(pipeline.label_store(StoreKey::unique(), &[]).is_none());
+        drop(labeled);
+        pipeline.flush();
+        assert_eq!(
+            pipeline.labels_of(Some(store)),
+            id,
+            "samples still on their way"
+        );
+        std::thread::sleep(RETIRED_LABELS + Duration::from_millis(50));
+        pipeline.flush();
+        assert_eq!(pipeline.labels_of(Some(store)), LabelsId::NONE);
     }
 }

@@ -39,7 +39,9 @@ use wasmtime::{
 use crate::capture::allocations::{Allocations, AllocatorCall};
 use crate::capture::epoch::{self, EpochSampler};
 pub use crate::capture::MAX_STACK_DEPTH;
-use crate::capture::{SampleValues, Sampler, SamplerKind, Sink, StoreKey, SIGNALS_AVAILABLE};
+use crate::capture::{
+    keep_until_dropped, SampleValues, Sampler, SamplerKind, Sink, StoreKey, SIGNALS_AVAILABLE,
+};
 use crate::clock::{monotonic_ns, thread_cpu_ns, Clock};
 use crate::memory::component::ALLOCATOR_HOOK;
 use crate::memory::rewrite::{report, Rewritten, HOOK_TABLE, SAMPLE_COUNTDOWN};
@@ -471,7 +473,9 @@ impl ProfilerHandle {
             .iter()
             .map(|&(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        self.pipeline.label_store(key, &labels);
+        if let Some(labeled) = self.pipeline.label_store(key, &labels) {
+            keep_until_dropped(store, labeled);
+        }
         let samples_at_epochs = {
             let mut sampler = lock(&self.sampler);
             sampler.bind_to_current_thread()?;

@@ -42,6 +42,17 @@ impl StoreKey {
     }
 }
 
+/// Ties `value`'s life to `store`'s: it is dropped as the store is, before the store's memory
+/// is freed (it is the data of a host function made in the store, never called).
+pub fn keep_until_dropped<T: 'static>(
+    store: &mut wasmtime::Store<T>,
+    value: impl Send + Sync + 'static,
+) {
+    wasmtime::Func::wrap(store, move || {
+        let _ = &value;
+    });
+}
+
 /// Where captured samples go. `time_ns` is `CLOCK_MONOTONIC` when the sample was taken. The
 /// methods called on the guest thread must not wait for the stages after capture.
 pub trait Sink: Send + Sync {

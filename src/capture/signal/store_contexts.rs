@@ -17,8 +17,7 @@
 //!
 //! Invariants the handler relies on:
 //! - a context is published only while its store's memory is alive: a [`Publication`] owned by
-//!   the store (a never-called host function's data, dropped as the store is, before its memory
-//!   is freed) withdraws it and waits for running handlers to finish;
+//!   the store ([`keep_until_dropped`]) withdraws it and waits for running handlers to finish;
 //! - [`for_each`] is async-signal-safe: atomic loads over a fixed table, bounded by [`SLOTS`];
 //!   a slot's thread is written before its context, so a context read comes with its thread.
 
@@ -27,10 +26,10 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering}
 use std::task::{Context, Poll, Waker};
 
 use anyhow::{bail, Context as _, Result};
-use wasmtime::{Engine, Func, Instance, Module, Store};
+use wasmtime::{Engine, Instance, Module, Store};
 use wasmtime_environ::{HostPtr, PtrSize, VMCONTEXT_MAGIC};
 
-use crate::capture::StoreKey;
+use crate::capture::{keep_until_dropped, StoreKey};
 
 /// How many stores can be watched at once.
 pub const SLOTS: usize = 256;
@@ -134,10 +133,7 @@ impl StoreContexts {
         TABLE[slot].key.store(key.0, Ordering::Relaxed);
         TABLE[slot].context.store(context, Ordering::Release);
         USED.fetch_max(slot + 1, Ordering::SeqCst);
-        let publication = Publication { slot };
-        Func::wrap(&mut *store, move || {
-            let _ = &publication;
-        });
+        keep_until_dropped(store, Publication { slot });
         Ok(())
     }
 
@@ -190,6 +186,8 @@ unsafe fn read<T: Copy>(addr: usize) -> T {
 
 #[cfg(test)]
 mod tests {
+    use wasmtime::Func;
+
     use super::*;
 
     fn published(tid: libc::pid_t) -> Vec<usize> {
