@@ -9,7 +9,7 @@
 //! where sampling costs nothing and what remains is the engine and the host. Table 2, the
 //! guest's run alone (instantiation to exit, in a fresh process of this binary each time), on a
 //! default engine with wasmspy's WASI host, then with one setting changed: epoch interruption
-//! on; the profiler attached at 1 Hz (the signal sampler's call hook and deeper backtraces);
+//! on; the profiler attached at 1 Hz (its probe instance in the store and deeper backtraces);
 //! file reads through tokio's blocking pool (what wasmspy's host did before it blocked the
 //! guest's thread, as the CLI does); and the guest called synchronously with WASI's
 //! synchronous bindings (as wasmspy's host did before it ran guests as the CLI does, async on a

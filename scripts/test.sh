@@ -24,6 +24,7 @@ if ! command -v perf >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null
 fi
 
-tests/fixtures/interpreters/build.sh
+# Outside CI a machine without npm or PyPI still runs the rest (tests/interpreters.rs says skipped).
+tests/fixtures/interpreters/build.sh || [ -z "${CI:-}" ]
 
 cargo test --no-fail-fast "$@"

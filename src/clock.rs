@@ -19,6 +19,20 @@ pub fn thread_cpu_ns() -> u64 {
     clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
+/// The calling thread's CPU clock, which other threads can read too (`clock_ns`).
+pub fn current_thread_cpu_clock() -> anyhow::Result<libc::clockid_t> {
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: a query about the calling thread with a valid out-pointer.
+    let rc = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) };
+    if rc != 0 {
+        anyhow::bail!(
+            "cannot read the thread's CPU clock: {}",
+            std::io::Error::from_raw_os_error(rc)
+        );
+    }
+    Ok(clock)
+}
+
 /// Monotonic wall time; the timestamps of samples.
 pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
@@ -26,7 +40,7 @@ pub fn monotonic_ns() -> u64 {
 
 /// The time between samples at `rate_hz` samples per second.
 pub fn sampling_period(rate_hz: u32) -> std::time::Duration {
-    std::time::Duration::from_nanos(1_000_000_000 / u64::from(rate_hz.max(1)))
+    std::time::Duration::from_nanos((1_000_000_000 / u64::from(rate_hz.max(1))).max(1))
 }
 
 /// What drives sampling, and what a sample's time is measured in.

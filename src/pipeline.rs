@@ -23,7 +23,7 @@ use crate::capture::{NativeSample, SampleValues, Sink, StoreKey};
 use crate::clock::monotonic_ns;
 use crate::profile::Profile;
 use crate::record::{KindCounts, LabelsId, Mark, Recorder};
-use crate::resolve::{Landed, RawFrame, Resolver};
+use crate::resolve::{RawFrame, Resolver};
 
 /// Events from the guest thread waiting to be resolved: at 1 kHz, 16 seconds of samples.
 const QUEUE_EVENTS: usize = 16 * 1024;
@@ -183,7 +183,6 @@ impl Pipeline {
 
     /// Resolves and records every event queued so far.
     fn flush(&self) {
-        self.forget_retired();
         let queued = lock(&self.queued);
         let dropped = self.dropped.swap(0, Ordering::Relaxed);
         if dropped > 0 {
@@ -201,7 +200,7 @@ impl Pipeline {
                 } => {
                     let frames = resolver.backtrace_frames(&backtrace);
                     let labels = self.labels_of(Some(store));
-                    recorder.add_sample(&resolver, &frames, Landed::Guest, labels, values, time_ns);
+                    recorder.add_sample(&resolver, &frames, labels, values, time_ns);
                 }
                 Event::Allocation {
                     backtrace,
@@ -215,6 +214,8 @@ impl Pipeline {
                 Event::Free { address } => recorder.heap_freed(address),
             }
         }
+        // After: the queued samples of a store dropped long ago keep its labels.
+        self.forget_retired();
     }
 
     fn enqueue(&self, event: Event) {
@@ -260,8 +261,8 @@ impl Sink for Pipeline {
         let labels = self.labels_of(store);
         let mut resolver = self.resolver();
         let mut frames = lock(&self.frames);
-        let landed = resolver.native_frames(sample, &mut frames);
-        lock(&self.recorder).add_sample(&resolver, &frames, landed, labels, values, time_ns);
+        resolver.native_frames(sample, &mut frames);
+        lock(&self.recorder).add_sample(&resolver, &frames, labels, values, time_ns);
     }
 
     fn backtrace(

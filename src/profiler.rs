@@ -441,7 +441,7 @@ impl StoreContexts {
         unreachable!("SIGNALS_AVAILABLE is false on this platform")
     }
 
-    fn publish<T>(&self, _: &mut Store<T>) -> Result<()> {
+    fn publish<T>(&self, _: &mut Store<T>, _: StoreKey) -> Result<()> {
         match *self {}
     }
 }

@@ -136,16 +136,7 @@ fn runs_as_wasmtime_run_does() {
         &["exit", "0"],
         &["trap"],
     ] {
-        let ours = wasmspy()
-            .arg("record")
-            .arg("-o")
-            .arg(dir.path().join("p.pb.gz"))
-            .args(flags)
-            .arg("--")
-            .arg(fixture(COMPONENT))
-            .args(args)
-            .output()
-            .unwrap();
+        let (ours, profile) = record(dir.path(), &flags, &fixture(COMPONENT), args);
         let theirs = Command::new(wasmtime_cli())
             .arg("run")
             .args(flags)
@@ -155,7 +146,8 @@ fn runs_as_wasmtime_run_does() {
             .unwrap();
         assert_eq!(ours.status.code(), theirs.status.code(), "{args:?}");
         assert_eq!(stdout(&ours), stdout(&theirs), "{args:?}");
-        assert!(dir.path().join("p.pb.gz").exists());
+        assert!(profile.exists(), "{args:?}");
+        std::fs::remove_file(&profile).unwrap();
         if args[0] == "trap" {
             assert_eq!(ours.status.code(), Some(134));
             let err = stderr(&ours);

@@ -645,6 +645,7 @@ fn every_thread_that_attaches_a_store_is_sampled() {
     let profile = profiler.stop();
     let read_back =
         wasmspy::export::pprof::read(&wasmspy::export::pprof::encode(&profile).unwrap()).unwrap();
+    assert_eq!(read_back.total(CPU), profile.total(CPU));
     for p in [&profile, &read_back] {
         for sample in &p.samples {
             let names: Vec<&str> = p.stacks[sample.stack]

@@ -369,8 +369,15 @@ fn a_non_loopback_address_is_warned_about() {
 fn a_components_live_profiles() {
     let dir = tempfile::tempdir().unwrap();
     let heap = dir.path().join("heap.pb.gz");
-    let live = Live::start(
-        &["--mem-profile", heap.to_str().unwrap(), "--mem-rate", "1"],
+    // Served after the guest's exit, however soon it comes.
+    let mut live = Live::start(
+        &[
+            "--serve-after-exit",
+            "--mem-profile",
+            heap.to_str().unwrap(),
+            "--mem-rate",
+            "1",
+        ],
         "rust/component.wasm",
         &["hot", "400"],
     );
@@ -388,6 +395,8 @@ fn a_components_live_profiles() {
             .any(|(names, _)| names.iter().any(|n| n == "component::main")),
         "the arguments' strings, allocated in main"
     );
+    live.wait_for("still serving");
+    sigint(&live.child);
     let (code, out, err) = live.finish();
     assert_eq!(code, Some(0), "{err}");
     assert!(out.starts_with("component done: 400 rounds"), "{out}");

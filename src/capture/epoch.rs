@@ -14,7 +14,7 @@ use anyhow::{Context, Result};
 use wasmtime::{AsContext, Engine, WasmBacktrace};
 
 use super::{SampleValues, Sampler, Sink, StoreKey};
-use crate::clock::{clock_ns, monotonic_ns, sampling_period, Clock};
+use crate::clock::{clock_ns, current_thread_cpu_clock, monotonic_ns, sampling_period, Clock};
 
 pub struct EpochSampler {
     engine: Engine,
@@ -43,16 +43,7 @@ impl Sampler for EpochSampler {
     }
 
     fn bind_to_current_thread(&mut self) -> Result<()> {
-        let mut clock: libc::clockid_t = 0;
-        // SAFETY: a query about the calling thread with a valid out-pointer.
-        let rc = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) };
-        if rc != 0 {
-            anyhow::bail!(
-                "cannot read the thread's CPU clock: {}",
-                std::io::Error::from_raw_os_error(rc)
-            );
-        }
-        self.guest_cpu_clock = Some(clock);
+        self.guest_cpu_clock = Some(current_thread_cpu_clock()?);
         Ok(())
     }
 

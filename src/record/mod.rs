@@ -18,7 +18,7 @@ use crate::profile::{
     ProfileHeader, Sample, StackId, ValueType, RUNTIME_FRAME, UNKNOWN_HOST_CALL_FRAME,
 };
 use crate::resolve::symbolize::FunctionName;
-use crate::resolve::{Landed, RawFrame, Resolver};
+use crate::resolve::{RawFrame, Resolver};
 use heap::Heap;
 use timeline::{Tally, Timeline};
 
@@ -120,21 +120,19 @@ impl Recorder {
         }
     }
 
-    /// Adds a sample of `frames` (leaf first), which landed where `landed` says, with
-    /// `labels`.
+    /// Adds a sample of `frames` (leaf first), with `labels`.
     pub fn add_sample(
         &mut self,
         resolver: &Resolver,
         frames: &[RawFrame],
-        landed: Landed,
         labels: LabelsId,
         values: SampleValues,
         time_ns: u64,
     ) {
-        match landed {
-            Landed::Guest => self.counts.guest += 1,
-            Landed::HostCall => self.counts.host_call += 1,
-            Landed::Runtime => self.counts.runtime += 1,
+        match frames.first() {
+            Some(RawFrame::Wasm { .. }) => self.counts.guest += 1,
+            Some(RawFrame::Runtime) | None => self.counts.runtime += 1,
+            Some(_) => self.counts.host_call += 1,
         }
         let stack = self.stack_of(resolver, frames);
         self.record(stack, labels, values, time_ns);
@@ -425,10 +423,7 @@ impl Recorder {
             comments,
             ..self.timing()
         };
-        self.add_mappings(resolver);
-        let mut profile = self.builder.build(header, samples);
-        self.symbolize_wasm_frames(resolver, &mut profile);
-        Some(profile)
+        Some(self.build_profile(resolver, header, samples))
     }
 
     /// The recording's start and its duration so far (to [`stop`](Self::stop)).
@@ -473,7 +468,7 @@ impl Recorder {
             None => self.samples_since(&[]),
         };
         let header = self.cpu_header(self.timing());
-        self.cpu_profile(resolver, header, samples)
+        self.build_profile(resolver, header, samples)
     }
 
     /// Where the recording stands now: [`profile_since`](Self::profile_since) keeps what comes
@@ -495,7 +490,7 @@ impl Recorder {
             ..timing
         };
         let header = self.cpu_header(header);
-        self.cpu_profile(resolver, header, samples)
+        self.build_profile(resolver, header, samples)
     }
 
     /// A sample per labeled stack of what it gained since `earlier` (totals by key id).
@@ -538,7 +533,8 @@ impl Recorder {
         }
     }
 
-    fn cpu_profile(
+    /// The profile of `samples`, its frames symbolized.
+    fn build_profile(
         &mut self,
         resolver: &mut Resolver,
         header: ProfileHeader,

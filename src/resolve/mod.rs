@@ -49,17 +49,6 @@ pub enum RawFrame {
     Runtime,
 }
 
-/// Where a sample landed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Landed {
-    /// In a Wasm function.
-    Guest,
-    /// In a host function the guest called.
-    HostCall,
-    /// In Wasmtime's own code: trampolines, libcalls, with or without Wasm under it.
-    Runtime,
-}
-
 struct RegisteredModule {
     compiled: Compiled,
     /// Where the module's binary starts in the binary compiled (0 unless in a component):
@@ -105,7 +94,6 @@ pub struct Resolver {
     /// Return address into Wasm code that left for the host → the frame of what it called.
     exit_frames: FxHashMap<usize, RawFrame>,
     use_dwarf: bool,
-    warnings: Vec<String>,
 }
 
 impl Resolver {
@@ -118,7 +106,6 @@ impl Resolver {
             native_frames: FxHashMap::default(),
             exit_frames: FxHashMap::default(),
             use_dwarf,
-            warnings: Vec::new(),
         }
     }
 
@@ -197,7 +184,7 @@ impl Resolver {
         file_name: &str,
         compiled: Compiled,
         start: u32,
-        mut symbolizer: ModuleSymbolizer,
+        symbolizer: ModuleSymbolizer,
         rewritten: Option<Arc<Rewritten>>,
     ) {
         let wasm = symbolizer.wasm();
@@ -206,7 +193,6 @@ impl Resolver {
             build_id: hex(&Sha256::digest(wasm)),
             size: wasm.len() as u64,
         };
-        self.warnings.extend(symbolizer.take_warnings());
         self.modules.push(RegisteredModule {
             compiled,
             start,
@@ -218,10 +204,10 @@ impl Resolver {
 
     /// Warnings about the modules' symbols not taken yet.
     pub fn take_warnings(&mut self) -> Vec<String> {
-        for m in &mut self.modules {
-            self.warnings.extend(m.symbolizer.take_warnings());
-        }
-        std::mem::take(&mut self.warnings)
+        self.modules
+            .iter_mut()
+            .flat_map(|m| m.symbolizer.take_warnings())
+            .collect()
     }
 
     /// How many modules are registered; their indices are `0..module_count()`.
@@ -269,41 +255,23 @@ impl Resolver {
             .source_frames(func_index, offset)
     }
 
-    /// The frames of a native sample, leaf first, into `frames`; where it landed.
-    pub fn native_frames(
-        &mut self,
-        sample: NativeSample<'_>,
-        frames: &mut Vec<RawFrame>,
-    ) -> Landed {
+    /// The frames of a native sample, leaf first, into `frames`.
+    pub fn native_frames(&mut self, sample: NativeSample<'_>, frames: &mut Vec<RawFrame>) {
         frames.clear();
-        let (landed, callers) = match sample {
-            NativeSample::Guest(pcs) => {
-                // A leaf outside Wasm functions (a trampoline) is Wasmtime's.
-                let landed = match self.native_frame(pcs[0]) {
-                    Some((frame, _)) => {
-                        frames.push(frame);
-                        Landed::Guest
-                    }
-                    None => {
-                        frames.push(RawFrame::Runtime);
-                        Landed::Runtime
-                    }
-                };
-                (landed, &pcs[1..])
-            }
-            NativeSample::Host(pcs) => {
-                let called = match pcs.get(1) {
-                    Some(&exit) => self.exit_frame(exit),
-                    None => RawFrame::Runtime,
-                };
-                frames.push(called);
-                let landed = match called {
-                    RawFrame::Runtime => Landed::Runtime,
-                    _ => Landed::HostCall,
-                };
-                (landed, &pcs[1..])
-            }
+        let (leaf, callers) = match sample {
+            // A leaf outside Wasm functions (a trampoline) is Wasmtime's.
+            NativeSample::Guest(pcs) => (
+                self.native_frame(pcs[0])
+                    .map_or(RawFrame::Runtime, |(frame, _)| frame),
+                &pcs[1..],
+            ),
+            NativeSample::Host(pcs) => (
+                pcs.get(1)
+                    .map_or(RawFrame::Runtime, |&exit| self.exit_frame(exit)),
+                &pcs[1..],
+            ),
         };
+        frames.push(leaf);
         for &pc in callers {
             // A return address follows its call instruction; trampolines are not guest frames;
             // a wrapper above the leaf only called its allocator's original body.
@@ -311,7 +279,6 @@ impl Resolver {
                 frames.push(frame);
             }
         }
-        landed
     }
 
     /// What Wasmtime's `module` is: a registered module, an adapter in a registered
@@ -407,7 +374,17 @@ impl Resolver {
             return found;
         }
         let called = match self.native_frame(exit - 1) {
-            Some((caller, _)) => self.called_import(Some(&caller)),
+            Some((
+                RawFrame::Wasm {
+                    module: Some(module),
+                    offset,
+                    ..
+                },
+                false,
+            )) => self.called_import(module, offset),
+            // An allocator's wrapper calls the allocator hook through its table; its frame's
+            // offset is its allocator's first byte, not that call.
+            Some(_) => RawFrame::UnknownHostCall,
             None => RawFrame::Runtime,
         };
         self.exit_frames.insert(exit, called);
@@ -440,28 +417,10 @@ impl Resolver {
         found
     }
 
-    /// The import that the call instruction at `caller` calls; the runtime where the
+    /// The import that the call instruction at `offset` of registered module `module` calls; the runtime where the
     /// instruction is not a call (a libcall: `memory.grow`, a GC allocation).
-    fn called_import(&self, caller: Option<&RawFrame>) -> RawFrame {
-        let Some(&RawFrame::Wasm {
-            module: Some(module),
-            func_index: caller_index,
-            offset,
-        }) = caller
-        else {
-            return RawFrame::UnknownHostCall;
-        };
-        let registered = &self.modules[module as usize];
-        // An allocator's wrapper calls the allocator hook through its table; its frame's
-        // offset is its allocator's first byte, not that call.
-        if registered
-            .rewritten
-            .as_ref()
-            .is_some_and(|r| r.is_wrapper(caller_index))
-        {
-            return RawFrame::UnknownHostCall;
-        }
-        let m = &registered.symbolizer;
+    fn called_import(&self, module: u32, offset: u32) -> RawFrame {
+        let m = &self.modules[module as usize].symbolizer;
         let Some(code) = m.wasm().get(offset as usize..) else {
             return RawFrame::UnknownHostCall;
         };

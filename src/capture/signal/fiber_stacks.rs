@@ -7,7 +7,7 @@
 //!
 //! Invariants the handler relies on:
 //! - a range is published only while its memory is mapped: published after `mmap`, withdrawn
-//!   before `munmap`;
+//!   before `munmap`, which waits for running handlers (one may read a suspended fiber);
 //! - [`range_of`] is async-signal-safe: atomic loads over a fixed table, no allocation, no locks,
 //!   bounded by [`SLOTS`]; a range being written is skipped (a sequence lock per slot), so a
 //!   range read is one that was published whole;
@@ -82,8 +82,10 @@ fn publish(range: Range<usize>) -> Option<usize> {
     Some(i)
 }
 
+/// Returns once no handler can be reading the stack: it may be unmapped then.
 fn withdraw(i: usize) {
     TABLE[i].write(0..0);
+    super::handler::wait_for_running_handlers();
     TABLE[i].taken.store(false, Ordering::SeqCst);
 }
 

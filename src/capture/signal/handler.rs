@@ -2,8 +2,9 @@
 //!
 //! Invariants, which every change must keep:
 //! - **Async-signal-safe**: no allocation, no locks, no panics; only atomics, `clock_gettime`
-//!   (async-signal-safe per POSIX), `timer_settime` (a system call: arming the timer for the
-//!   next sample; see [`super::timer`]) and reads of memory proven mapped (below). `errno` is saved and restored.
+//!   (async-signal-safe per POSIX), `gettid` and `timer_settime` (system calls: telling the
+//!   sampled thread, arming the timer for the next sample; see [`super::timer`]) and reads of
+//!   memory proven mapped (below). `errno` is saved and restored.
 //! - **Bounded**: at most [`MAX_FRAMES`] frame records followed, at most
 //!   [`store_contexts::SLOTS`] store contexts read.
 //! - **Reads only mapped memory**: stack reads stay in `[sp, top)` of the stack `sp` is on
@@ -142,9 +143,10 @@ impl ThreadState {
         }
     }
 
-    /// Starts the CPU and wall deltas of the first sample here. Call on the guest thread.
-    pub fn reset_clocks(&self) {
-        let cpu = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+    /// Starts the CPU and wall deltas of the first sample here; `cpu_clock` is the sampled
+    /// thread's CPU clock (this may run on another thread).
+    pub fn reset_clocks(&self, cpu_clock: libc::clockid_t) {
+        let cpu = clock_ns(cpu_clock);
         self.last_cpu_ns.store(cpu, Ordering::Relaxed);
         self.next_cpu_ns
             .store(cpu + self.cpu_period_ns, Ordering::Relaxed);

@@ -21,7 +21,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use super::{NativeSample, SampleValues, Sampler, Sink, StoreKey};
-use crate::clock::{sampling_period, Clock};
+use crate::clock::{current_thread_cpu_clock, sampling_period, Clock};
 use handler::{Kind, RawSample, ThreadState};
 use ring::Ring;
 use timer::SignalTimer;
@@ -37,6 +37,7 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// A thread that attached a store.
 struct GuestThread {
     tid: libc::pid_t,
+    cpu_clock: libc::clockid_t,
     stack: Range<usize>,
 }
 
@@ -81,7 +82,7 @@ impl SignalSampler {
             &timer,
             self.period,
         ));
-        state.reset_clocks();
+        state.reset_clocks(guest.cpu_clock);
         if !handler::attach(&state) {
             bail!(
                 "more than {} threads are sampled at once",
@@ -115,6 +116,7 @@ impl Sampler for SignalSampler {
         }
         let guest = GuestThread {
             tid,
+            cpu_clock: current_thread_cpu_clock()?,
             stack: current_thread_stack()?,
         };
         if let Some(mut running) = self.running.take() {
@@ -141,7 +143,7 @@ impl Sampler for SignalSampler {
             bail!("another signal sampler is running in this process; use the epoch sampler");
         }
         handler::clear_code();
-        self.add_code(code);
+        add_code(code);
         let states = Arc::new(Mutex::new(Vec::new()));
         let (stop_drain, stopped) = mpsc::channel::<()>();
         let drain = {
@@ -204,11 +206,10 @@ impl Sampler for SignalSampler {
         ACTIVE.store(false, Ordering::SeqCst);
     }
 
+    /// Only while running: `start` adds all the code registered before.
     fn add_code(&self, code: &[Range<usize>]) {
-        for range in code {
-            if !handler::add_code(range.clone()) {
-                break;
-            }
+        if self.running.is_some() {
+            add_code(code);
         }
     }
 }
@@ -216,6 +217,15 @@ impl Sampler for SignalSampler {
 impl Drop for SignalSampler {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Shows the handler `code`, as much of it as its table holds.
+fn add_code(code: &[Range<usize>]) {
+    for range in code {
+        if !handler::add_code(range.clone()) {
+            break;
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! What sends SIGPROF to the guest thread at the sampling rate: a POSIX timer
 //! (`timer_create` with `SIGEV_THREAD_ID`) on `CLOCK_MONOTONIC`, a high-resolution clock,
-//! armed for one tick at a time by the signal handler itself (`HandlerState::arm_next_tick`),
+//! armed for one tick at a time by the signal handler itself (`ThreadState::arm_next_tick`),
 //! on a fixed grid of ticks so that the handler's own latency does not lower the rate.
 //!
 //! Why: the kernel keeps a timer on the CPU where it was last armed. Once the guest's thread
@@ -20,7 +20,7 @@
 //! interrupt that cost 25-35 µs of system time per sample on the virtual machines here (3 % at
 //! 1 kHz), against 1.5 µs for this timer. So the handler turns wall ticks into CPU sampling:
 //! it records a tick only once the thread has used another period of CPU (see
-//! `HandlerState::take_sample`).
+//! `ThreadState::take_sample`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
