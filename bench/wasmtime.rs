@@ -1,5 +1,5 @@
 //! `wasmtime run`, built from the `wasmtime-cli` crate of the Wasmtime version wasmspy runs on
-//! (`target/debug/examples/wasmtime run [OPTIONS] MODULE [ARGS]`): what users run instead of
+//! (`target/debug/examples/wasmtime run [OPTIONS] MODULE [ARGS]`, and `serve`): what users run instead of
 //! wasmspy, and so the baseline of the benchmarks and the program that Linux perf samples in the
 //! faithfulness test. Its defaults are the CLI's, but for the compile cache (the `cache`
 //! feature is left out: `-C cache=n`).
@@ -10,9 +10,12 @@ use clap::Parser;
 #[command(name = "wasmtime")]
 enum Wasmtime {
     Run(wasmtime_cli::commands::RunCommand),
+    Serve(wasmtime_cli::commands::ServeCommand),
 }
 
 fn main() -> wasmtime::Result<()> {
-    let Wasmtime::Run(run) = Wasmtime::parse();
-    run.execute()
+    match Wasmtime::parse() {
+        Wasmtime::Run(run) => run.execute(),
+        Wasmtime::Serve(serve) => serve.execute(),
+    }
 }

@@ -6,7 +6,8 @@ use clap::{Args, Parser, Subcommand};
 use wasmspy::capture::SamplerKind;
 use wasmspy::clock::Clock;
 use wasmspy::export::Format;
-use wasmspy::wasi_host::{DirMount, UnknownImports, WasiOptions};
+use wasmspy::wasi_host::{DirMount, UnknownImports, WasiConfig, WasiOptions};
+use wasmspy::ProfilerOptions;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -23,6 +24,8 @@ pub struct Cli {
 pub enum Command {
     /// Run a WASI program as `wasmtime run` would, and write a CPU profile of it.
     Record(RecordArgs),
+    /// Serve a wasi:http/proxy component as `wasmtime serve` would, and profile every request.
+    Serve(ServeArgs),
     /// Print a profile's top functions (or lines), as `go tool pprof -top` does.
     Report(ReportArgs),
     /// Write a profile in another format.
@@ -81,11 +84,6 @@ pub struct RecordArgs {
     #[arg(short, long, value_name = "PATH")]
     pub output: Vec<PathBuf>,
 
-    /// The format of every output, whatever their names: pprof, firefox, speedscope, svg or
-    /// folded.
-    #[arg(long, value_name = "FORMAT")]
-    pub format: Option<Format>,
-
     /// Write a memory profile here (format chosen as `-o`'s): allocations and in-use memory
     /// by allocation site, from the guest's allocator (C, Rust, Go, TinyGo).
     #[arg(long, value_name = "PATH")]
@@ -97,6 +95,62 @@ pub struct RecordArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub mem_rate: u64,
 
+    /// Keep the live server up after the guest exits, until Ctrl-C, so that its last
+    /// profiles can still be fetched.
+    #[arg(long, requires = "pprof_addr")]
+    pub serve_after_exit: bool,
+
+    #[command(flatten)]
+    pub profiling: ProfilingArgs,
+
+    #[command(flatten)]
+    pub guest: GuestArgs,
+
+    /// The WebAssembly module or component to run (binary or text).
+    #[arg(value_name = "MODULE")]
+    pub module: PathBuf,
+
+    /// Arguments for the guest.
+    #[arg(
+        value_name = "ARGS",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub args: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+#[command(arg_required_else_help = true)]
+pub struct ServeArgs {
+    /// Where to write the CPU profile of every request (see `record -o`); may be given several
+    /// times; `wasmspy.pb.gz` unless only the live server is asked for. Written when the
+    /// server stops (Ctrl-C, SIGTERM), and every `--flush-every` seconds.
+    #[arg(short, long, value_name = "PATH")]
+    pub output: Vec<PathBuf>,
+
+    /// The address to serve the component's HTTP at, as `wasmtime serve --addr`.
+    #[arg(long, value_name = "SOCKADDR", default_value = "0.0.0.0:8080")]
+    pub addr: std::net::SocketAddr,
+
+    #[command(flatten)]
+    pub profiling: ProfilingArgs,
+
+    #[command(flatten)]
+    pub guest: GuestArgs,
+
+    /// The `wasi:http/proxy` component to serve.
+    #[arg(value_name = "COMPONENT")]
+    pub component: PathBuf,
+}
+
+/// How to sample, and the outputs both `record` and `serve` have.
+#[derive(Args, Debug)]
+pub struct ProfilingArgs {
+    /// The format of every output, whatever their names: pprof, firefox, speedscope, svg or
+    /// folded.
+    #[arg(long, value_name = "FORMAT")]
+    pub format: Option<Format>,
+
     /// Serve live profiles at this address while the guest runs, as Go's net/http/pprof does
     /// (`go tool pprof http://ADDR/debug/pprof/profile?seconds=10`).
     #[arg(long, value_name = "ADDR")]
@@ -106,11 +160,6 @@ pub struct RecordArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 3600, requires = "pprof_addr",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub pprof_max_seconds: u64,
-
-    /// Keep the live server up after the guest exits, until Ctrl-C, so that its last
-    /// profiles can still be fetched.
-    #[arg(long, requires = "pprof_addr")]
-    pub serve_after_exit: bool,
 
     /// Write the profiles so far every SECONDS seconds (each write replaces the file whole),
     /// so that a run killed without warning (SIGKILL, out of memory) loses at most that much.
@@ -142,7 +191,11 @@ pub struct RecordArgs {
     /// compiling and writing the profile took.
     #[arg(short, long)]
     pub verbose: bool,
+}
 
+/// What the guest is given, as `wasmtime run` and `wasmtime serve` spell it.
+#[derive(Args, Debug)]
+pub struct GuestArgs {
     /// Give the guest access to a host directory, at GUEST (default: the same path).
     #[arg(long = "dir", value_name = "HOST[::GUEST]")]
     pub dirs: Vec<DirMount>,
@@ -157,8 +210,9 @@ pub struct RecordArgs {
 
     /// A WASI option of `wasmtime run`, as it spells them: `http` (outgoing wasi:http, for
     /// components), `inherit-network`, `allow-ip-name-lookup`, `tcp`, `udp`,
-    /// `network-error-code`, `inherit-env`, `cli` (WASI itself; on unless `cli=n`); each
-    /// NAME[=y|n], several separated by commas; repeatable.
+    /// `network-error-code`, `inherit-env`, `cli` (WASI itself; on unless `cli=n`; for
+    /// `serve`, all of WASI rather than the proxy world's part); each NAME[=y|n], several
+    /// separated by commas; repeatable.
     #[arg(short = 'S', value_name = "OPTION[=y|n]", value_parser = wasi_option)]
     pub wasi: Vec<String>,
 
@@ -170,33 +224,53 @@ pub struct RecordArgs {
     /// Define imports nothing provides as functions that fail when called.
     #[arg(long)]
     pub trap_unknown_imports: bool,
+}
 
-    /// The WebAssembly module or component to run (binary or text).
-    #[arg(value_name = "MODULE")]
-    pub module: PathBuf,
-
-    /// Arguments for the guest.
-    #[arg(
-        value_name = "ARGS",
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
-    pub args: Vec<String>,
+impl ProfilingArgs {
+    /// The profiler's options, with a memory profile at `mem_rate` if one is wanted, and the
+    /// samples' times kept when an output shows a timeline.
+    pub fn options(&self, mem_rate: Option<u64>, timeline: bool) -> ProfilerOptions {
+        ProfilerOptions {
+            rate_hz: self.rate,
+            sampler: self.sampler,
+            clock: self.clock,
+            dwarf: !self.no_dwarf,
+            mem_rate,
+            timeline,
+        }
+    }
 }
 
 impl RecordArgs {
     /// Where the CPU profile goes, if one is wanted: `wasmspy.pb.gz` unless nothing but a
     /// memory profile or the live server is asked for.
     pub fn cpu_outputs(&self) -> Vec<PathBuf> {
-        if !self.output.is_empty() {
-            self.output.clone()
-        } else if self.mem_profile.is_some() || self.pprof_addr.is_some() {
-            Vec::new()
-        } else {
-            vec![PathBuf::from("wasmspy.pb.gz")]
-        }
+        default_output(
+            &self.output,
+            self.mem_profile.is_some() || self.profiling.pprof_addr.is_some(),
+        )
     }
+}
 
+impl ServeArgs {
+    /// Where the CPU profile goes, if one is wanted: `wasmspy.pb.gz` unless only the live
+    /// server is asked for.
+    pub fn cpu_outputs(&self) -> Vec<PathBuf> {
+        default_output(&self.output, self.profiling.pprof_addr.is_some())
+    }
+}
+
+fn default_output(given: &[PathBuf], something_else_asked: bool) -> Vec<PathBuf> {
+    if !given.is_empty() {
+        given.to_vec()
+    } else if something_else_asked {
+        Vec::new()
+    } else {
+        vec![PathBuf::from("wasmspy.pb.gz")]
+    }
+}
+
+impl GuestArgs {
     pub fn unknown_imports(&self) -> UnknownImports {
         if self.default_values_unknown_imports {
             UnknownImports::DefaultValues
@@ -209,7 +283,11 @@ impl RecordArgs {
 
     /// The `-S` options given.
     pub fn wasi_options(&self) -> WasiOptions {
-        let mut options = WasiOptions::default();
+        self.wasi_options_over(WasiOptions::default())
+    }
+
+    /// The `-S` options given, over `options`.
+    pub fn wasi_options_over(&self, mut options: WasiOptions) -> WasiOptions {
         for spec in &self.wasi {
             options
                 .set(spec)
@@ -238,6 +316,17 @@ impl RecordArgs {
             }
         }
         env
+    }
+
+    /// What the guest is given, `argv` as its command line.
+    pub fn wasi_config(&self, argv: Vec<String>) -> WasiConfig {
+        WasiConfig {
+            argv,
+            env: self.guest_env(),
+            dirs: self.dirs.clone(),
+            unknown_imports: self.unknown_imports(),
+            options: self.wasi_options(),
+        }
     }
 }
 

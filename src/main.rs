@@ -34,6 +34,7 @@ fn main() {
     };
     let code = match cli.command {
         cli::Command::Record(args) => commands::record::record(args),
+        cli::Command::Serve(args) => commands::serve::serve(args),
         cli::Command::Report(args) => commands::report::report(args),
         cli::Command::Convert(args) => commands::report::convert(args),
     };

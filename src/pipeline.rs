@@ -4,8 +4,8 @@
 //! (resolver, then recorder). Nothing on the guest thread takes them: the signal handler
 //! writes to its ring, which a drain thread empties into [`Sink::native`]; what the guest
 //! thread hands over (epoch samples, sampled allocations and frees) goes through a bounded
-//! queue that the pipeline's own thread empties, so a profile being built never holds the
-//! guest up.
+//! queue that the pipeline's own thread empties, so a profile being built holds the guest up
+//! only when it allocates faster than the pipeline records (allocations are never dropped).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,10 +19,11 @@ use wasmtime::WasmBacktrace;
 
 use rustc_hash::FxHashMap;
 
-use crate::capture::{NativeSample, SampleValues, Sink, StoreKey};
+use crate::capture::{NativeSample, SampleValues, Sink, StoreKey, Taken};
 use crate::clock::monotonic_ns;
+use crate::profile::Labels;
 use crate::profile::Profile;
-use crate::record::{KindCounts, LabelsId, Mark, Recorder};
+use crate::record::{KindCounts, Mark, Recorder};
 use crate::resolve::{RawFrame, Resolver};
 
 /// Events from the guest thread waiting to be resolved: at 1 kHz, 16 seconds of samples.
@@ -51,9 +52,8 @@ impl Drop for LabeledStore {
 enum Event {
     Sample {
         backtrace: WasmBacktrace,
-        store: StoreKey,
+        taken: Taken,
         values: SampleValues,
-        time_ns: u64,
     },
     Allocation {
         backtrace: WasmBacktrace,
@@ -76,7 +76,7 @@ pub struct Pipeline {
     /// Events the full queue turned away.
     dropped: AtomicU64,
     /// The labels of the stores that have some.
-    store_labels: Mutex<FxHashMap<StoreKey, LabelsId>>,
+    store_labels: Mutex<FxHashMap<StoreKey, Labels>>,
     /// Dropped stores (`CLOCK_MONOTONIC` when dropped), whose labels are forgotten once their
     /// last samples must have been resolved.
     retired: Mutex<VecDeque<(u64, StoreKey)>>,
@@ -115,16 +115,13 @@ impl Pipeline {
 
     /// Gives the samples of `store` these labels, until the returned value is dropped (with
     /// the store: see [`crate::capture::keep_until_dropped`]).
-    pub fn label_store(
-        self: &Arc<Self>,
-        store: StoreKey,
-        labels: &[(String, String)],
-    ) -> Option<LabeledStore> {
-        let id = lock(&self.recorder).intern_labels(labels);
-        if id == LabelsId::NONE {
+    pub fn label_store(self: &Arc<Self>, store: StoreKey, labels: Labels) -> Option<LabeledStore> {
+        if labels.is_empty() {
             return None;
         }
-        lock(&self.store_labels).insert(store, id);
+        // Interned by the recorder when a sample comes: a store is attached without waiting
+        // for a profile being built.
+        lock(&self.store_labels).insert(store, labels);
         Some(LabeledStore {
             pipeline: Arc::downgrade(self),
             store,
@@ -134,20 +131,45 @@ impl Pipeline {
     /// Forgets the labels of stores dropped more than [`RETIRED_LABELS`] ago.
     fn forget_retired(&self) {
         let now = monotonic_ns();
-        let mut retired = lock(&self.retired);
-        while let Some(&(when, store)) = retired.front() {
-            if now.saturating_sub(when) < RETIRED_LABELS.as_nanos() as u64 {
-                break;
+        let expired: Vec<StoreKey> = {
+            let mut retired = lock(&self.retired);
+            let old = retired.partition_point(|&(when, _)| {
+                now.saturating_sub(when) >= RETIRED_LABELS.as_nanos() as u64
+            });
+            retired.drain(..old).map(|(_, store)| store).collect()
+        };
+        // Each lock held briefly, and not both at once: stores attach and drop meanwhile.
+        if !expired.is_empty() {
+            let mut labels = lock(&self.store_labels);
+            for store in expired {
+                labels.remove(&store);
             }
-            retired.pop_front();
-            lock(&self.store_labels).remove(&store);
         }
     }
 
-    fn labels_of(&self, store: Option<StoreKey>) -> LabelsId {
-        store
-            .and_then(|s| lock(&self.store_labels).get(&s).copied())
-            .unwrap_or(LabelsId::NONE)
+    /// Records a resolved sample with its store's labels.
+    fn add_sample(
+        &self,
+        resolver: &Resolver,
+        recorder: &mut Recorder,
+        frames: &[RawFrame],
+        taken: Taken,
+        values: SampleValues,
+    ) {
+        let labels = self.labels_of(taken.store);
+        let thread = Some(taken.thread);
+        recorder.add_sample(
+            resolver,
+            frames,
+            labels.as_ref(),
+            thread,
+            values,
+            taken.time_ns,
+        );
+    }
+
+    fn labels_of(&self, store: Option<StoreKey>) -> Option<Labels> {
+        store.and_then(|s| lock(&self.store_labels).get(&s).cloned())
     }
 
     /// Starts the thread that empties the queue.
@@ -189,38 +211,51 @@ impl Pipeline {
             lock(&self.recorder).add_lost(dropped);
         }
         while let Ok(event) = queued.try_recv() {
-            let mut resolver = self.resolver();
-            let mut recorder = lock(&self.recorder);
-            match event {
-                Event::Sample {
-                    backtrace,
-                    store,
-                    values,
-                    time_ns,
-                } => {
-                    let frames = resolver.backtrace_frames(&backtrace);
-                    let labels = self.labels_of(Some(store));
-                    recorder.add_sample(&resolver, &frames, labels, values, time_ns);
-                }
-                Event::Allocation {
-                    backtrace,
-                    address,
-                    size,
-                    collected,
-                } => {
-                    let frames = resolver.backtrace_frames(&backtrace);
-                    recorder.heap_allocated(&resolver, &frames, address, size, collected);
-                }
-                Event::Free { address } => recorder.heap_freed(address),
-            }
+            self.record(event);
         }
         // After: the queued samples of a store dropped long ago keep its labels.
         self.forget_retired();
     }
 
+    fn record(&self, event: Event) {
+        let mut resolver = self.resolver();
+        let mut recorder = lock(&self.recorder);
+        match event {
+            Event::Sample {
+                backtrace,
+                taken,
+                values,
+            } => {
+                let frames = resolver.backtrace_frames(&backtrace);
+                self.add_sample(&resolver, &mut recorder, &frames, taken, values);
+            }
+            Event::Allocation {
+                backtrace,
+                address,
+                size,
+                collected,
+            } => {
+                let frames = resolver.backtrace_frames(&backtrace);
+                recorder.heap_allocated(&resolver, &frames, address, size, collected);
+            }
+            Event::Free { address } => recorder.heap_freed(address),
+        }
+    }
+
+    /// A sample the full queue turns away is counted as lost.
     fn enqueue(&self, event: Event) {
         if let Err(TrySendError::Full(_)) = self.events.try_send(event) {
             self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// An allocation or a free is never lost (a lost free would show its block as leaked):
+    /// when the guest allocates faster than the pipeline's thread records, the thread that
+    /// finds the queue full records the backlog and its event itself.
+    fn enqueue_kept(&self, event: Event) {
+        if let Err(TrySendError::Full(event)) = self.events.try_send(event) {
+            self.flush();
+            self.record(event);
         }
     }
 
@@ -251,32 +286,19 @@ impl Pipeline {
 }
 
 impl Sink for Pipeline {
-    fn native(
-        &self,
-        sample: NativeSample<'_>,
-        store: Option<StoreKey>,
-        values: SampleValues,
-        time_ns: u64,
-    ) {
-        let labels = self.labels_of(store);
+    fn native(&self, sample: NativeSample<'_>, taken: Taken, values: SampleValues) {
         let mut resolver = self.resolver();
         let mut frames = lock(&self.frames);
         resolver.native_frames(sample, &mut frames);
-        lock(&self.recorder).add_sample(&resolver, &frames, labels, values, time_ns);
+        let mut recorder = lock(&self.recorder);
+        self.add_sample(&resolver, &mut recorder, &frames, taken, values);
     }
 
-    fn backtrace(
-        &self,
-        backtrace: WasmBacktrace,
-        store: StoreKey,
-        values: SampleValues,
-        time_ns: u64,
-    ) {
+    fn backtrace(&self, backtrace: WasmBacktrace, taken: Taken, values: SampleValues) {
         self.enqueue(Event::Sample {
             backtrace,
-            store,
+            taken,
             values,
-            time_ns,
         });
     }
 
@@ -285,7 +307,7 @@ impl Sink for Pipeline {
     }
 
     fn allocation(&self, backtrace: WasmBacktrace, address: u32, size: u64, collected: bool) {
-        self.enqueue(Event::Allocation {
+        self.enqueue_kept(Event::Allocation {
             backtrace,
             address,
             size,
@@ -294,7 +316,7 @@ impl Sink for Pipeline {
     }
 
     fn free(&self, address: u32) {
-        self.enqueue(Event::Free { address });
+        self.enqueue_kept(Event::Free { address });
     }
 }
 
@@ -310,20 +332,21 @@ mod tests {
             Recorder::new(1000, Clock::Cpu, "signal"),
         ));
         let store = StoreKey::unique();
-        let labels = [("request".to_string(), "1".to_string())];
-        let labeled = pipeline.label_store(store, &labels).unwrap();
-        let id = pipeline.labels_of(Some(store));
-        assert_ne!(id, LabelsId::NONE);
-        assert!(pipeline.label_store(StoreKey::unique(), &[]).is_none());
+        let labels: Labels = [("request".to_string(), "1".to_string())].into();
+        let labeled = pipeline.label_store(store, labels.clone()).unwrap();
+        assert_eq!(pipeline.labels_of(Some(store)), Some(labels.clone()));
+        assert!(pipeline
+            .label_store(StoreKey::unique(), Labels::default())
+            .is_none());
         drop(labeled);
         pipeline.flush();
         assert_eq!(
             pipeline.labels_of(Some(store)),
-            id,
+            Some(labels),
             "samples still on their way"
         );
         std::thread::sleep(RETIRED_LABELS + Duration::from_millis(50));
         pipeline.flush();
-        assert_eq!(pipeline.labels_of(Some(store)), LabelsId::NONE);
+        assert_eq!(pipeline.labels_of(Some(store)), None);
     }
 }

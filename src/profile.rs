@@ -69,10 +69,16 @@ pub struct Frame {
 /// taken in; empty for none.
 pub type Labels = Arc<[(String, String)]>;
 
+/// The operating system's id of the thread a sample was taken on (Linux's `gettid`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ThreadId(pub u32);
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sample {
     pub stack: StackId,
     pub labels: Labels,
+    /// The thread it was taken on, where known (formats that read profiles mostly do not say).
+    pub thread: Option<ThreadId>,
     /// Since the start of the profile.
     pub time_ns: u64,
     /// One per [`Profile::sample_types`] entry.
@@ -291,6 +297,7 @@ mod tests {
         let sample = |time_ns, cpu| Sample {
             stack: s,
             labels: Default::default(),
+            thread: None,
             time_ns,
             values: vec![1, cpu],
         };

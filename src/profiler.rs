@@ -25,8 +25,9 @@
 //! ```
 
 use std::fmt;
+use std::future::Future;
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -46,9 +47,16 @@ use crate::clock::{monotonic_ns, thread_cpu_ns, Clock};
 use crate::memory::component::ALLOCATOR_HOOK;
 use crate::memory::rewrite::{report, Rewritten, HOOK_TABLE, SAMPLE_COUNTDOWN};
 use crate::pipeline::Pipeline;
-use crate::profile::Profile;
+use crate::profile::{Labels, Profile};
 use crate::record::{KindCounts, Mark, Recorder};
 use crate::resolve::Resolver;
+
+static NEXT_PROFILER_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The profiler that last sampled this thread through [`ProfilerHandle::sampled`].
+    static SAMPLED_BY: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
 
 #[derive(Clone, Debug)]
 pub struct ProfilerOptions {
@@ -110,6 +118,11 @@ pub struct ProfilerHandle {
     /// With the signal sampler: shows the handler each attached store's record of the guest's
     /// exits from Wasm, by which samples in host code find the guest stack under them.
     store_contexts: Option<Arc<StoreContexts>>,
+    /// Tells this profiler from others of the process, for [`ProfilerHandle::sampled`]'s
+    /// per-thread record of what sampled the thread.
+    id: u64,
+    /// Threads that could not be sampled, said once each.
+    warnings: Arc<Mutex<Vec<String>>>,
 }
 
 impl Profiler {
@@ -177,6 +190,8 @@ impl Profiler {
                 interrupt: Arc::new(AtomicBool::new(false)),
                 sampler: Arc::new(Mutex::new(sampler)),
                 store_contexts,
+                id: NEXT_PROFILER_ID.fetch_add(1, Ordering::Relaxed),
+                warnings: Arc::default(),
             },
             allocations,
         })
@@ -469,25 +484,52 @@ impl ProfilerHandle {
         labels: &[(&str, &str)],
     ) -> Result<()> {
         let key = StoreKey::unique();
-        let labels: Vec<(String, String)> = labels
+        let labels: Labels = labels
             .iter()
             .map(|&(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        if let Some(labeled) = self.pipeline.label_store(key, &labels) {
-            keep_until_dropped(store, labeled);
-        }
-        let samples_at_epochs = {
-            let mut sampler = lock(&self.sampler);
-            sampler.bind_to_current_thread()?;
-            sampler.samples_at_epochs()
-        };
+        self.sample_this_thread()?;
         if self.engine.get_epoch_interruption() {
+            let samples_at_epochs = lock(&self.sampler).samples_at_epochs();
             self.attach_epoch_callback(store, key, samples_at_epochs);
         }
-        if let Some(contexts) = &self.store_contexts {
-            contexts.publish(store, key)?;
-        }
+        let published = match &self.store_contexts {
+            Some(contexts) => Some(contexts.publish(store, key)?),
+            None => None,
+        };
+        // One value the store owns, both withdrawn when it drops.
+        let labeled = self.pipeline.label_store(key, labels);
+        keep_until_dropped(store, (published, labeled));
         Ok(())
+    }
+
+    /// `future`, with every thread that polls it sampled from then on. A guest called
+    /// asynchronously (`call_async`, on a fiber) runs on whichever thread polls its future, and
+    /// a multi-threaded runtime (tokio's) moves tasks between its workers: wrapping the task
+    /// that calls the guest samples each worker it runs on.
+    pub fn sampled<F: Future>(&self, future: F) -> impl Future<Output = F::Output> {
+        let handle = self.clone();
+        async move {
+            let mut future = std::pin::pin!(future);
+            std::future::poll_fn(move |cx| {
+                if let Err(e) = handle.sample_this_thread() {
+                    let warning = format!("a thread running a guest is not sampled: {e:#}");
+                    lock(&handle.warnings).push(warning);
+                }
+                future.as_mut().poll(cx)
+            })
+            .await
+        }
+    }
+
+    /// Samples the calling thread; the sampler is asked once per thread (a failure is not
+    /// retried).
+    fn sample_this_thread(&self) -> Result<()> {
+        if SAMPLED_BY.get() == self.id {
+            return Ok(());
+        }
+        SAMPLED_BY.set(self.id);
+        lock(&self.sampler).bind_to_current_thread()
     }
 
     /// Samples at epoch deadlines (the epoch sampler), and stops the guest there once
@@ -500,6 +542,7 @@ impl ProfilerHandle {
     ) {
         let pipeline = self.pipeline.clone();
         let interrupt = self.interrupt.clone();
+        let mut last_thread = epoch::current_thread();
         let mut last_cpu = thread_cpu_ns();
         let mut last_wall = monotonic_ns();
         store.set_epoch_deadline(1);
@@ -508,12 +551,18 @@ impl ProfilerHandle {
                 return Err(Interrupted.into());
             }
             if samples_at_epochs {
-                let (cpu, wall) = (thread_cpu_ns(), monotonic_ns());
-                let values = SampleValues {
-                    cpu_ns: cpu.saturating_sub(last_cpu),
-                    wall_ns: wall.saturating_sub(last_wall),
+                let (thread, cpu, wall) =
+                    (epoch::current_thread(), thread_cpu_ns(), monotonic_ns());
+                let wall_ns = wall.saturating_sub(last_wall);
+                // An asynchronous store moves between threads: another thread's CPU clock
+                // says nothing of this store's time, which is then taken as the wall time.
+                let cpu_ns = if thread == last_thread {
+                    cpu.saturating_sub(last_cpu)
+                } else {
+                    wall_ns
                 };
-                (last_cpu, last_wall) = (cpu, wall);
+                let values = SampleValues { cpu_ns, wall_ns };
+                (last_thread, last_cpu, last_wall) = (thread, cpu, wall);
                 epoch::take_sample(&ctx, key, pipeline.as_ref(), values);
             }
             Ok(UpdateDeadline::Continue(1))
@@ -567,7 +616,9 @@ impl ProfilerHandle {
     /// Warnings not taken yet: a module without debug info or with damaged names or DWARF
     /// (its profile then shows less, but the run goes on). Building a profile can add some.
     pub fn take_warnings(&self) -> Vec<String> {
-        self.resolver().take_warnings()
+        let mut warnings = std::mem::take(&mut *lock(&self.warnings));
+        warnings.extend(self.resolver().take_warnings());
+        warnings
     }
 
     /// Samples by where they landed, and how many were lost (a full buffer).

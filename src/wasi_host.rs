@@ -3,6 +3,7 @@
 //! `wasi:http` on `-S http`): argv, environment, preopened directories, inherited stdio, exit
 //! codes and traps; file and stdio calls made on the guest's own thread.
 
+pub mod proxy;
 mod unknown_imports;
 
 use std::path::{Path, PathBuf};
@@ -11,7 +12,10 @@ use self::unknown_imports::Stub;
 
 use anyhow::{anyhow, bail, Context, Result};
 use wasmtime::component::{Component, Linker as ComponentLinker};
-use wasmtime::{Config, Engine, Linker, Module, Store, Trap};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, Linker, Module, PoolingAllocationConfig, Store,
+    Trap,
+};
 use wasmtime_wasi::p1::{self, WasiP1Ctx};
 use wasmtime_wasi::p2::bindings::{Command, LinkOptions};
 use wasmtime_wasi::{p0, p2, WasiCtxView, WasiView};
@@ -209,6 +213,35 @@ pub fn engine_config() -> Config {
     Config::new()
 }
 
+/// The engine settings `wasmtime serve` uses: Wasmtime's defaults, with the pooling allocator
+/// (instances, memories and fiber stacks reused from one reservation: a new instance per
+/// request costs less) where the machine lets the process reserve its address space, as
+/// `wasmtime serve` checks.
+pub fn serve_engine_config() -> Config {
+    let mut config = Config::new();
+    if pooling_available() {
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(
+            PoolingAllocationConfig::default(),
+        ));
+    }
+    config
+}
+
+/// Whether a 4 TiB reservation (42 bits of address space) succeeds: the test `wasmtime serve`
+/// makes before it turns the pooling allocator on.
+fn pooling_available() -> bool {
+    const BITS: u32 = 42;
+    let mut config = Config::new();
+    config.wasm_memory64(true);
+    config.memory_reservation(1 << BITS);
+    let Ok(engine) = Engine::new(&config) else {
+        return false;
+    };
+    let mut store = Store::new(&engine, ());
+    let ty = wasmtime::MemoryType::new64(0, Some(1 << (BITS - 16)));
+    wasmtime::Memory::new(&mut store, ty).is_ok()
+}
+
 /// Reads a module or component in binary or text form, refusing what is neither.
 pub fn read_program(path: &Path) -> Result<Vec<u8>> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
@@ -376,30 +409,45 @@ fn component_linker(
 ) -> wasmtime::Result<ComponentLinker<Host>> {
     let mut linker = ComponentLinker::new(component.engine());
     define(&mut linker)?;
+    add_wasi_to_component_linker(&mut linker, options)?;
+    define_unknown_component_imports(&mut linker, component, unknown)?;
+    Ok(linker)
+}
+
+/// WASI preview 2 unless `-S cli=n`, and outgoing `wasi:http` with `-S http`.
+fn add_wasi_to_component_linker(
+    linker: &mut ComponentLinker<Host>,
+    options: &WasiOptions,
+) -> wasmtime::Result<()> {
     if options.cli {
         let mut link = LinkOptions::default();
         link.network_error_code(options.network_error_code);
-        p2::add_to_linker_with_options_async(&mut linker, &link)?;
+        p2::add_to_linker_with_options_async(linker, &link)?;
     }
     if options.http {
-        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
     }
+    Ok(())
+}
+
+fn define_unknown_component_imports(
+    linker: &mut ComponentLinker<Host>,
+    component: &Component,
+    unknown: UnknownImports,
+) -> wasmtime::Result<()> {
     match unknown {
-        UnknownImports::Reject => {}
-        UnknownImports::Trap => {
-            unknown_imports::define_unknown(&mut linker, component, Stub::Trap)?
-        }
+        UnknownImports::Reject => Ok(()),
+        UnknownImports::Trap => unknown_imports::define_unknown(linker, component, Stub::Trap),
         UnknownImports::DefaultValues => {
-            unknown_imports::define_unknown(&mut linker, component, Stub::ZeroValues)?
+            unknown_imports::define_unknown(linker, component, Stub::ZeroValues)
         }
     }
-    Ok(linker)
 }
 
 /// The tokio runtime guests run in, one for the process, as `wasmtime run` has. Started by
 /// [`new_store`], before a profiler starts, and never shut down: its threads' start and end
 /// are not the guest's time.
-fn runtime() -> Result<&'static tokio::runtime::Runtime> {
+pub fn runtime() -> Result<&'static tokio::runtime::Runtime> {
     static RUNTIME: std::sync::LazyLock<std::io::Result<tokio::runtime::Runtime>> =
         std::sync::LazyLock::new(|| {
             tokio::runtime::Builder::new_multi_thread()

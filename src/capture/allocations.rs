@@ -110,7 +110,7 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::capture::{NativeSample, SampleValues, StoreKey};
+    use crate::capture::{NativeSample, SampleValues, Taken};
     use crate::memory::rewrite::Allocator;
 
     /// What reached the sink: (address, size, collected) of allocations; freed addresses.
@@ -121,8 +121,8 @@ mod tests {
     }
 
     impl Sink for Seen {
-        fn native(&self, _: NativeSample<'_>, _: Option<StoreKey>, _: SampleValues, _: u64) {}
-        fn backtrace(&self, _: WasmBacktrace, _: StoreKey, _: SampleValues, _: u64) {}
+        fn native(&self, _: NativeSample<'_>, _: Taken, _: SampleValues) {}
+        fn backtrace(&self, _: WasmBacktrace, _: Taken, _: SampleValues) {}
         fn lost(&self, _: u64) {}
         fn allocation(&self, _: WasmBacktrace, address: u32, size: u64, collected: bool) {
             self.allocations

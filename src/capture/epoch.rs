@@ -13,8 +13,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use wasmtime::{AsContext, Engine, WasmBacktrace};
 
-use super::{SampleValues, Sampler, Sink, StoreKey};
+use super::{SampleValues, Sampler, Sink, StoreKey, Taken};
 use crate::clock::{clock_ns, current_thread_cpu_clock, monotonic_ns, sampling_period, Clock};
+use crate::profile::ThreadId;
 
 pub struct EpochSampler {
     engine: Engine,
@@ -100,6 +101,16 @@ impl Drop for EpochSampler {
 
 /// Takes the store's current guest stack; `key` names the store. Runs on the guest thread.
 pub fn take_sample(store: impl AsContext, key: StoreKey, sink: &dyn Sink, values: SampleValues) {
-    let now = monotonic_ns();
-    sink.backtrace(WasmBacktrace::capture(store), key, values, now);
+    let taken = Taken {
+        store: Some(key),
+        thread: current_thread(),
+        time_ns: monotonic_ns(),
+    };
+    sink.backtrace(WasmBacktrace::capture(store), taken, values);
+}
+
+/// The calling thread's id.
+pub fn current_thread() -> ThreadId {
+    // SAFETY: gettid has no preconditions.
+    ThreadId(unsafe { libc::gettid() } as u32)
 }

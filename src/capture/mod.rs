@@ -16,6 +16,8 @@ pub mod signal;
 use anyhow::Result;
 use wasmtime::WasmBacktrace;
 
+use crate::profile::ThreadId;
+
 /// The innermost frames a sample keeps; deeper stacks lose their outermost frames.
 pub const MAX_STACK_DEPTH: usize = 512;
 
@@ -53,26 +55,23 @@ pub fn keep_until_dropped<T: 'static>(
     });
 }
 
-/// Where captured samples go. `time_ns` is `CLOCK_MONOTONIC` when the sample was taken. The
-/// methods called on the guest thread must not wait for the stages after capture.
+/// Where and when a sample was taken.
+#[derive(Clone, Copy, Debug)]
+pub struct Taken {
+    /// The store whose guest ran, when the sampler could tell.
+    pub store: Option<StoreKey>,
+    pub thread: ThreadId,
+    /// `CLOCK_MONOTONIC`.
+    pub time_ns: u64,
+}
+
+/// Where captured samples go. The methods called on the guest thread must not wait for the
+/// stages after capture.
 pub trait Sink: Send + Sync {
-    /// A sample of native program counters (the signal sampler's, from its drain thread),
-    /// taken in `store` when the handler could tell which store ran.
-    fn native(
-        &self,
-        sample: NativeSample<'_>,
-        store: Option<StoreKey>,
-        values: SampleValues,
-        time_ns: u64,
-    );
-    /// A sample Wasmtime's backtrace took in `store` (the epoch sampler's, on the guest thread).
-    fn backtrace(
-        &self,
-        backtrace: WasmBacktrace,
-        store: StoreKey,
-        values: SampleValues,
-        time_ns: u64,
-    );
+    /// A sample of native program counters (the signal sampler's, from its drain thread).
+    fn native(&self, sample: NativeSample<'_>, taken: Taken, values: SampleValues);
+    /// A sample Wasmtime's backtrace took (the epoch sampler's, on the guest thread).
+    fn backtrace(&self, backtrace: WasmBacktrace, taken: Taken, values: SampleValues);
     /// Samples that never reached the sink (a full ring).
     fn lost(&self, samples: u64);
     /// A sampled allocation of `size` bytes at `address`, made by the guest stack `backtrace`

@@ -1,6 +1,9 @@
-//! The subcommands: `record` runs and profiles a guest (with [`interrupt`] handling Ctrl-C and
-//! SIGTERM), `report` and `convert` read profiles back.
+//! The subcommands: `record` runs and profiles a guest, `serve` serves and profiles a
+//! `wasi:http` component (both with [`interrupt`] handling Ctrl-C and SIGTERM, and
+//! [`outputs`] writing what they recorded), `report` and `convert` read profiles back.
 
 pub mod interrupt;
+pub mod outputs;
 pub mod record;
 pub mod report;
+pub mod serve;

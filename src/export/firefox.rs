@@ -13,10 +13,10 @@ use fxprof_processed_profile::{
     CategoryColor, CategoryHandle, CpuDelta, Frame as FxFrame, FrameFlags, FrameInfo, LibraryInfo,
     MarkerFieldFlags, MarkerFieldFormat, MarkerTiming, Profile as FxProfile, ReferenceTimestamp,
     SamplingInterval, StaticSchemaMarker, StaticSchemaMarkerField, StringHandle, Symbol,
-    SymbolTable, Timestamp, WeightType,
+    SymbolTable, ThreadHandle, Timestamp, WeightType,
 };
 
-use crate::profile::{FrameId, FrameKind, Profile};
+use crate::profile::{FrameId, FrameKind, Profile, ThreadId};
 
 /// A stretch of samples spent in one host call.
 struct HostCallMarker {
@@ -86,20 +86,38 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
     };
     let start = Timestamp::from_nanos_since_reference(0);
     let process = fx.add_process(&name, 0, start);
-    let thread = fx.add_thread(process, 0, start, true);
-    fx.set_thread_name(thread, "guest");
     // Sample types that are not CPU samples (heap profiles, or a single-valued profile read
     // from elsewhere) weigh each sample by the default one.
-    let weight_index = match samples {
-        Some(i) => i,
-        None => {
-            let default = profile.default_sample_type;
-            if profile.sample_types[default].unit == "bytes" {
-                fx.set_thread_samples_weight_type(thread, WeightType::Bytes);
-            }
-            default
+    let weight_index = samples.unwrap_or(profile.default_sample_type);
+    let bytes = samples.is_none() && profile.sample_types[weight_index].unit == "bytes";
+    // A track per thread the samples were taken on, in the order of their first sample; the
+    // first one is the main thread. Samples of no known thread go to the first track.
+    let mut threads: BTreeMap<Option<ThreadId>, Track> = BTreeMap::new();
+    let several = profile
+        .samples
+        .iter()
+        .any(|s| s.thread != profile.samples[0].thread);
+    for sample in &profile.samples {
+        if threads.contains_key(&sample.thread) {
+            continue;
         }
-    };
+        let tid = sample.thread.map_or(0, |t| t.0);
+        let handle = fx.add_thread(process, tid, start, threads.is_empty());
+        match sample.thread {
+            Some(t) if several => fx.set_thread_name(handle, &format!("guest thread {}", t.0)),
+            _ => fx.set_thread_name(handle, "guest"),
+        }
+        if bytes {
+            fx.set_thread_samples_weight_type(handle, WeightType::Bytes);
+        }
+        threads.insert(
+            sample.thread,
+            Track {
+                handle,
+                host_call: None,
+            },
+        );
+    }
 
     // Each module a library whose symbols are its functions at the addresses sampled.
     let mut symbols: BTreeMap<usize, BTreeMap<u32, String>> = BTreeMap::new();
@@ -168,8 +186,7 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
         out
     };
     let untimed = profile.samples.iter().all(|s| s.time_ns == 0);
-    let mut host_call: Option<(FrameId, u64, u64)> = None;
-    let add_marker = |fx: &mut FxProfile, (frame, from, to): (FrameId, u64, u64)| {
+    let add_marker = |fx: &mut FxProfile, thread, (frame, from, to): (FrameId, u64, u64)| {
         let name = fx.intern_string(profile.frame_name(frame));
         fx.add_marker(
             thread,
@@ -190,6 +207,8 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
             sample.time_ns
         };
         let stack = &profile.stacks[sample.stack];
+        let track = threads.get_mut(&sample.thread).expect("a track per thread");
+        let thread = track.handle;
         let mut frames = Vec::new();
         for &frame in stack.iter().rev() {
             frames.extend(frames_of(&mut fx, frame));
@@ -211,22 +230,31 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
             .first()
             .copied()
             .filter(|&f| profile.frame_kind(f) == FrameKind::HostCall && !untimed);
-        match (host_call, leaf) {
+        match (track.host_call, leaf) {
             (Some((frame, from, _)), Some(l)) if frame == l => {
-                host_call = Some((frame, from, time + interval_ns))
+                track.host_call = Some((frame, from, time + interval_ns))
             }
             (current, leaf) => {
                 if let Some(done) = current {
-                    add_marker(&mut fx, done);
+                    add_marker(&mut fx, thread, done);
                 }
-                host_call = leaf.map(|l| (l, time, time + interval_ns));
+                track.host_call = leaf.map(|l| (l, time, time + interval_ns));
             }
         }
     }
-    if let Some(done) = host_call {
-        add_marker(&mut fx, done);
+    for track in threads.values() {
+        if let Some(done) = track.host_call {
+            add_marker(&mut fx, track.handle, done);
+        }
     }
     serde_json::to_writer(out, &fx).context("cannot write the Firefox profile")
+}
+
+/// A thread's track, and the host call its last samples were in (frame, from, to), drawn as
+/// one marker once it ends.
+struct Track {
+    handle: ThreadHandle,
+    host_call: Option<(FrameId, u64, u64)>,
 }
 
 /// A debug id from the module's hash (its first 16 bytes), as symbol servers key libraries.

@@ -80,6 +80,7 @@ pub fn read(text: &str) -> Result<Profile> {
         samples.push(Sample {
             stack: builder.stack(&frames),
             labels: Default::default(),
+            thread: None,
             time_ns: 0,
             values: vec![value],
         });

@@ -309,6 +309,7 @@ pub fn from_proto(p: &proto::Profile) -> Result<Profile> {
         samples.push(Sample {
             stack: builder.stack(&stack),
             labels: labels.into(),
+            thread: None,
             time_ns: 0,
             values: s.value.clone(),
         });
@@ -371,6 +372,7 @@ mod tests {
         let sample = |stack, time_ns, cpu| Sample {
             stack,
             labels: Default::default(),
+            thread: None,
             time_ns,
             values: vec![1, cpu],
         };

@@ -165,6 +165,7 @@ pub fn read(bytes: &[u8]) -> Result<Profile> {
         samples.push(Sample {
             stack: builder.stack(&frames),
             labels: Default::default(),
+            thread: None,
             time_ns: 0,
             values: file.profiles.iter().map(|p| p.weights[i]).collect(),
         });

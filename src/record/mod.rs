@@ -15,7 +15,7 @@ use crate::capture::SampleValues;
 use crate::clock::{monotonic_ns, sampling_period, Clock};
 use crate::profile::{
     Frame, FrameId, Function, FunctionId, Labels, Line, MappingId, Profile, ProfileBuilder,
-    ProfileHeader, Sample, StackId, ValueType, RUNTIME_FRAME, UNKNOWN_HOST_CALL_FRAME,
+    ProfileHeader, Sample, StackId, ThreadId, ValueType, RUNTIME_FRAME, UNKNOWN_HOST_CALL_FRAME,
 };
 use crate::resolve::symbolize::FunctionName;
 use crate::resolve::{RawFrame, Resolver};
@@ -63,8 +63,15 @@ impl LabelsId {
     pub const NONE: LabelsId = LabelsId(0);
 }
 
-/// A stack with its labels: what totals and the timeline are kept by.
+/// A stack with its labels and thread: what totals and the timeline are kept by.
 type KeyId = StackId;
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Key {
+    stack: StackId,
+    labels: LabelsId,
+    thread: Option<ThreadId>,
+}
 
 pub struct Recorder {
     builder: ProfileBuilder,
@@ -72,8 +79,8 @@ pub struct Recorder {
     label_sets: Vec<Labels>,
     label_ids: FxHashMap<Labels, LabelsId>,
     /// Labeled stacks, by key id.
-    keys: Vec<(StackId, LabelsId)>,
-    key_ids: FxHashMap<(StackId, LabelsId), KeyId>,
+    keys: Vec<Key>,
+    key_ids: FxHashMap<Key, KeyId>,
     /// The mapping of each registered module, in the resolver's order.
     mappings: Vec<MappingId>,
     frame_ids: FxHashMap<RawFrame, FrameId>,
@@ -125,17 +132,24 @@ impl Recorder {
         &mut self,
         resolver: &Resolver,
         frames: &[RawFrame],
-        labels: LabelsId,
+        labels: Option<&Labels>,
+        thread: Option<ThreadId>,
         values: SampleValues,
         time_ns: u64,
     ) {
+        let labels = labels.map_or(LabelsId::NONE, |l| self.intern_labels(l));
         match frames.first() {
             Some(RawFrame::Wasm { .. }) => self.counts.guest += 1,
             Some(RawFrame::Runtime) | None => self.counts.runtime += 1,
             Some(_) => self.counts.host_call += 1,
         }
         let stack = self.stack_of(resolver, frames);
-        self.record(stack, labels, values, time_ns);
+        let key = Key {
+            stack,
+            labels,
+            thread,
+        };
+        self.record(key, values, time_ns);
     }
 
     /// Makes a mapping of each module registered since the last call, in the resolver's order.
@@ -177,24 +191,23 @@ impl Recorder {
     }
 
     /// Interns a set of labels (none: [`LabelsId::NONE`]).
-    pub fn intern_labels(&mut self, labels: &[(String, String)]) -> LabelsId {
+    fn intern_labels(&mut self, labels: &Labels) -> LabelsId {
         if labels.is_empty() {
             return LabelsId::NONE;
         }
-        let labels: Labels = labels.into();
-        if let Some(&id) = self.label_ids.get(&labels) {
+        if let Some(&id) = self.label_ids.get(labels) {
             return id;
         }
         let id = LabelsId(self.label_sets.len() as u32);
         self.label_sets.push(labels.clone());
-        self.label_ids.insert(labels, id);
+        self.label_ids.insert(labels.clone(), id);
         id
     }
 
-    fn record(&mut self, stack: StackId, labels: LabelsId, values: SampleValues, time_ns: u64) {
+    fn record(&mut self, key: Key, values: SampleValues, time_ns: u64) {
         let time_ns = time_ns.saturating_sub(self.started_ns);
-        let key = *self.key_ids.entry((stack, labels)).or_insert_with(|| {
-            self.keys.push((stack, labels));
+        let key = *self.key_ids.entry(key).or_insert_with(|| {
+            self.keys.push(key);
             self.keys.len() - 1
         });
         if self.totals.len() <= key {
@@ -209,10 +222,11 @@ impl Recorder {
 
     /// A sample of labeled stack `key`.
     fn sample(&self, key: KeyId, time_ns: u64, tally: Tally) -> Sample {
-        let (stack, labels) = self.keys[key];
+        let key = self.keys[key];
         Sample {
-            stack,
-            labels: self.label_sets[labels.0 as usize].clone(),
+            stack: key.stack,
+            labels: self.label_sets[key.labels.0 as usize].clone(),
+            thread: key.thread,
             time_ns,
             values: self.values(tally),
         }
@@ -387,6 +401,7 @@ impl Recorder {
             .map(|(stack, v)| Sample {
                 stack,
                 labels: Labels::default(),
+                thread: None,
                 time_ns: 0,
                 values: [
                     v.alloc_objects,

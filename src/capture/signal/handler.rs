@@ -10,8 +10,10 @@
 //! - **Reads only mapped memory**: stack reads stay in `[sp, top)` of the stack `sp` is on
 //!   (live frames; the sampled thread is the one the handler runs on): the guest thread's own
 //!   stack, or a fiber stack that [`fiber_stacks`] publishes while it is mapped (guests called
-//!   with `call_async`). They are skipped entirely when `sp` is on neither (e.g. on Wasmtime's
-//!   alternate signal stack). The one exception, a guest's fiber suspended in a host call while
+//!   with `call_async`), or a fiber stack of Wasmtime's own (the pooling allocator's) between the
+//!   guard page and the Wasm entry that a store running on it records (see
+//!   [`ThreadState::running_fiber_at`]). They are skipped entirely when `sp` is on none of these
+//!   (e.g. on Wasmtime's alternate signal stack). The one exception, a guest's fiber suspended in a host call while
 //!   the thread runs its own stack, is read within that fiber's published mapping. Code reads
 //!   (instruction bytes at the PC) happen only for a PC inside a registered module's text.
 //!   Store contexts are read only while [`store_contexts`] publishes them (their stores alive).
@@ -105,7 +107,7 @@ pub struct ThreadState {
     /// The timer that sends the signals, its period and the time of its last tick: the handler
     /// arms it for the next one.
     timer: libc::timer_t,
-    tid: libc::pid_t,
+    pub tid: libc::pid_t,
     cookie: usize,
     tick_ns: u64,
     last_tick_ns: AtomicU64,
@@ -188,7 +190,40 @@ impl ThreadState {
                 top: self.stack_top,
             });
         }
-        fiber_stacks::range_of(sp).map(|r| Stack { sp, top: r.end })
+        fiber_stacks::range_of(sp)
+            .map(|r| Stack { sp, top: r.end })
+            .or_else(|| self.running_fiber_at(sp))
+    }
+
+    /// On a fiber stack that Wasmtime allocated itself (the pooling allocator's stacks, for
+    /// which no `StackCreator` is asked), the live part up to the frame record of the Wasm
+    /// entry of the store running on it. While a store runs on a fiber, its context records
+    /// that fiber's guard page, just below the fiber's stack, and its Wasm entry, on that
+    /// stack: the stack is one readable mapping from the guard's end up past the entry.
+    /// So when `sp` lies between them, `[sp, entry)` is on that stack, whichever store it is
+    /// (the stacks of different fibers do not overlap), and the thread runs on it, so it stays
+    /// mapped while the handler reads it.
+    fn running_fiber_at(&self, sp: usize) -> Option<Stack> {
+        let o = self.exit_record;
+        let mut found = None;
+        store_contexts::for_each(|context, _, _| {
+            // SAFETY: a published context is the VMStoreContext of a live store (see
+            // store_contexts), whose fields are aligned words.
+            let (guard_end, entry_fp) = unsafe {
+                (
+                    read(context + o.fiber_guard_end),
+                    read(context + o.entry_fp),
+                )
+            };
+            if guard_end != 0 && guard_end <= sp && sp < entry_fp {
+                // The entry trampoline's frame record: saved frame pointer, return address.
+                found = Some(Stack {
+                    sp,
+                    top: entry_fp + 2 * std::mem::size_of::<usize>(),
+                });
+            }
+        });
+        found
     }
 
     /// `wall` is `CLOCK_MONOTONIC` now, read once per signal for the sample and the timer.
@@ -273,16 +308,17 @@ impl ThreadState {
     /// Where the guest left Wasm for the host code that `sp` runs: the return address into Wasm
     /// code, the frame pointer of the frame it returns to, and the stack they are on; `None`
     /// with no Wasm under the host code. The exit is the innermost one on `current` of the
-    /// thread's stores with Wasm on the stack; with none there, while the thread runs its own
-    /// stack, the one store whose guest waits suspended on a fiber (its asynchronous host call
-    /// pending), whose frames stay in that fiber's mapping.
+    /// stores with Wasm on that stack (whichever thread attached them: an asynchronous store
+    /// runs on the thread that polls it); with none there, while the thread runs its own stack,
+    /// the one store attached by this thread whose guest waits suspended on a fiber (its
+    /// asynchronous host call pending), whose frames stay in that fiber's mapping.
     fn last_exit(&self, sp: usize, current: Stack) -> Option<Exit> {
         let on_thread_stack = sp >= self.stack_low && sp < self.stack_top;
         let mut innermost: Option<(usize, usize, u64)> = None;
         let mut suspended: Option<(usize, usize, Stack, u64)> = None;
         let mut suspended_count = 0;
         let o = self.exit_record;
-        store_contexts::for_each(self.tid, |context, key| {
+        store_contexts::for_each(|context, key, tid| {
             // SAFETY: a published context is the VMStoreContext of a live store (see
             // store_contexts), whose fields are aligned words.
             let (entry_fp, trampoline_fp, pc) = unsafe {
@@ -299,7 +335,9 @@ impl ThreadState {
                 if innermost.is_none_or(|(_, fp, _)| trampoline_fp < fp) {
                     innermost = Some((pc, trampoline_fp, key));
                 }
-            } else if let Some(fiber) = fiber_stacks::range_of(trampoline_fp) {
+            } else if let Some(fiber) =
+                fiber_stacks::range_of(trampoline_fp).filter(|_| tid == self.tid)
+            {
                 suspended_count += 1;
                 let stack = Stack {
                     sp: fiber.start,
@@ -328,7 +366,7 @@ impl ThreadState {
     fn running_store(&self, current: Stack) -> u64 {
         let mut innermost: Option<(usize, u64)> = None;
         let entry_fp = self.exit_record.entry_fp;
-        store_contexts::for_each(self.tid, |context, key| {
+        store_contexts::for_each(|context, key, _| {
             // SAFETY: a published context is the VMStoreContext of a live store (see
             // store_contexts), whose fields are aligned words.
             let entry = unsafe { read(context + entry_fp) };
@@ -524,8 +562,17 @@ pub fn detach(state: &ThreadState) {
 /// Returns once every handler that was running has finished: none uses what was withdrawn
 /// from it before the call.
 pub fn wait_for_running_handlers() {
+    let mut spins = 0u32;
     while RUNNING.load(Ordering::SeqCst) != 0 {
-        std::hint::spin_loop();
+        // A handler takes microseconds, unless its thread was preempted inside it: then the
+        // core is better given up than spun on for the rest of a time slice (on a busy
+        // server, a store dropped per request waited so, 2 % of the process's CPU).
+        if spins < 100 {
+            spins += 1;
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
     }
 }
 

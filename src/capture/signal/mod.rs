@@ -20,8 +20,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use super::{NativeSample, SampleValues, Sampler, Sink, StoreKey};
+use super::{NativeSample, SampleValues, Sampler, Sink, StoreKey, Taken};
 use crate::clock::{current_thread_cpu_clock, sampling_period, Clock};
+use crate::profile::ThreadId;
 use handler::{Kind, RawSample, ThreadState};
 use ring::Ring;
 use timer::SignalTimer;
@@ -132,9 +133,6 @@ impl Sampler for SignalSampler {
         if self.running.is_some() {
             return Ok(());
         }
-        if self.guests.is_empty() {
-            bail!("the signal sampler was not bound to the guest thread (Profiler::attach)");
-        }
         handler::install().context("cannot install the SIGPROF handler")?;
         if ACTIVE
             .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
@@ -242,8 +240,12 @@ fn drain(states: &Mutex<Vec<Arc<ThreadState>>>, sink: &dyn Sink) {
                 Kind::Guest => NativeSample::Guest(s.pcs()),
                 Kind::Host => NativeSample::Host(s.pcs()),
             };
-            let store = (s.store != 0).then_some(StoreKey(s.store));
-            sink.native(sample, store, values, s.time_ns);
+            let taken = Taken {
+                store: (s.store != 0).then_some(StoreKey(s.store)),
+                thread: ThreadId(state.tid as u32),
+                time_ns: s.time_ns,
+            };
+            sink.native(sample, taken, values);
         }) {}
     }
 }

@@ -19,7 +19,12 @@
 //! - a context is published only while its store's memory is alive: a [`Publication`] owned by
 //!   the store ([`keep_until_dropped`]) withdraws it and waits for running handlers to finish;
 //! - [`for_each`] is async-signal-safe: atomic loads over a fixed table, bounded by [`SLOTS`];
-//!   a slot's thread is written before its context, so a context read comes with its thread.
+//!   a slot's key and thread are written before its context, so a context read comes with
+//!   them.
+//!
+//! A store is not tied to a thread: an asynchronous store's fiber is resumed by whichever
+//! thread polls it (a multi-threaded tokio runtime moves tasks between its workers). The
+//! handler tells the stores running on its own stack by where their records point.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
@@ -29,13 +34,14 @@ use anyhow::{bail, Context as _, Result};
 use wasmtime::{Engine, Instance, Module, Store};
 use wasmtime_environ::{HostPtr, PtrSize, VMCONTEXT_MAGIC};
 
-use crate::capture::{keep_until_dropped, StoreKey};
+use crate::capture::StoreKey;
 
 /// How many stores can be watched at once.
 pub const SLOTS: usize = 256;
 
 struct Slot {
     taken: AtomicBool,
+    /// The thread that attached the store.
     tid: AtomicI32,
     /// The store's [`StoreKey`].
     key: AtomicU64,
@@ -54,13 +60,17 @@ static TABLE: [Slot; SLOTS] = [const {
 /// One past the highest slot ever taken: the handler reads no further.
 static USED: AtomicUsize = AtomicUsize::new(0);
 
-/// Calls `f` with the address of each published store context of thread `tid`, and the
-/// store's key. Async-signal-safe.
-pub fn for_each(tid: libc::pid_t, mut f: impl FnMut(usize, u64)) {
+/// Calls `f` with the address of each published store context, the store's key and the thread
+/// that attached it. Async-signal-safe.
+pub fn for_each(mut f: impl FnMut(usize, u64, libc::pid_t)) {
     for slot in &TABLE[..USED.load(Ordering::Acquire).min(SLOTS)] {
         let context = slot.context.load(Ordering::Acquire);
-        if context != 0 && slot.tid.load(Ordering::Relaxed) == tid {
-            f(context, slot.key.load(Ordering::Relaxed));
+        if context != 0 {
+            f(
+                context,
+                slot.key.load(Ordering::Relaxed),
+                slot.tid.load(Ordering::Relaxed),
+            );
         }
     }
 }
@@ -75,6 +85,9 @@ pub struct Offsets {
     pub exit_pc: usize,
     /// The frame pointer at which Wasm was entered; zero with no Wasm on the stack.
     pub entry_fp: usize,
+    /// The end of the guard page of the fiber the store runs on (the start of that fiber's
+    /// stack); zero while it runs on no fiber.
+    pub fiber_guard_end: usize,
 }
 
 impl Offsets {
@@ -84,6 +97,8 @@ impl Offsets {
             exit_trampoline_fp: context.last_wasm_exit_trampoline_fp().into(),
             exit_pc: context.last_wasm_exit_pc().into(),
             entry_fp: context.last_wasm_entry_fp().into(),
+            fiber_guard_end: usize::from(context.async_guard_range())
+                + std::mem::offset_of!(std::ops::Range<*mut u8>, end),
         }
     }
 }
@@ -94,7 +109,7 @@ pub struct StoreContexts {
 }
 
 /// Keeps a store's context published while it lives in the store.
-struct Publication {
+pub struct Publication {
     slot: usize,
 }
 
@@ -114,10 +129,11 @@ impl StoreContexts {
         Ok(StoreContexts { probe })
     }
 
-    /// Publishes `store`'s context, and `key`, for the handler when it samples the calling
-    /// thread, until the store is dropped. Adds the probe's instance and a host function to
+    /// Publishes `store`'s context, and `key`, for the handler, until the store is dropped. Adds the probe's instance and a host function to
     /// the store.
-    pub fn publish<T: 'static>(&self, store: &mut Store<T>, key: StoreKey) -> Result<()> {
+    /// The publication lasts as long as the value returned, which the store must own
+    /// ([`keep_until_dropped`]) or outlive.
+    pub fn publish<T: 'static>(&self, store: &mut Store<T>, key: StoreKey) -> Result<Publication> {
         let context = self.find(store)?;
         let Some(slot) = TABLE.iter().position(|slot| {
             slot.taken
@@ -133,8 +149,7 @@ impl StoreContexts {
         TABLE[slot].key.store(key.0, Ordering::Relaxed);
         TABLE[slot].context.store(context, Ordering::Release);
         USED.fetch_max(slot + 1, Ordering::SeqCst);
-        keep_until_dropped(store, Publication { slot });
-        Ok(())
+        Ok(Publication { slot })
     }
 
     /// The address of `store`'s `VMStoreContext`.
@@ -189,42 +204,44 @@ mod tests {
     use wasmtime::Func;
 
     use super::*;
+    use crate::capture::keep_until_dropped;
 
-    fn published(tid: libc::pid_t) -> Vec<usize> {
+    fn publish<T: 'static>(contexts: &StoreContexts, store: &mut Store<T>) {
+        let publication = contexts.publish(store, StoreKey::unique()).unwrap();
+        keep_until_dropped(store, publication);
+    }
+
+    fn published() -> Vec<usize> {
         let mut contexts = Vec::new();
-        for_each(tid, |c, _| contexts.push(c));
+        for_each(|c, _, _| contexts.push(c));
         contexts
     }
 
     #[test]
-    fn a_store_is_published_on_its_thread_until_it_is_dropped() {
+    fn a_store_is_published_until_it_is_dropped() {
         let engine = Engine::default();
         let contexts = StoreContexts::new(&engine).unwrap();
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() };
-        let before = published(tid);
+        let before = published();
         let mut store = Store::new(&engine, ());
-        contexts.publish(&mut store, StoreKey::unique()).unwrap();
+        publish(&contexts, &mut store);
         let mut other = Store::new(&engine, ());
-        contexts.publish(&mut other, StoreKey::unique()).unwrap();
-        let now = published(tid);
-        assert_eq!(now.len(), before.len() + 2);
+        publish(&contexts, &mut other);
+        let now = published();
+        let ours: Vec<usize> = now
+            .iter()
+            .copied()
+            .filter(|c| !before.contains(c))
+            .collect();
+        assert_eq!(ours.len(), 2);
         let offsets = Offsets::of_this_build();
-        for &context in now.iter().filter(|c| !before.contains(c)) {
+        for &context in &ours {
             // SAFETY: a published context is a live store's; no Wasm runs on this thread.
             let entry_fp = unsafe { read::<usize>(context + offsets.entry_fp) };
             assert_eq!(entry_fp, 0, "no Wasm is on the stack");
         }
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                // SAFETY: gettid has no preconditions.
-                let elsewhere = unsafe { libc::gettid() };
-                assert!(published(elsewhere).is_empty(), "other threads see none");
-            });
-        });
         drop(store);
         drop(other);
-        assert_eq!(published(tid), before);
+        assert!(published().iter().all(|c| !ours.contains(c)));
     }
 
     #[test]
@@ -241,15 +258,13 @@ mod tests {
         let text = module.text().as_ptr_range();
         let text = text.start as usize..text.end as usize;
         let mut store = Store::new(&engine, Vec::new());
-        contexts.publish(&mut store, StoreKey::unique()).unwrap();
+        publish(&contexts, &mut store);
         let call = Func::wrap(
             &mut store,
             |mut caller: wasmtime::Caller<'_, Vec<usize>>| {
                 let offsets = Offsets::of_this_build();
-                // SAFETY: gettid has no preconditions.
-                let tid = unsafe { libc::gettid() };
                 let mut records = Vec::new();
-                for_each(tid, |context, _| {
+                for_each(|context, _, _| {
                     // SAFETY: a published context is a live store's.
                     records.push(unsafe {
                         [

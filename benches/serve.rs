@@ -1,0 +1,225 @@
+//! `wasmspy serve` against what users run instead, `wasmtime serve` (the CLI's own code, built
+//! from its crate at the same version: `bench/wasmtime.rs`), on `tests/fixtures/rust/http.wasm`.
+//!
+//! `cargo bench --profile dev --bench serve [-- --reps N --seconds S]`
+//!
+//! 1. Coverage: 100 requests, 4 at a time, each `/spin?rounds=20` (about 25 ms of CPU): the
+//!    CPU time in the profile against the CPU time the server process used (all its threads)
+//!    while serving them, and the share of the requests' samples under their own label.
+//! 2. Throughput at saturation: a closed-loop load generator (8 keep-alive connections, each
+//!    sending its next request when the last is answered, in this process on the same cores)
+//!    against each server in turn for S seconds (5 by default), N rounds (5), the order
+//!    rotating: `wasmtime serve`, then `wasmspy serve` at 1 Hz (what attaching a store per
+//!    request costs, sampling aside) and at its default 1 kHz; the medians of the per-round
+//!    ratios of requests per second to `wasmtime serve`'s, for a tiny handler (`/hello`) and
+//!    a busy one (`/spin?rounds=1`, about 1.3 ms).
+
+#[path = "../tests/common/child.rs"]
+#[allow(dead_code)] // the benchmark reads the CPU time alone
+mod child;
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{option, paired, wasmtime_cli};
+
+const CONNECTIONS: usize = 8;
+
+fn main() {
+    let reps: usize = option("--reps", 5);
+    let seconds: f64 = option("--seconds", 5.0);
+    let component = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rust/http.wasm");
+    let wasmspy = Path::new(env!("CARGO_BIN_EXE_wasmspy"));
+
+    println!("## Coverage: 100 requests, 4 at a time, /spin?rounds=20");
+    coverage(wasmspy, &component);
+
+    println!("\n## Requests per second, {CONNECTIONS} connections, {seconds} s x {reps} rounds");
+    println!(
+        "| handler | wasmtime serve req/s | wasmspy serve, 1 Hz | wasmspy serve, 1 kHz (default) |"
+    );
+    println!("|---|---|---|---|");
+    for path in ["/hello", "/spin?rounds=1"] {
+        let (base, ratios) = paired(3, reps, |config| {
+            let server = match config {
+                0 => Server::wasmtime(&component),
+                1 => Server::wasmspy(wasmspy, &component, &["--rate", "1"]),
+                _ => Server::wasmspy(wasmspy, &component, &[]),
+            };
+            // Times, for `paired`: seconds per request.
+            1.0 / load(&server.base, path, Duration::from_secs_f64(seconds))
+        });
+        println!(
+            "| `{path}` | {:.0} | x{:.3} | x{:.3} |",
+            1.0 / base,
+            1.0 / ratios[1],
+            1.0 / ratios[2]
+        );
+    }
+}
+
+struct Server {
+    child: Child,
+    base: String,
+    /// Where a `wasmspy serve` writes its profile when it stops.
+    dir: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    fn wasmtime(component: &Path) -> Server {
+        let mut cmd = Command::new(wasmtime_cli());
+        cmd.args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "-S",
+            "cli",
+            "-C",
+            "cache=n",
+        ])
+        .args(std::env::var("XW").unwrap_or_default().split_whitespace())
+        .arg(component);
+        Server::start(cmd)
+    }
+
+    /// Its profile goes to `extra`'s `-o`, else to a temporary directory.
+    fn wasmspy(wasmspy: &Path, component: &Path, extra: &[&str]) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new(wasmspy);
+        cmd.args(["serve", "--addr", "127.0.0.1:0", "-S", "cli"])
+            .args(extra);
+        if !extra.contains(&"-o") {
+            cmd.arg("-o").arg(dir.path().join("serve.pb.gz"));
+        }
+        cmd.arg("--").arg(component);
+        let mut server = Server::start(cmd);
+        server.dir = Some(dir);
+        server
+    }
+
+    fn start(mut cmd: Command) -> Server {
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the server");
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("Serving HTTP on ") {
+            line.clear();
+            assert!(stderr.read_line(&mut line).unwrap() > 0, "no address");
+        }
+        let base = line
+            .trim_end()
+            .split("Serving HTTP on ")
+            .nth(1)
+            .unwrap()
+            .trim_end_matches('/')
+            .to_string();
+        // Keep reading stderr, so that the server never blocks on a full pipe.
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        Server {
+            child,
+            base,
+            dir: None,
+        }
+    }
+
+    fn cpu_seconds(&self) -> f64 {
+        child::process_cpu_seconds(self.child.id())
+    }
+}
+
+/// Ctrl-C, as a user ends either server (`wasmspy serve` writes its profile then).
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SAFETY: plain kill(2) of our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let _ = self.child.wait();
+    }
+}
+
+fn get(agent: &ureq::Agent, url: &str) {
+    let response = agent.get(url).call().expect("request");
+    let mut body = Vec::new();
+    response.into_reader().read_to_end(&mut body).unwrap();
+}
+
+/// Requests per second over `duration`, from `CONNECTIONS` keep-alive clients.
+fn load(base: &str, path: &str, duration: Duration) -> f64 {
+    let url = format!("{base}{path}");
+    let stop = AtomicBool::new(false);
+    let done = AtomicU64::new(0);
+    // Connections opened and warmed before the clock starts.
+    let agents: Vec<ureq::Agent> = (0..CONNECTIONS)
+        .map(|_| {
+            let agent = ureq::AgentBuilder::new().max_idle_connections(1).build();
+            get(&agent, &url);
+            agent
+        })
+        .collect();
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for agent in &agents {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    get(agent, &url);
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        std::thread::sleep(duration);
+        stop.store(true, Ordering::Relaxed);
+    });
+    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+fn coverage(wasmspy: &Path, component: &Path) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("serve.pb.gz");
+    let server = Server::wasmspy(wasmspy, component, &["-o", out.to_str().unwrap()]);
+    let url = format!("{}/spin?rounds=20", server.base);
+    let cpu_before = server.cpu_seconds();
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                let agent = ureq::Agent::new();
+                for _ in 0..25 {
+                    get(&agent, &url);
+                }
+            });
+        }
+    });
+    let used = server.cpu_seconds() - cpu_before;
+    drop(server);
+    let profile = wasmspy::export::pprof::decode(&std::fs::read(&out).unwrap()).unwrap();
+    let string = |i: i64| profile.string_table[i as usize].as_str();
+    let cpu_index = profile
+        .sample_type
+        .iter()
+        .position(|t| string(t.r#type) == "cpu")
+        .unwrap();
+    let (mut cpu, mut labeled) = (0i64, 0i64);
+    let mut requests = std::collections::HashSet::new();
+    for sample in &profile.sample {
+        cpu += sample.value[cpu_index];
+        if let Some(label) = sample.label.iter().find(|l| string(l.key) == "request") {
+            labeled += sample.value[cpu_index];
+            requests.insert(label.str);
+        }
+    }
+    let cpu = cpu as f64 / 1e9;
+    println!(
+        "server process CPU while serving: {used:.3} s; in the profile: {cpu:.3} s = {:.1} %",
+        100.0 * cpu / used
+    );
+    println!(
+        "samples under a request's label: {:.1} % of the profile's CPU; {} requests labeled",
+        100.0 * labeled as f64 / 1e9 / cpu,
+        requests.len()
+    );
+}

@@ -1,0 +1,289 @@
+//! Where profiles go: files written whole and renamed into place (also periodically), and the
+//! live pprof server, for `record` and `serve` alike.
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result};
+use tempfile::NamedTempFile;
+use wasmspy::export::flamegraph::NothingToDraw;
+use wasmspy::export::Format;
+use wasmspy::profile::Profile;
+use wasmspy::record::{ALLOC_OBJECTS, ALLOC_SPACE, COLLECTED_NOTE, CPU, INUSE_SPACE, SAMPLES};
+use wasmspy::server::{LiveServer, ServerOptions};
+use wasmspy::ProfilerHandle;
+
+use crate::cli::ProfilingArgs;
+use crate::commands::interrupt::{self, GuestEnded};
+
+/// Writes the profiles so far every `every`, until the last write; errors are warned about
+/// once.
+pub fn flush_periodically(
+    outputs: Arc<Outputs>,
+    profiler: ProfilerHandle,
+    every: std::time::Duration,
+) -> Result<()> {
+    std::thread::Builder::new()
+        .name("wasmspy-flush".into())
+        .spawn(move || {
+            let mut warned = false;
+            loop {
+                std::thread::sleep(every);
+                if outputs.all_written() {
+                    return;
+                }
+                if let Err(e) = outputs.flush(&profiler) {
+                    if !std::mem::replace(&mut warned, true) {
+                        eprintln!("wasmspy: warning: {e:#}");
+                    }
+                }
+            }
+        })
+        .context("cannot start the flush thread")?;
+    Ok(())
+}
+
+/// On Ctrl-C, SIGTERM or SIGHUP: the profiles so far written, then the exit
+/// [`interrupt::stop_guest_on_signals`] makes.
+pub fn write_on_signals(
+    profiler: ProfilerHandle,
+    outputs: Arc<Outputs>,
+    ended: GuestEnded,
+) -> Result<()> {
+    let handle = profiler.clone();
+    interrupt::stop_guest_on_signals(profiler, ended, move |profile| {
+        let _ = std::io::stdout().flush();
+        eprintln!("wasmspy: {}", interrupt::ended_by());
+        if let Err(e) = outputs.save(&handle, profile) {
+            eprintln!("wasmspy: error: {e:#}");
+        }
+    })
+}
+
+/// Starts the live server, warning when it listens beyond this machine.
+pub fn start_server(
+    profiler: ProfilerHandle,
+    addr: &str,
+    args: &ProfilingArgs,
+    argv: &[String],
+) -> Result<LiveServer> {
+    let options = ServerOptions {
+        max_seconds: args.pprof_max_seconds,
+        cmdline: argv.to_vec(),
+    };
+    let server = LiveServer::start(profiler, addr, options)?;
+    let local = server.local_addr();
+    if !local.ip().is_loopback() {
+        eprintln!("wasmspy: warning: serving profiles on {local}, beyond this machine: profiles reveal the guest's code structure (function names, source files)");
+    }
+    eprintln!("wasmspy: serving profiles at http://{local}/debug/pprof/");
+    Ok(server)
+}
+
+/// The profiles asked for.
+pub struct Outputs {
+    pub cpu: Vec<Output>,
+    pub memory: Option<Output>,
+}
+
+impl Outputs {
+    /// Fails, before the guest runs, where a profile could not be written. `format` is every
+    /// output's, or each one's name says.
+    pub fn create(cpu: &[PathBuf], memory: Option<&Path>, format: Option<Format>) -> Result<Self> {
+        let output = |p: &Path| Output::create(p, Format::for_output(format, p));
+        Ok(Outputs {
+            cpu: cpu.iter().map(|p| output(p)).collect::<Result<_>>()?,
+            memory: memory.map(output).transpose()?,
+        })
+    }
+
+    /// Writes the CPU profile `cpu` to each of its outputs and the memory profile, after the
+    /// warnings about them. One output failing does not keep the others from being written.
+    pub fn save(&self, profiler: &ProfilerHandle, cpu: &Profile) -> Result<()> {
+        self.write(profiler, cpu, Save::Last)
+    }
+
+    /// Whether every output had its last write.
+    fn all_written(&self) -> bool {
+        self.cpu.iter().chain(&self.memory).all(Output::written)
+    }
+
+    /// Writes the profiles so far, replacing the last flush.
+    fn flush(&self, profiler: &ProfilerHandle) -> Result<()> {
+        let cpu = if self.cpu.is_empty() {
+            Profile::default()
+        } else {
+            profiler.snapshot()
+        };
+        self.write(profiler, &cpu, Save::Flush)
+    }
+
+    fn write(&self, profiler: &ProfilerHandle, cpu: &Profile, save: Save) -> Result<()> {
+        let heap = self.memory.as_ref().and_then(|_| profiler.heap_profile());
+        if save == Save::Last {
+            print_warnings(profiler);
+        }
+        let mut result = Ok(());
+        let summary = format!(
+            "{} samples, {:.3} s CPU",
+            cpu.total(SAMPLES),
+            cpu.total(CPU) as f64 / 1e9
+        );
+        for output in &self.cpu {
+            result = result.and(output.save(cpu, &summary, save));
+        }
+        if let (Some(output), Some(heap)) = (&self.memory, heap) {
+            let mib = |i| heap.total(i) as f64 / (1024.0 * 1024.0);
+            let collected = heap.comments.iter().any(|c| c == COLLECTED_NOTE);
+            let summary = format!(
+                "{} allocations of {:.1} MiB, {:.1} MiB in use at the end{}",
+                heap.total(ALLOC_OBJECTS),
+                mib(ALLOC_SPACE),
+                mib(INUSE_SPACE),
+                if collected {
+                    " (not counting garbage-collected blocks)"
+                } else {
+                    ""
+                }
+            );
+            result = result.and(output.save(&heap, &summary, save));
+        }
+        result
+    }
+}
+
+pub fn print_warnings(profiler: &ProfilerHandle) {
+    for warning in profiler.take_warnings() {
+        eprintln!("wasmspy: warning: {warning}");
+    }
+}
+
+pub fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+/// The profile's destination. Each write goes to a temporary file beside it, renamed into
+/// place once complete: a run that fails, or is killed, before or while writing leaves
+/// whatever was at the path untouched (the last flush, or an older profile). The last write
+/// is the main thread's when the guest ends, or the signal thread's when the guest cannot be
+/// stopped; nothing is written after it.
+pub struct Output {
+    path: PathBuf,
+    pub format: Format,
+    state: Mutex<OutputState>,
+}
+
+struct OutputState {
+    /// Made before the guest runs, to fail early where nothing can be written; used by the
+    /// first write.
+    first: Option<NamedTempFile>,
+    done: bool,
+}
+
+/// Whether a write is the run's last: reported on stderr, and final.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Save {
+    Flush,
+    Last,
+}
+
+impl Output {
+    /// Fails, before the guest runs, where the profile could not be written.
+    fn create(path: &Path, format: Format) -> Result<Self> {
+        if path.is_dir() {
+            return Err(anyhow::anyhow!("it is a directory"))
+                .with_context(|| format!("cannot create output `{}`", path.display()));
+        }
+        let first = temp_file_beside(path)?;
+        Ok(Output {
+            path: path.to_path_buf(),
+            format,
+            state: Mutex::new(OutputState {
+                first: Some(first),
+                done: false,
+            }),
+        })
+    }
+
+    fn written(&self) -> bool {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).done
+    }
+
+    /// Writes `profile`, unless the last write was made; the last one is reported, with
+    /// `summary`, on stderr. A flame graph of nothing is not drawn: the last write warns so.
+    fn save(&self, profile: &Profile, summary: &str, save: Save) -> Result<()> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.done {
+            return Ok(());
+        }
+        state.done = save == Save::Last;
+        // Taken out now, so that the last write removes it even when it writes nothing.
+        let first = state.first.take();
+        let what = || format!("cannot write profile `{}`", self.path.display());
+        let mut bytes = Vec::new();
+        match self.format.write(profile, &mut bytes) {
+            Err(e) if e.is::<NothingToDraw>() => {
+                if save == Save::Last {
+                    eprintln!(
+                        "wasmspy: warning: {} not written: {e} (the guest was not sampled)",
+                        self.path.display()
+                    );
+                }
+                return Ok(());
+            }
+            result => result.with_context(what)?,
+        }
+        let mut file = match first {
+            Some(file) => file,
+            None => temp_file_beside(&self.path)?,
+        };
+        file.write_all(&bytes)
+            .and_then(|()| file.as_file().sync_all())
+            .with_context(what)?;
+        file.persist(&self.path)
+            .map_err(|e| e.error)
+            .with_context(what)?;
+        if save == Save::Last {
+            eprintln!(
+                "wasmspy: wrote {} ({summary}); view it with: {}",
+                self.path.display(),
+                self.format.how_to_view(&self.path)
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A new temporary file in `path`'s directory, with the permissions `File::create` would give.
+fn temp_file_beside(path: &Path) -> Result<NamedTempFile> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    tempfile::Builder::new()
+        .prefix(".wasmspy-")
+        .suffix(".tmp")
+        // As `File::create` would: the process's umask applies.
+        .permissions(std::fs::Permissions::from_mode(0o666))
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot create output `{}`", path.display()))
+}
+
+/// Where the samples landed (`--verbose`).
+pub fn print_counts(profiler: &wasmspy::Profiler, args: &ProfilingArgs) {
+    let c = profiler.handle().counts();
+    eprintln!(
+        "wasmspy: {} sampler at {} Hz on the {} clock: {} guest, {} host call, {} runtime, {} lost samples",
+        profiler.sampler_name(),
+        args.rate,
+        args.clock,
+        c.guest,
+        c.host_call,
+        c.runtime,
+        c.lost
+    );
+}

@@ -1,0 +1,54 @@
+//! A running `wasmspy` child process, as the tests that talk to it while it runs see it.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, ChildStderr};
+
+/// A child's stderr, read line by line up to what a test waits for; every line kept.
+pub struct StderrLines {
+    reader: BufReader<ChildStderr>,
+    lines: Vec<String>,
+}
+
+impl StderrLines {
+    pub fn of(child: &mut Child) -> Self {
+        StderrLines {
+            reader: BufReader::new(child.stderr.take().expect("stderr piped")),
+            lines: Vec::new(),
+        }
+    }
+
+    /// The line containing `text`, read already or read up to now.
+    pub fn wait_for(&mut self, text: &str) -> String {
+        if let Some(line) = self.lines.iter().find(|l| l.contains(text)) {
+            return line.trim_end().to_string();
+        }
+        loop {
+            let mut line = String::new();
+            let n = self.reader.read_line(&mut line).unwrap();
+            assert!(n > 0, "wasmspy ended before `{text}`: {:?}", self.lines);
+            self.lines.push(line.clone());
+            if line.contains(text) {
+                return line.trim_end().to_string();
+            }
+        }
+    }
+
+    /// All of stderr, once the child has ended.
+    pub fn all(mut self) -> String {
+        let mut rest = String::new();
+        self.reader.read_to_string(&mut rest).unwrap();
+        self.lines.concat() + &rest
+    }
+}
+
+/// The CPU time process `pid` has used so far, all its threads (user and system, from
+/// `/proc`, in the kernel's clock ticks).
+pub fn process_cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may hold spaces): utime and stime are the 14th and
+    // 15th fields.
+    let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}

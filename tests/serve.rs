@@ -1,0 +1,318 @@
+//! `wasmspy serve`: a wasi:http/proxy component served on loopback, real requests in
+//! parallel, the profile read back.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use common::child::{process_cpu_seconds, StderrLines};
+use common::*;
+
+/// A `wasmspy serve --addr 127.0.0.1:0 …` running, with the address it serves at.
+struct Server {
+    child: Child,
+    stderr: StderrLines,
+    base: String,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let mut child = wasmspy()
+            .args(["serve", "--addr", "127.0.0.1:0", "-S", "cli"])
+            .args(extra)
+            .arg("--")
+            .arg(fixture("rust/http.wasm"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = StderrLines::of(&mut child);
+        let line = stderr.wait_for("Serving HTTP on ");
+        let url = line.split("Serving HTTP on ").nth(1).unwrap();
+        Server {
+            base: url.trim_end_matches('/').to_string(),
+            child,
+            stderr,
+        }
+    }
+
+    fn cpu_seconds(&self) -> f64 {
+        process_cpu_seconds(self.child.id())
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        let response = match ureq::get(&format!("{}{path}", self.base))
+            .timeout(Duration::from_secs(120))
+            .call()
+        {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("GET {path}: {e}"),
+        };
+        let status = response.status();
+        let mut body = String::new();
+        response.into_reader().read_to_string(&mut body).unwrap();
+        (status, body)
+    }
+
+    /// Stops the server with `signal`; its exit code and all it wrote on stderr.
+    fn stop(mut self, signal: i32) -> (Option<i32>, String) {
+        // SAFETY: plain kill(2) of our own child.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
+        let err = self.stderr.all();
+        let status = self.child.wait().unwrap();
+        (status.code(), err)
+    }
+}
+
+/// The rounds of work request `i` (from 0) asks for: 10 to 40, each a known cost.
+fn rounds(i: usize) -> u64 {
+    10 + 10 * (i % 4) as u64
+}
+
+/// Sends 100 `/spin` requests, 4 at a time; checks every answer.
+fn hundred_requests(server: &Server) {
+    std::thread::scope(|s| {
+        for worker in 0..4 {
+            s.spawn(move || {
+                for i in (worker..100).step_by(4) {
+                    let (status, body) = server.get(&format!("/spin/{}", rounds(i)));
+                    assert_eq!(status, 200, "{body}");
+                    assert!(
+                        body.starts_with(&format!("spun {} rounds", rounds(i))),
+                        "{body}"
+                    );
+                }
+            });
+        }
+    });
+}
+
+/// `kind` summed by the value of the samples' label `key` ("" for none).
+fn by_label(p: &Decoded, kind: &str, key: &str) -> BTreeMap<String, i64> {
+    let i = p.value_index(kind);
+    let mut totals = BTreeMap::new();
+    for sample in &p.0.sample {
+        let value = sample
+            .label
+            .iter()
+            .find(|l| p.str(l.key) == key)
+            .map_or("", |l| p.str(l.str));
+        *totals.entry(value.to_string()).or_default() += sample.value[i];
+    }
+    totals
+}
+
+/// `kind` summed over the samples whose stack holds `function`.
+fn cumulative(p: &Decoded, kind: &str, function: &str) -> i64 {
+    let i = p.value_index(kind);
+    p.stacks()
+        .iter()
+        .filter(|(names, _)| names.iter().any(|n| n == function))
+        .map(|(_, v)| v[i])
+        .sum()
+}
+
+/// 100 requests, 4 at a time, on two cores: the profile holds the CPU the server used
+/// while serving them (every worker thread's), the known split between the handler's two
+/// functions, and each request's samples under its own label, in proportion to its work.
+#[test]
+fn every_request_on_every_thread_under_its_own_label() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("serve.pb.gz");
+    let firefox = dir.path().join("serve.json");
+    let server = Server::start(&["-o", out.to_str().unwrap(), "-o", firefox.to_str().unwrap()]);
+    let cpu_before = server.cpu_seconds();
+    hundred_requests(&server);
+    let cpu_used = server.cpu_seconds() - cpu_before;
+    let (code, err) = server.stop(libc::SIGINT);
+    assert_eq!(code, Some(130), "{err}");
+    assert!(err.contains("wasmspy: wrote"), "{err}");
+    let p = Decoded::load(&out);
+
+    let cpu = p.total("cpu") as f64 / 1e9;
+    assert!(
+        cpu >= 0.9 * cpu_used - 0.02 && cpu <= cpu_used + 0.02,
+        "{cpu} s of CPU in the profile, {cpu_used} s used by the server"
+    );
+    // hot_handler does four times cold_handler's rounds.
+    let (hot, cold) = (
+        cumulative(&p, "cpu", "hot_handler"),
+        cumulative(&p, "cpu", "cold_handler"),
+    );
+    let ratio = hot as f64 / cold as f64;
+    assert!((3.2..4.8).contains(&ratio), "hot/cold {ratio}");
+    assert!(
+        hot as f64 > 0.7 * p.total("cpu") as f64,
+        "{hot} of {}",
+        p.total("cpu")
+    );
+
+    // Every request's samples carry its number (1 to 100, in arrival order), method and
+    // path; the work each did shows in its share.
+    let requests = by_label(&p, "cpu", "request");
+    let guest = hot + cold;
+    let labeled: i64 = requests
+        .iter()
+        .filter(|(r, _)| !r.is_empty())
+        .map(|(_, v)| v)
+        .sum();
+    assert!(
+        labeled as f64 >= 0.97 * guest as f64,
+        "{labeled} of {guest}"
+    );
+    let numbers: Vec<u64> = requests
+        .keys()
+        .filter(|r| !r.is_empty())
+        .map(|r| r.parse().unwrap())
+        .collect();
+    assert!(
+        numbers.len() >= 95 && numbers.iter().all(|n| (1..=100).contains(n)),
+        "{numbers:?}"
+    );
+    assert_eq!(
+        by_label(&p, "cpu", "method").get("GET"),
+        Some(&labeled),
+        "{:?}",
+        by_label(&p, "cpu", "method")
+    );
+    // The Firefox Profiler's file has a track per worker thread that ran requests (two
+    // cores, four requests at a time: both did).
+    let fx: serde_json::Value = serde_json::from_slice(&std::fs::read(&firefox).unwrap()).unwrap();
+    let threads = fx["threads"].as_array().unwrap();
+    assert!(threads.len() >= 2, "{} threads", threads.len());
+    let mut tids = std::collections::BTreeSet::new();
+    for thread in threads {
+        let name = thread["name"].as_str().unwrap();
+        let tid = thread["tid"].to_string().trim_matches('"').to_string();
+        // The first is the main thread, which the Firefox Profiler names after the process.
+        if thread["isMainThread"] != true {
+            assert_eq!(name, format!("guest thread {tid}"));
+        }
+        assert!(thread["samples"]["length"].as_u64().unwrap() > 0, "{name}");
+        tids.insert(tid);
+    }
+    assert_eq!(tids.len(), threads.len());
+
+    // The path tells each request's work (10 to 40 rounds, 25 requests each, interleaved
+    // in time, so that a busier machine slows every kind alike): each kind's CPU is in
+    // proportion to its rounds.
+    let paths = by_label(&p, "cpu", "path");
+    assert_eq!(
+        paths.values().sum::<i64>() - paths.get("").unwrap_or(&0),
+        labeled
+    );
+    let ten = paths["/spin/10"] as f64;
+    for n in [20, 30, 40] {
+        let ratio = paths[&format!("/spin/{n}")] as f64 / ten;
+        let expected = n as f64 / 10.0;
+        assert!(
+            (ratio / expected - 1.0).abs() < 0.25,
+            "/spin/{n}: {ratio} times /spin/10's CPU, not {expected}: {paths:?}"
+        );
+    }
+}
+
+/// A trap answers 500 and the server goes on; SIGTERM writes the profile and exits 143; the
+/// guest's own error goes to stderr.
+#[test]
+fn a_trapping_request_gets_500_and_sigterm_keeps_the_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("serve.pb.gz");
+    let server = Server::start(&["-o", out.to_str().unwrap()]);
+    assert_eq!(server.get("/hello"), (200, "hello\n".to_string()));
+    let (status, _) = server.get("/trap");
+    assert_eq!(status, 500);
+    assert_eq!(server.get("/nowhere").0, 404);
+    let (status, body) = server.get("/spin?rounds=200");
+    assert_eq!(status, 200, "{body}");
+    let (code, err) = server.stop(libc::SIGTERM);
+    assert_eq!(code, Some(143), "{err}");
+    assert!(
+        err.contains("wasm `unreachable` instruction executed"),
+        "{err}"
+    );
+    assert!(err.contains("http_handler::trap"), "{err}");
+    let p = Decoded::load(&out);
+    assert!(cumulative(&p, "cpu", "hot_handler") > 0);
+    assert!(by_label(&p, "cpu", "request").len() > 1);
+}
+
+/// `--pprof-addr`: a CPU profile of the next seconds holds every request served in them.
+#[test]
+fn the_live_endpoint_profiles_the_whole_server() {
+    let mut server = Server::start(&["--pprof-addr", "127.0.0.1:0"]);
+    let line = server.stderr.wait_for("serving profiles at ");
+    let live = line
+        .split("serving profiles at ")
+        .nth(1)
+        .unwrap()
+        .to_string();
+    let profile = std::thread::scope(|s| {
+        let fetch = s.spawn(|| {
+            let response = ureq::get(&format!("{live}profile?seconds=3"))
+                .timeout(Duration::from_secs(60))
+                .call()
+                .unwrap();
+            let mut bytes = Vec::new();
+            response.into_reader().read_to_end(&mut bytes).unwrap();
+            bytes
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        for _ in 0..4 {
+            assert_eq!(server.get("/spin?rounds=30").0, 200);
+        }
+        fetch.join().unwrap()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("live.pb.gz");
+    std::fs::write(&path, profile).unwrap();
+    let p = Decoded::load(&path);
+    assert!(cumulative(&p, "cpu", "hot_handler") > 0);
+    let requests = by_label(&p, "cpu", "request");
+    assert!(
+        ["1", "2", "3", "4"]
+            .iter()
+            .all(|r| requests.contains_key(*r)),
+        "{requests:?}"
+    );
+    let (code, err) = server.stop(libc::SIGINT);
+    assert_eq!(code, Some(130), "{err}");
+}
+
+/// What cannot be served is refused before listening, in one line: as `wasmtime serve`, a
+/// component importing more than the proxy world needs `-S cli`.
+#[test]
+fn what_is_not_a_proxy_component_is_refused() {
+    for (cli, module, expect) in [
+        (
+            "cli",
+            "c/cprog.wasm",
+            "is a core module: wasmspy serve takes a wasi:http/proxy component",
+        ),
+        ("cli", "rust/component.wasm", "is not a wasi:http/proxy"),
+        (
+            "cli=n",
+            "rust/http.wasm",
+            "component imports instance `wasi:cli/environment",
+        ),
+    ] {
+        let out = wasmspy()
+            .args(["serve", "--addr", "127.0.0.1:0", "-S", cli, "--"])
+            .arg(fixture(module))
+            .output()
+            .unwrap();
+        assert_one_line_error(&out, expect, &module);
+    }
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = wasmspy()
+        .args(["serve", "--addr", &addr, "-S", "cli", "--"])
+        .arg(fixture("rust/http.wasm"))
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, &format!("cannot listen at {addr}"), &addr);
+}
