@@ -54,8 +54,28 @@ use crate::resolve::Resolver;
 static NEXT_PROFILER_ID: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
-    /// The profiler that last sampled this thread through [`ProfilerHandle::sampled`].
+    /// The profiler that last began sampling this thread.
     static SAMPLED_BY: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The samplers sampling this thread, told when it ends.
+    static THREAD_END: ThreadEnd = const { ThreadEnd(std::cell::RefCell::new(Vec::new())) };
+}
+
+/// Releases the thread from its samplers when it ends (its slot in the signal handler's table
+/// freed, its timer deleted), so that threads that come and go do not use them up.
+struct ThreadEnd(std::cell::RefCell<Vec<std::sync::Weak<SharedSampler>>>);
+
+/// The sampler, as every handle of a profiler shares it.
+type SharedSampler = Mutex<Box<dyn Sampler>>;
+
+impl Drop for ThreadEnd {
+    fn drop(&mut self) {
+        let thread = epoch::current_thread();
+        for sampler in self.0.take() {
+            if let Some(sampler) = sampler.upgrade() {
+                lock(&sampler).unbind_thread(thread);
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -114,7 +134,7 @@ pub struct ProfilerHandle {
     engine: Engine,
     pipeline: Arc<Pipeline>,
     interrupt: Arc<AtomicBool>,
-    sampler: Arc<Mutex<Box<dyn Sampler>>>,
+    sampler: Arc<SharedSampler>,
     /// With the signal sampler: shows the handler each attached store's record of the guest's
     /// exits from Wasm, by which samples in host code find the guest stack under them.
     store_contexts: Option<Arc<StoreContexts>>,
@@ -529,7 +549,10 @@ impl ProfilerHandle {
             return Ok(());
         }
         SAMPLED_BY.set(self.id);
-        lock(&self.sampler).bind_to_current_thread()
+        lock(&self.sampler).bind_to_current_thread()?;
+        // Fails only while the thread ends, when it runs no guest any more.
+        let _ = THREAD_END.try_with(|end| end.0.borrow_mut().push(Arc::downgrade(&self.sampler)));
+        Ok(())
     }
 
     /// Samples at epoch deadlines (the epoch sampler), and stops the guest there once

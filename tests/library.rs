@@ -612,9 +612,7 @@ fn every_thread_that_attaches_a_store_is_sampled() {
         },
         &format!("(module {BUSY} {functions})"),
     );
-    // The profiler needs a thread bound before it starts: this one, which runs nothing.
-    let mut idle = Store::new(&engine, ());
-    profiler.attach(&mut idle).unwrap();
+    // Started before any store is attached: each thread is sampled from its attach on.
     profiler.start().unwrap();
     let handle = profiler.handle();
     let cpu_ns: Vec<u64> = std::thread::scope(|s| {
@@ -683,6 +681,55 @@ fn every_thread_that_attaches_a_store_is_sampled() {
     assert!(
         seen > 0.9,
         "the profile holds {seen:.3} of the threads' CPU time"
+    );
+}
+
+/// Threads that end free what sampling them took: 300 threads one after the other (more than
+/// the 256 sampled at once), each attaching a store and running its guest for 3 ms of CPU,
+/// all attach and all are sampled, each under its own thread.
+#[test]
+fn threads_that_end_free_their_place() {
+    use wasmspy::clock::thread_cpu_ns;
+    let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
+    let (engine, module, _, mut profiler) = compiled(
+        ProfilerOptions {
+            sampler: SamplerKind::Signal,
+            ..Default::default()
+        },
+        &format!(
+            r#"(module {BUSY} (func (export "hot") (param i32) (result i32) (call $busy (local.get 0))))"#
+        ),
+    );
+    profiler.start().unwrap();
+    let handle = profiler.handle();
+    for _ in 0..300 {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut store = Store::new(&engine, ());
+                handle.attach(&mut store).unwrap();
+                let instance = Instance::new(&mut store, &module, &[]).unwrap();
+                let hot = instance
+                    .get_typed_func::<i32, i32>(&mut store, "hot")
+                    .unwrap();
+                let start = thread_cpu_ns();
+                while thread_cpu_ns() - start < 3_000_000 {
+                    hot.call(&mut store, 100_000).unwrap();
+                }
+            });
+        });
+    }
+    let profile = profiler.stop();
+    let threads: std::collections::HashSet<_> =
+        profile.samples.iter().filter_map(|s| s.thread).collect();
+    assert!(
+        threads.len() >= 285,
+        "{} of 300 threads sampled",
+        threads.len()
+    );
+    assert!(
+        profile.total(CPU) as f64 > 0.5 * 300.0 * 3e6,
+        "{}",
+        profile.total(CPU)
     );
 }
 

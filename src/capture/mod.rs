@@ -134,6 +134,8 @@ pub trait Sampler: Send {
     fn name(&self) -> &'static str;
     /// Samples the calling thread too, which will run a guest (from now on if running).
     fn bind_to_current_thread(&mut self) -> Result<()>;
+    /// Stops sampling a thread that is ending (its samples so far kept).
+    fn unbind_thread(&mut self, _thread: ThreadId) {}
     /// `code`: the executable text of every module the guest may run.
     fn start(&mut self, code: &[std::ops::Range<usize>]) -> Result<()>;
     /// After `stop` returns no more samples arrive.

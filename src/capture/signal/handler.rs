@@ -112,6 +112,9 @@ pub struct ThreadState {
     tick_ns: u64,
     last_tick_ns: AtomicU64,
     pub lost: AtomicU64,
+    /// Set once the thread ended and the state is detached: the drain thread empties its ring
+    /// one last time and drops it. Not read by the handler.
+    pub ended: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the timer id is a kernel handle, usable from any thread; everything else is Sync.
@@ -142,6 +145,7 @@ impl ThreadState {
             tick_ns: tick.as_nanos() as u64,
             last_tick_ns: AtomicU64::new(clock_ns(libc::CLOCK_MONOTONIC)),
             lost: AtomicU64::new(0),
+            ended: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

@@ -204,6 +204,22 @@ impl Sampler for SignalSampler {
         ACTIVE.store(false, Ordering::SeqCst);
     }
 
+    fn unbind_thread(&mut self, thread: ThreadId) {
+        let tid = thread.0 as libc::pid_t;
+        self.guests.retain(|g| g.tid != tid);
+        let Some(running) = &mut self.running else {
+            return;
+        };
+        let Some(state) = lock(&running.states).iter().find(|s| s.tid == tid).cloned() else {
+            return;
+        };
+        // No handler uses the state after this; the drain thread, its ring's one reader,
+        // takes its last samples and then lets it go.
+        handler::detach(&state);
+        state.ended.store(true, Ordering::SeqCst);
+        running.timers.retain(|t| t.tid() != tid);
+    }
+
     /// Only while running: `start` adds all the code registered before.
     fn add_code(&self, code: &[Range<usize>]) {
         if self.running.is_some() {
@@ -229,25 +245,35 @@ fn add_code(code: &[Range<usize>]) {
 
 fn drain(states: &Mutex<Vec<Arc<ThreadState>>>, sink: &dyn Sink) {
     // Cloned so that attaching a thread never waits for the sink.
-    let states = lock(states).clone();
-    for state in &states {
-        while state.ring.pop_with(|s| {
-            let values = SampleValues {
-                cpu_ns: s.cpu_delta_ns,
-                wall_ns: s.wall_delta_ns,
-            };
-            let sample = match s.kind {
-                Kind::Guest => NativeSample::Guest(s.pcs()),
-                Kind::Host => NativeSample::Host(s.pcs()),
-            };
-            let taken = Taken {
-                store: (s.store != 0).then_some(StoreKey(s.store)),
-                thread: ThreadId(state.tid as u32),
-                time_ns: s.time_ns,
-            };
-            sink.native(sample, taken, values);
-        }) {}
+    let sampled = lock(states).clone();
+    for state in &sampled {
+        // Read before draining: a thread that ended before has nothing left after.
+        let ended = state.ended.load(Ordering::SeqCst);
+        drain_state(state, sink);
+        if ended {
+            lock(states).retain(|s| !Arc::ptr_eq(s, state));
+            sink.lost(state.lost.load(Ordering::Relaxed));
+        }
     }
+}
+
+fn drain_state(state: &ThreadState, sink: &dyn Sink) {
+    while state.ring.pop_with(|s| {
+        let values = SampleValues {
+            cpu_ns: s.cpu_delta_ns,
+            wall_ns: s.wall_delta_ns,
+        };
+        let sample = match s.kind {
+            Kind::Guest => NativeSample::Guest(s.pcs()),
+            Kind::Host => NativeSample::Host(s.pcs()),
+        };
+        let taken = Taken {
+            store: (s.store != 0).then_some(StoreKey(s.store)),
+            thread: ThreadId(state.tid as u32),
+            time_ns: s.time_ns,
+        };
+        sink.native(sample, taken, values);
+    }) {}
 }
 
 /// The calling thread's stack, as [lowest address, top).
