@@ -283,6 +283,35 @@ fn the_live_endpoint_profiles_the_whole_server() {
     assert_eq!(code, Some(130), "{err}");
 }
 
+/// `--flush-every`: the profile of the requests served so far is on disk while the server runs,
+/// and stays there when the server is killed without warning.
+#[test]
+fn a_flushed_profile_survives_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("serve.pb.gz");
+    let mut server = Server::start(&["--flush-every", "0.2", "-o", out.to_str().unwrap()]);
+    for _ in 0..4 {
+        assert_eq!(server.get("/spin/30").0, 200);
+    }
+    let on_disk = || -> i64 {
+        let Ok(bytes) = std::fs::read(&out) else {
+            return 0;
+        };
+        let profile = wasmspy::export::pprof::read(&bytes).expect("a flushed profile is whole");
+        profile.total(wasmspy::record::SAMPLES)
+    };
+    let flushed = (0..600).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        on_disk() > 0
+    });
+    assert!(flushed, "no flush with samples after 30 s");
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let p = Decoded::load(&out);
+    assert!(cumulative(&p, "cpu", "hot_handler") > 0);
+    assert!(!by_label(&p, "cpu", "request").is_empty());
+}
+
 /// What cannot be served is refused before listening, in one line: as `wasmtime serve`, a
 /// component importing more than the proxy world needs `-S cli`.
 #[test]
