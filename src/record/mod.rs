@@ -5,6 +5,7 @@
 //! profile is built.
 
 pub mod heap;
+pub mod labels;
 pub mod timeline;
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -20,6 +21,7 @@ use crate::profile::{
 use crate::resolve::symbolize::FunctionName;
 use crate::resolve::{RawFrame, Resolver};
 use heap::Heap;
+use labels::{LabelSets, LabelsId};
 use timeline::{Tally, Timeline};
 
 /// Value indices of a sample: `samples`, `cpu`, and in wall-clock mode `wall`.
@@ -55,14 +57,6 @@ struct WasmFrame {
     offset: u32,
 }
 
-/// A set of labels, interned by the recorder; [`LabelsId::NONE`] is the empty set.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct LabelsId(u32);
-
-impl LabelsId {
-    pub const NONE: LabelsId = LabelsId(0);
-}
-
 /// A stack with its labels and thread: what totals and the timeline are kept by.
 type KeyId = StackId;
 
@@ -75,9 +69,7 @@ struct Key {
 
 pub struct Recorder {
     builder: ProfileBuilder,
-    /// Interned label sets; the first is the empty one.
-    label_sets: Vec<Labels>,
-    label_ids: FxHashMap<Labels, LabelsId>,
+    label_sets: LabelSets,
     /// Labeled stacks, by key id.
     keys: Vec<Key>,
     key_ids: FxHashMap<Key, KeyId>,
@@ -106,8 +98,7 @@ impl Recorder {
     pub fn new(rate_hz: u32, clock: Clock, sampler: &'static str) -> Self {
         Recorder {
             builder: ProfileBuilder::default(),
-            label_sets: vec![Labels::default()],
-            label_ids: FxHashMap::default(),
+            label_sets: LabelSets::default(),
             keys: Vec::new(),
             key_ids: FxHashMap::default(),
             mappings: Vec::new(),
@@ -137,7 +128,7 @@ impl Recorder {
         values: SampleValues,
         time_ns: u64,
     ) {
-        let labels = labels.map_or(LabelsId::NONE, |l| self.intern_labels(l));
+        let labels = labels.map_or(LabelsId::NONE, |l| self.label_sets.intern(l));
         match frames.first() {
             Some(RawFrame::Wasm { .. }) => self.counts.guest += 1,
             Some(RawFrame::Runtime) | None => self.counts.runtime += 1,
@@ -190,20 +181,6 @@ impl Recorder {
         stack_id
     }
 
-    /// Interns a set of labels (none: [`LabelsId::NONE`]).
-    fn intern_labels(&mut self, labels: &Labels) -> LabelsId {
-        if labels.is_empty() {
-            return LabelsId::NONE;
-        }
-        if let Some(&id) = self.label_ids.get(labels) {
-            return id;
-        }
-        let id = LabelsId(self.label_sets.len() as u32);
-        self.label_sets.push(labels.clone());
-        self.label_ids.insert(labels.clone(), id);
-        id
-    }
-
     fn record(&mut self, key: Key, values: SampleValues, time_ns: u64) {
         let time_ns = time_ns.saturating_sub(self.started_ns);
         let key = *self.key_ids.entry(key).or_insert_with(|| {
@@ -225,7 +202,7 @@ impl Recorder {
         let key = self.keys[key];
         Sample {
             stack: key.stack,
-            labels: self.label_sets[key.labels.0 as usize].clone(),
+            labels: self.label_sets.get(key.labels).clone(),
             thread: key.thread,
             time_ns,
             values: self.values(tally),
@@ -537,13 +514,15 @@ impl Recorder {
             default_sample_type,
             period_type,
             period: sampling_period(self.rate_hz).as_nanos() as i64,
-            comments: vec![format!(
+            comments: std::iter::once(format!(
                 "wasmspy {}: {} sampler at {} Hz on the {} clock",
                 env!("CARGO_PKG_VERSION"),
                 self.sampler,
                 self.rate_hz,
                 self.clock
-            )],
+            ))
+            .chain(self.label_sets.note())
+            .collect(),
             ..timing
         }
     }
