@@ -29,6 +29,7 @@ pub mod profiler;
 pub mod record;
 pub mod resolve;
 pub mod server;
+pub mod sync;
 pub mod top;
 pub mod wasi_host;
 pub mod wasm;

@@ -25,6 +25,7 @@ use crate::profile::Labels;
 use crate::profile::Profile;
 use crate::record::{KindCounts, Mark, Recorder};
 use crate::resolve::{RawFrame, Resolver};
+use crate::sync::lock;
 
 /// Events from the guest thread waiting to be resolved: at 1 kHz, 16 seconds of samples.
 const QUEUE_EVENTS: usize = 16 * 1024;
@@ -81,10 +82,6 @@ pub struct Pipeline {
     /// last samples must have been resolved.
     retired: Mutex<VecDeque<(u64, StoreKey)>>,
     thread: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Pipeline {

@@ -41,7 +41,8 @@ use crate::capture::allocations::{Allocations, AllocatorCall};
 use crate::capture::epoch::{self, EpochSampler};
 pub use crate::capture::MAX_STACK_DEPTH;
 use crate::capture::{
-    keep_until_dropped, SampleValues, Sampler, SamplerKind, Sink, StoreKey, SIGNALS_AVAILABLE,
+    keep_until_dropped, SampleValues, Sampler, SamplerKind, Sink, StoreKey, Taken,
+    SIGNALS_AVAILABLE,
 };
 use crate::clock::{monotonic_ns, thread_cpu_ns, Clock};
 use crate::memory::component::ALLOCATOR_HOOK;
@@ -50,6 +51,7 @@ use crate::pipeline::Pipeline;
 use crate::profile::{Labels, Profile};
 use crate::record::{KindCounts, Mark, Recorder};
 use crate::resolve::Resolver;
+use crate::sync::lock;
 
 static NEXT_PROFILER_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -416,10 +418,6 @@ fn allocator_call(
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 #[cfg(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
@@ -586,7 +584,12 @@ impl ProfilerHandle {
                 };
                 let values = SampleValues { cpu_ns, wall_ns };
                 (last_thread, last_cpu, last_wall) = (thread, cpu, wall);
-                epoch::take_sample(&ctx, key, pipeline.as_ref(), values);
+                let taken = Taken {
+                    store: Some(key),
+                    thread,
+                    time_ns: wall,
+                };
+                epoch::take_sample(&ctx, taken, pipeline.as_ref(), values);
             }
             Ok(UpdateDeadline::Continue(1))
         });

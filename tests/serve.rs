@@ -241,7 +241,7 @@ fn a_trapping_request_gets_500_and_sigterm_keeps_the_profile() {
     assert!(by_label(&p, "cpu", "request").len() > 1);
 }
 
-/// `--pprof-addr`: a CPU profile of the next seconds holds every request served in them.
+/// `--pprof-addr`: a CPU profile of the next seconds holds the requests served in them.
 #[test]
 fn the_live_endpoint_profiles_the_whole_server() {
     let mut server = Server::start(&["--pprof-addr", "127.0.0.1:0"]);
@@ -261,8 +261,9 @@ fn the_live_endpoint_profiles_the_whole_server() {
             response.into_reader().read_to_end(&mut bytes).unwrap();
             bytes
         });
-        std::thread::sleep(Duration::from_millis(300));
-        for _ in 0..4 {
+        // Requests all through the window, however late it opens or long it lasts on a busy
+        // machine.
+        while !fetch.is_finished() {
             assert_eq!(server.get("/spin?rounds=30").0, 200);
         }
         fetch.join().unwrap()
@@ -272,13 +273,10 @@ fn the_live_endpoint_profiles_the_whole_server() {
     std::fs::write(&path, profile).unwrap();
     let p = Decoded::load(&path);
     assert!(cumulative(&p, "cpu", "hot_handler") > 0);
+    // Several requests, each under its own number.
     let requests = by_label(&p, "cpu", "request");
-    assert!(
-        ["1", "2", "3", "4"]
-            .iter()
-            .all(|r| requests.contains_key(*r)),
-        "{requests:?}"
-    );
+    let numbered = requests.keys().filter(|r| r.parse::<u64>().is_ok()).count();
+    assert!(numbered >= 2, "{requests:?}");
     let (code, err) = server.stop(libc::SIGINT);
     assert_eq!(code, Some(130), "{err}");
 }
@@ -313,7 +311,7 @@ fn a_flushed_profile_survives_sigkill() {
 }
 
 /// What cannot be served is refused before listening, in one line: as `wasmtime serve`, a
-/// component importing more than the proxy world needs `-S cli`.
+/// component importing more than the proxy world needs `-S cli`, and `-S http=n` is refused.
 #[test]
 fn what_is_not_a_proxy_component_is_refused() {
     for (cli, module, expect) in [
@@ -327,6 +325,11 @@ fn what_is_not_a_proxy_component_is_refused() {
             "cli=n",
             "rust/http.wasm",
             "component imports instance `wasi:cli/environment",
+        ),
+        (
+            "http=n",
+            "rust/http.wasm",
+            "wasi-http is required for the serve command",
         ),
     ] {
         let out = wasmspy()

@@ -13,8 +13,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use wasmtime::{AsContext, Engine, WasmBacktrace};
 
-use super::{SampleValues, Sampler, Sink, StoreKey, Taken};
-use crate::clock::{clock_ns, current_thread_cpu_clock, monotonic_ns, sampling_period, Clock};
+use super::{SampleValues, Sampler, Sink, Taken};
+use crate::clock::{clock_ns, current_thread_cpu_clock, sampling_period, Clock};
 use crate::profile::ThreadId;
 
 pub struct EpochSampler {
@@ -99,13 +99,8 @@ impl Drop for EpochSampler {
     }
 }
 
-/// Takes the store's current guest stack; `key` names the store. Runs on the guest thread.
-pub fn take_sample(store: impl AsContext, key: StoreKey, sink: &dyn Sink, values: SampleValues) {
-    let taken = Taken {
-        store: Some(key),
-        thread: current_thread(),
-        time_ns: monotonic_ns(),
-    };
+/// Takes the store's current guest stack. Runs on the guest thread.
+pub fn take_sample(store: impl AsContext, taken: Taken, sink: &dyn Sink, values: SampleValues) {
     sink.backtrace(WasmBacktrace::capture(store), taken, values);
 }
 

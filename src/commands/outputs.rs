@@ -13,6 +13,7 @@ use wasmspy::export::Format;
 use wasmspy::profile::Profile;
 use wasmspy::record::{ALLOC_OBJECTS, ALLOC_SPACE, COLLECTED_NOTE, CPU, INUSE_SPACE, SAMPLES};
 use wasmspy::server::{LiveServer, ServerOptions};
+use wasmspy::sync::lock;
 use wasmspy::ProfilerHandle;
 
 use crate::cli::ProfilingArgs;
@@ -210,13 +211,13 @@ impl Output {
     }
 
     fn written(&self) -> bool {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).done
+        lock(&self.state).done
     }
 
     /// Writes `profile`, unless the last write was made; the last one is reported, with
     /// `summary`, on stderr. A flame graph of nothing is not drawn: the last write warns so.
     fn save(&self, profile: &Profile, summary: &str, save: Save) -> Result<()> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = lock(&self.state);
         if state.done {
             return Ok(());
         }

@@ -54,8 +54,12 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
     let mut wasi = args.guest.wasi_config(argv.clone());
     wasi.options = args.guest.wasi_options_over(WasiOptions {
         cli: false,
+        http: true,
         ..WasiOptions::default()
     });
+    if !wasi.options.http {
+        anyhow::bail!("wasi-http is required for the serve command, and must not be disabled");
+    }
     let proxy = Proxy::new(&component, wasi).with_context(|| format!("cannot serve `{name}`"))?;
 
     let runtime = wasi_host::runtime()?;

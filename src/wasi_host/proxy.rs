@@ -30,10 +30,8 @@ impl Proxy {
     pub fn new(component: &Component, wasi: WasiConfig) -> Result<Self> {
         let mut linker = Linker::new(component.engine());
         if wasi.options.cli {
-            let mut options = wasi.options.clone();
-            options.http = false; // added below, whatever -S http says
-            super::add_wasi_to_component_linker(&mut linker, &options)?;
-            wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+            // With `-S http` on, as a proxy needs: all of WASI, and `wasi:http`.
+            super::add_wasi_to_component_linker(&mut linker, &wasi.options)?;
         } else {
             wasmtime_wasi_http::p2::add_to_linker_async(&mut linker)?;
         }

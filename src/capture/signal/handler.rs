@@ -192,10 +192,15 @@ impl ThreadState {
             return Some(Stack {
                 sp,
                 top: self.stack_top,
+                store: 0,
             });
         }
         fiber_stacks::range_of(sp)
-            .map(|r| Stack { sp, top: r.end })
+            .map(|r| Stack {
+                sp,
+                top: r.end,
+                store: 0,
+            })
             .or_else(|| self.running_fiber_at(sp))
     }
 
@@ -210,7 +215,7 @@ impl ThreadState {
     fn running_fiber_at(&self, sp: usize) -> Option<Stack> {
         let o = self.exit_record;
         let mut found = None;
-        store_contexts::for_each(|context, _, _| {
+        store_contexts::for_each(|context, key, _| {
             // SAFETY: a published context is the VMStoreContext of a live store (see
             // store_contexts), whose fields are aligned words.
             let (guard_end, entry_fp) = unsafe {
@@ -224,6 +229,7 @@ impl ThreadState {
                 found = Some(Stack {
                     sp,
                     top: entry_fp + 2 * std::mem::size_of::<usize>(),
+                    store: key,
                 });
             }
         });
@@ -258,7 +264,11 @@ impl ThreadState {
             if self.in_code(regs.pc) {
                 s.kind = Kind::Guest;
                 if let Some(stack) = stack {
-                    s.store = self.running_store(stack);
+                    // Found with a pooled fiber's stack already, else looked for.
+                    s.store = match stack.store {
+                        0 => self.running_store(stack),
+                        known => known,
+                    };
                     self.walk(regs, stack, s);
                 }
             } else {
@@ -339,13 +349,15 @@ impl ThreadState {
                 if innermost.is_none_or(|(_, fp, _)| trampoline_fp < fp) {
                     innermost = Some((pc, trampoline_fp, key));
                 }
-            } else if let Some(fiber) =
-                fiber_stacks::range_of(trampoline_fp).filter(|_| tid == self.tid)
+            } else if let Some(fiber) = (tid == self.tid)
+                .then(|| fiber_stacks::range_of(trampoline_fp))
+                .flatten()
             {
                 suspended_count += 1;
                 let stack = Stack {
                     sp: fiber.start,
                     top: fiber.end,
+                    store: key,
                 };
                 suspended = Some((pc, trampoline_fp, stack, key));
             }
@@ -401,6 +413,9 @@ const WORD: usize = std::mem::size_of::<usize>();
 struct Stack {
     sp: usize,
     top: usize,
+    /// The key of the store running on it, when finding the stack told it (a pooled fiber's);
+    /// 0 otherwise.
+    store: u64,
 }
 
 impl Stack {

@@ -23,6 +23,7 @@ use anyhow::{bail, Context, Result};
 use super::{NativeSample, SampleValues, Sampler, Sink, StoreKey, Taken};
 use crate::clock::{current_thread_cpu_clock, sampling_period, Clock};
 use crate::profile::ThreadId;
+use crate::sync::lock;
 use handler::{Kind, RawSample, ThreadState};
 use ring::Ring;
 use timer::SignalTimer;
@@ -98,10 +99,6 @@ impl SignalSampler {
         running.timers.push(timer);
         Ok(())
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Sampler for SignalSampler {
