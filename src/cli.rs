@@ -143,6 +143,11 @@ pub struct ServeArgs {
     pub component: PathBuf,
 }
 
+/// `record`'s sampling rate by default.
+pub const RECORD_RATE: u32 = 1000;
+/// `serve`'s: a server is profiled for as long as it runs, at what Go's net/http/pprof takes.
+pub const SERVE_RATE: u32 = 100;
+
 /// How to sample, and the outputs both `record` and `serve` have.
 #[derive(Args, Debug)]
 pub struct ProfilingArgs {
@@ -166,10 +171,10 @@ pub struct ProfilingArgs {
     #[arg(long, value_name = "SECONDS", value_parser = flush_interval)]
     pub flush_every: Option<std::time::Duration>,
 
-    /// Samples per second.
-    #[arg(long, value_name = "HZ", default_value_t = 1000,
-          value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    pub rate: u32,
+    /// Samples per second [default: 1000 for record; 100 for serve, Go's net/http/pprof rate,
+    /// which a server can afford all the time].
+    #[arg(long, value_name = "HZ", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub rate: Option<u32>,
 
     /// How to sample: `signal` (wherever the guest is, host calls included; Linux x86_64 and
     /// aarch64), `epoch` (where compiled code checks Wasmtime's epoch: function entries and
@@ -227,11 +232,17 @@ pub struct GuestArgs {
 }
 
 impl ProfilingArgs {
-    /// The profiler's options, with a memory profile at `mem_rate` if one is wanted, and the
-    /// samples' times kept when an output shows a timeline.
-    pub fn options(&self, mem_rate: Option<u64>, timeline: bool) -> ProfilerOptions {
+    /// The profiler's options at `--rate` or the command's `default_rate`, with a memory
+    /// profile at `mem_rate` if one is wanted, and the samples' times kept when an output shows
+    /// a timeline.
+    pub fn options(
+        &self,
+        default_rate: u32,
+        mem_rate: Option<u64>,
+        timeline: bool,
+    ) -> ProfilerOptions {
         ProfilerOptions {
-            rate_hz: self.rate,
+            rate_hz: self.rate.unwrap_or(default_rate),
             sampler: self.sampler,
             clock: self.clock,
             dwarf: !self.no_dwarf,

@@ -543,6 +543,8 @@ fn an_embedders_component_is_profiled() {
         let (engine, options) = engine_for(sampler);
         let component = Component::new(&engine, &wasm).unwrap();
         let mut profiler = Profiler::new(&engine, options).unwrap();
+        // Started first: a component registered while running is sampled too.
+        profiler.start().unwrap();
         profiler
             .add_component("app.wasm", &component, &wasm)
             .unwrap();
@@ -561,7 +563,6 @@ fn an_embedders_component_is_profiled() {
         let run = instance
             .get_typed_func::<(i32,), (i32,)>(&mut store, "run")
             .unwrap();
-        profiler.start().unwrap();
         run.call(&mut store, (200_000_000,)).unwrap();
         let profile = profiler.stop();
 
@@ -682,6 +683,60 @@ fn every_thread_that_attaches_a_store_is_sampled() {
         seen > 0.9,
         "the profile holds {seen:.3} of the threads' CPU time"
     );
+}
+
+/// How many times the calling thread gave up the CPU: each signal that wakes a sleeping thread
+/// adds one when it sleeps again.
+fn voluntary_switches() -> u64 {
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// A sampled thread that waits is not woken at the sampling rate (an idle server's workers
+/// would spend CPU doing nothing), and what it runs between waits is still sampled: a thread
+/// alternating 2 ms of work with 3 ms of sleep has its CPU in the profile.
+#[test]
+fn a_waiting_thread_is_not_woken_at_the_sampling_rate() {
+    use wasmspy::clock::thread_cpu_ns;
+    let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut profiler, mut store, run) = attached(ProfilerOptions {
+        sampler: SamplerKind::Signal,
+        ..Default::default()
+    });
+    profiler.start().unwrap();
+    let work = |store: &mut Store<()>, ns: u64| {
+        let start = thread_cpu_ns();
+        while thread_cpu_ns() - start < ns {
+            run.call(&mut *store, 100_000).unwrap();
+        }
+    };
+    work(&mut store, 20_000_000);
+    let before = voluntary_switches();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let woken = voluntary_switches() - before;
+    // Woken at 1 kHz, the thread would give up the CPU about 400 times.
+    assert!(woken < 40, "woken {woken} times in 400 ms of sleep");
+
+    let start = thread_cpu_ns();
+    for _ in 0..100 {
+        work(&mut store, 2_000_000);
+        std::thread::sleep(std::time::Duration::from_millis(3));
+    }
+    let used = thread_cpu_ns() - start;
+    let profile = profiler.stop();
+    let total = profile.total(CPU) as f64;
+    assert!(
+        total > 0.9 * (used + 20_000_000) as f64,
+        "the profile holds {total} ns of the {used} + 20,000,000 ns of CPU"
+    );
+    let share = leaf_share(&profile, "busy");
+    assert!(share > 0.8, "busy has {share:.3} of the CPU time");
 }
 
 /// Threads that end free what sampling them took: 300 threads one after the other (more than

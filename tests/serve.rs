@@ -124,7 +124,15 @@ fn every_request_on_every_thread_under_its_own_label() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("serve.pb.gz");
     let firefox = dir.path().join("serve.json");
-    let server = Server::start(&["-o", out.to_str().unwrap(), "-o", firefox.to_str().unwrap()]);
+    // At 1 kHz rather than serve's 100 Hz: enough samples for the split within its bounds.
+    let server = Server::start(&[
+        "--rate",
+        "1000",
+        "-o",
+        out.to_str().unwrap(),
+        "-o",
+        firefox.to_str().unwrap(),
+    ]);
     let cpu_before = server.cpu_seconds();
     hundred_requests(&server);
     let cpu_used = server.cpu_seconds() - cpu_before;
@@ -217,12 +225,12 @@ fn every_request_on_every_thread_under_its_own_label() {
 }
 
 /// A trap answers 500 and the server goes on; SIGTERM writes the profile and exits 143; the
-/// guest's own error goes to stderr.
+/// guest's own error goes to stderr. Sampled at serve's default rate, 100 Hz.
 #[test]
 fn a_trapping_request_gets_500_and_sigterm_keeps_the_profile() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("serve.pb.gz");
-    let server = Server::start(&["-o", out.to_str().unwrap()]);
+    let server = Server::start(&["-v", "-o", out.to_str().unwrap()]);
     assert_eq!(server.get("/hello"), (200, "hello\n".to_string()));
     let (status, _) = server.get("/trap");
     assert_eq!(status, 500);
@@ -236,9 +244,15 @@ fn a_trapping_request_gets_500_and_sigterm_keeps_the_profile() {
         "{err}"
     );
     assert!(err.contains("http_handler::trap"), "{err}");
+    assert!(err.contains("sampler at 100 Hz"), "{err}");
     let p = Decoded::load(&out);
     assert!(cumulative(&p, "cpu", "hot_handler") > 0);
-    assert!(by_label(&p, "cpu", "request").len() > 1);
+    // The fourth request spun; the server went on after the trap.
+    let requests = by_label(&p, "cpu", "request");
+    assert!(
+        requests.get("4").is_some_and(|&cpu| cpu > 0),
+        "{requests:?}"
+    );
 }
 
 /// `--pprof-addr`: a CPU profile of the next seconds holds the requests served in them.

@@ -52,11 +52,15 @@ pub fn write_on_signals(
     profiler: ProfilerHandle,
     outputs: Arc<Outputs>,
     ended: GuestEnded,
+    verbose: Option<Counts>,
 ) -> Result<()> {
     let handle = profiler.clone();
     interrupt::stop_guest_on_signals(profiler, ended, move |profile| {
         let _ = std::io::stdout().flush();
         eprintln!("wasmspy: {}", interrupt::ended_by());
+        if let Some(counts) = &verbose {
+            counts.print(&handle);
+        }
         if let Err(e) = outputs.save(&handle, profile) {
             eprintln!("wasmspy: error: {e:#}");
         }
@@ -274,17 +278,28 @@ fn temp_file_beside(path: &Path) -> Result<NamedTempFile> {
         .with_context(|| format!("cannot create output `{}`", path.display()))
 }
 
-/// Where the samples landed (`--verbose`).
-pub fn print_counts(profiler: &wasmspy::Profiler, args: &ProfilingArgs) {
-    let c = profiler.handle().counts();
-    eprintln!(
-        "wasmspy: {} sampler at {} Hz on the {} clock: {} guest, {} host call, {} runtime, {} lost samples",
-        profiler.sampler_name(),
-        args.rate,
-        args.clock,
-        c.guest,
-        c.host_call,
-        c.runtime,
-        c.lost
-    );
+/// Where the samples landed, with how they were taken (`--verbose`).
+#[derive(Clone)]
+pub struct Counts {
+    pub sampler: &'static str,
+    pub rate_hz: u32,
+    pub clock: wasmspy::clock::Clock,
+}
+
+impl Counts {
+    pub fn of(profiler: &wasmspy::Profiler, options: &wasmspy::ProfilerOptions) -> Self {
+        Counts {
+            sampler: profiler.sampler_name(),
+            rate_hz: options.rate_hz,
+            clock: options.clock,
+        }
+    }
+
+    pub fn print(&self, profiler: &ProfilerHandle) {
+        let c = profiler.counts();
+        eprintln!(
+            "wasmspy: {} sampler at {} Hz on the {} clock: {} guest, {} host call, {} runtime, {} lost samples",
+            self.sampler, self.rate_hz, self.clock, c.guest, c.host_call, c.runtime, c.lost
+        );
+    }
 }

@@ -12,11 +12,10 @@ use wasmspy::wasi_host::{self, Exit, Program};
 use wasmspy::Profiler;
 use wasmtime::Engine;
 
-use crate::cli::RecordArgs;
+use crate::cli::{RecordArgs, RECORD_RATE};
 use crate::commands::interrupt::{self, GuestEnded};
 use crate::commands::outputs::{
-    file_name, flush_periodically, print_counts, print_warnings, start_server, write_on_signals,
-    Outputs,
+    file_name, flush_periodically, print_warnings, start_server, write_on_signals, Counts, Outputs,
 };
 
 /// `wasmtime run`'s exit code for a trap: that of an abort.
@@ -37,13 +36,18 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     }
 
     let options = args.profiling.options(
+        RECORD_RATE,
         outputs.memory.as_ref().map(|_| args.mem_rate),
         outputs.cpu.iter().any(|o| o.format.shows_time()),
     );
     let mut config = wasi_host::engine_config();
     Profiler::configure(&mut config, &options);
     let engine = Engine::new(&config)?;
-    let mut profiler = Profiler::new(&engine, options)?;
+    let mut profiler = Profiler::new(&engine, options.clone())?;
+    let counts = args
+        .profiling
+        .verbose
+        .then(|| Counts::of(&profiler, &options));
     let rewritten = match &outputs.memory {
         Some(_) => Rewrite::of(&wasm, &profiler)
             .with_context(|| format!("cannot instrument the allocators of `{name}`"))?,
@@ -91,7 +95,12 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         None => None,
     };
     let ended = GuestEnded::default();
-    write_on_signals(profiler.handle(), outputs.clone(), ended.clone())?;
+    write_on_signals(
+        profiler.handle(),
+        outputs.clone(),
+        ended.clone(),
+        counts.clone(),
+    )?;
 
     profiler.start()?;
     if let Some(every) = args.profiling.flush_every {
@@ -120,8 +129,8 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     }
     let profile = profiler.stop();
     let _ = std::io::stdout().flush();
-    if args.profiling.verbose {
-        print_counts(&profiler, &args.profiling);
+    if let Some(counts) = &counts {
+        counts.print(&profiler.handle());
     }
 
     let guest_code = match exit {

@@ -16,11 +16,10 @@ use wasmtime::Engine;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 
-use crate::cli::ServeArgs;
+use crate::cli::{ServeArgs, SERVE_RATE};
 use crate::commands::interrupt::GuestEnded;
 use crate::commands::outputs::{
-    file_name, flush_periodically, print_counts, print_warnings, start_server, write_on_signals,
-    Outputs,
+    file_name, flush_periodically, print_warnings, start_server, write_on_signals, Counts, Outputs,
 };
 
 pub fn serve(args: ServeArgs) -> Result<i32> {
@@ -34,13 +33,19 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
     if !wasmparser::Parser::is_component(&wasm) {
         anyhow::bail!("`{name}` is a core module: wasmspy serve takes a wasi:http/proxy component");
     }
-    let options = args
-        .profiling
-        .options(None, outputs.cpu.iter().any(|o| o.format.shows_time()));
+    let options = args.profiling.options(
+        SERVE_RATE,
+        None,
+        outputs.cpu.iter().any(|o| o.format.shows_time()),
+    );
     let mut config = wasi_host::serve_engine_config();
     Profiler::configure(&mut config, &options);
     let engine = Engine::new(&config)?;
-    let mut profiler = Profiler::new(&engine, options)?;
+    let mut profiler = Profiler::new(&engine, options.clone())?;
+    let counts = args
+        .profiling
+        .verbose
+        .then(|| Counts::of(&profiler, &options));
     let Program::Component(component) = wasi_host::compile(&engine, &wasm)
         .map_err(anyhow::Error::from)
         .with_context(|| format!("cannot compile `{}`", args.component.display()))?
@@ -75,7 +80,12 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
         )?),
         None => None,
     };
-    write_on_signals(profiler.handle(), outputs.clone(), GuestEnded::default())?;
+    write_on_signals(
+        profiler.handle(),
+        outputs.clone(),
+        GuestEnded::default(),
+        counts.clone(),
+    )?;
     profiler.start()?;
     if let Some(every) = args.profiling.flush_every {
         flush_periodically(outputs.clone(), profiler.handle(), every)?;
@@ -95,8 +105,8 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
     let accepted = runtime.block_on(accept_loop(listener, requests));
     // Only an accept error ends the loop; signals end the process from their own thread.
     let profile = profiler.stop();
-    if args.profiling.verbose {
-        print_counts(&profiler, &args.profiling);
+    if let Some(counts) = &counts {
+        counts.print(&profiler.handle());
     }
     let saved = outputs.save(&profiler.handle(), &profile);
     if let Some(server) = server {

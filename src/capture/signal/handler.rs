@@ -2,8 +2,9 @@
 //!
 //! Invariants, which every change must keep:
 //! - **Async-signal-safe**: no allocation, no locks, no panics; only atomics, `clock_gettime`
-//!   (async-signal-safe per POSIX), `gettid` and `timer_settime` (system calls: telling the
-//!   sampled thread, arming the timer for the next sample; see [`super::timer`]) and reads of
+//!   (async-signal-safe per POSIX), `gettid`, `timer_settime` and `getrusage` (system calls:
+//!   telling the sampled thread, arming the timer for the next sample, telling a wait from a
+//!   preemption; see [`super::timer`]) and reads of
 //!   memory proven mapped (below). `errno` is saved and restored.
 //! - **Bounded**: at most [`MAX_FRAMES`] frame records followed, at most
 //!   [`store_contexts::SLOTS`] store contexts read.
@@ -21,9 +22,9 @@
 //!   counting itself in [`RUNNING`]; [`detach`] clears the state's slot and waits for `RUNNING`
 //!   to drop to zero before the state may be freed. The code ranges ([`CODE`]) only grow while
 //!   any state is attached; they are cleared only when none is.
-//! - **One producer per ring**: only a signal of a thread's own timer (`si_code` `SI_TIMER`
-//!   with its cookie), on that thread, takes a sample into that thread's ring and re-arms its
-//!   timer; any other SIGPROF (`kill`, another library's timer, a signal to another thread) is
+//! - **One producer per ring**: only a signal of one of a thread's own timers (`si_code`
+//!   `SI_TIMER` with its cookie), on that thread, takes a sample into that thread's ring and
+//!   arms its next timer; any other SIGPROF (`kill`, another library's timer, a signal to another thread) is
 //!   ignored, so each ring has one producer, its thread.
 //!
 //! Frame walking: Cranelift keeps a frame record (saved frame pointer, return address) in every
@@ -42,9 +43,31 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use super::fiber_stacks;
 use super::ring::Ring;
 use super::store_contexts::{self, Offsets};
+use super::timer::SignalTimer;
 use crate::clock::clock_ns;
 
 pub const MAX_FRAMES: usize = crate::capture::MAX_STACK_DEPTH;
+/// The calling thread's voluntary context switches so far: each is a wait (a blocking system
+/// call, a futex), which a preemption is not. Async-signal-safe: one system call, made
+/// directly (no libc state).
+fn waits_so_far() -> u64 {
+    // SAFETY: a zeroed rusage is valid; getrusage only writes the struct it is given.
+    unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::syscall(libc::SYS_getrusage, libc::RUSAGE_THREAD, &mut usage) != 0 {
+            return 0;
+        }
+        usage.ru_nvcsw as u64
+    }
+}
+
+/// Which of a thread's timers sent a signal.
+#[derive(Clone, Copy)]
+enum Tick {
+    Wall,
+    Cpu,
+}
+
 /// Texts of modules and components the guest threads may run.
 pub const MAX_CODE_RANGES: usize = 1024;
 /// Threads sampled at once.
@@ -104,32 +127,40 @@ pub struct ThreadState {
     /// CPU time at which the next tick is recorded.
     cpu_period_ns: u64,
     next_cpu_ns: AtomicU64,
-    /// The timer that sends the signals, its period and the time of its last tick: the handler
-    /// arms it for the next one.
-    timer: libc::timer_t,
+    /// The timers that send the signals (see [`super::timer`]): on wall time, of period
+    /// `tick_ns`, its last tick at `last_tick_ns`; on the CPU clock (with CPU-clock sampling),
+    /// for a thread that mostly waits. The handler arms one of them at each signal.
+    wall_timer: SignalTimer,
+    cpu_timer: Option<SignalTimer>,
     pub tid: libc::pid_t,
-    cookie: usize,
     tick_ns: u64,
     last_tick_ns: AtomicU64,
+    /// The thread's CPU time, the wall time and (on the CPU clock) its waits so far at the
+    /// last signal.
+    signal_cpu_ns: AtomicU64,
+    signal_wall_ns: AtomicU64,
+    signal_waits: AtomicU64,
     pub lost: AtomicU64,
     /// Set once the thread ended and the state is detached: the drain thread empties its ring
     /// one last time and drops it. Not read by the handler.
     pub ended: std::sync::atomic::AtomicBool,
 }
 
-// SAFETY: the timer id is a kernel handle, usable from any thread; everything else is Sync.
+// SAFETY: the timers are kernel handles, usable from any thread; everything else is Sync.
 unsafe impl Sync for ThreadState {}
 unsafe impl Send for ThreadState {}
 
 impl ThreadState {
-    /// `stack` is the sampled thread's stack; `timer` sends it its signals.
+    /// `stack` is the sampled thread's stack; `wall_timer` and `cpu_timer` send it its
+    /// signals, every `tick` while it runs.
     pub fn new(
         ring: Ring<RawSample>,
         stack: std::ops::Range<usize>,
         cpu_period_ns: u64,
-        timer: &super::timer::SignalTimer,
+        (wall_timer, cpu_timer): (SignalTimer, Option<SignalTimer>),
         tick: std::time::Duration,
     ) -> Self {
+        let now = clock_ns(libc::CLOCK_MONOTONIC);
         ThreadState {
             ring,
             exit_record: Offsets::of_this_build(),
@@ -139,11 +170,14 @@ impl ThreadState {
             last_wall_ns: AtomicU64::new(0),
             cpu_period_ns,
             next_cpu_ns: AtomicU64::new(0),
-            timer: timer.id(),
-            tid: timer.tid(),
-            cookie: timer.cookie(),
+            tid: wall_timer.tid(),
+            wall_timer,
+            cpu_timer,
             tick_ns: tick.as_nanos() as u64,
-            last_tick_ns: AtomicU64::new(clock_ns(libc::CLOCK_MONOTONIC)),
+            last_tick_ns: AtomicU64::new(now),
+            signal_cpu_ns: AtomicU64::new(0),
+            signal_wall_ns: AtomicU64::new(now),
+            signal_waits: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             ended: std::sync::atomic::AtomicBool::new(false),
         }
@@ -153,11 +187,34 @@ impl ThreadState {
     /// thread's CPU clock (this may run on another thread).
     pub fn reset_clocks(&self, cpu_clock: libc::clockid_t) {
         let cpu = clock_ns(cpu_clock);
+        let wall = clock_ns(libc::CLOCK_MONOTONIC);
         self.last_cpu_ns.store(cpu, Ordering::Relaxed);
+        self.signal_cpu_ns.store(cpu, Ordering::Relaxed);
         self.next_cpu_ns
             .store(cpu + self.cpu_period_ns, Ordering::Relaxed);
-        self.last_wall_ns
-            .store(clock_ns(libc::CLOCK_MONOTONIC), Ordering::Relaxed);
+        self.last_wall_ns.store(wall, Ordering::Relaxed);
+        self.signal_wall_ns.store(wall, Ordering::Relaxed);
+    }
+
+    /// Takes the sample a tick calls for, if any, and arms the timer for the next (see
+    /// [`super::timer`]). `wall` and `cpu` are the clocks now. Async-signal-safe.
+    fn on_tick(&self, tick: Tick, regs: &Registers, wall: u64, cpu: u64) -> std::io::Result<()> {
+        let ran = cpu.saturating_sub(self.signal_cpu_ns.swap(cpu, Ordering::Relaxed));
+        let passed = wall.saturating_sub(self.signal_wall_ns.swap(wall, Ordering::Relaxed));
+        if let Some(cpu_timer) = &self.cpu_timer {
+            let waits = waits_so_far();
+            let waited = waits != self.signal_waits.swap(waits, Ordering::Relaxed);
+            // Off the CPU most of the time since, and for a wait of its own, not only for
+            // other threads (a preempted thread is sampled on, as it runs again). Woken by
+            // this tick, perhaps: no sample here; the CPU timer takes the next one where the
+            // thread runs.
+            if matches!(tick, Tick::Wall) && waited && ran * 2 < passed {
+                let next = self.next_cpu_ns.load(Ordering::Relaxed).max(cpu + 1);
+                return super::timer::arm_at(cpu_timer.id(), next);
+            }
+        }
+        self.take_sample(regs, wall, cpu);
+        self.arm_next_tick(wall)
     }
 
     /// Arms the timer, on the CPU this thread runs on, for the next tick of the grid that is
@@ -168,15 +225,23 @@ impl ThreadState {
             next += ((now - next) / self.tick_ns + 1) * self.tick_ns;
         }
         self.last_tick_ns.store(next, Ordering::Relaxed);
-        super::timer::arm_at(self.timer, next)
+        super::timer::arm_at(self.wall_timer.id(), next)
     }
 
-    /// Whether a signal is a tick of this state's timer, delivered to the guest thread.
-    fn is_own_tick(&self, info: &TimerSigInfo) -> bool {
+    /// Which of this state's timers sent a signal, if one did, to the guest thread.
+    fn tick_of(&self, info: &TimerSigInfo) -> Option<Tick> {
+        if info.code != libc::SI_TIMER {
+            return None;
+        }
+        let tick = if info.value == self.wall_timer.cookie() {
+            Tick::Wall
+        } else if self.cpu_timer.as_ref().map(SignalTimer::cookie) == Some(info.value) {
+            Tick::Cpu
+        } else {
+            return None;
+        };
         // SAFETY: gettid is a system call without preconditions, async-signal-safe.
-        info.code == libc::SI_TIMER
-            && info.value == self.cookie
-            && unsafe { libc::gettid() } == self.tid
+        (unsafe { libc::gettid() } == self.tid).then_some(tick)
     }
 
     fn in_code(&self, pc: usize) -> bool {
@@ -236,9 +301,8 @@ impl ThreadState {
         found
     }
 
-    /// `wall` is `CLOCK_MONOTONIC` now, read once per signal for the sample and the timer.
-    fn take_sample(&self, regs: &Registers, wall: u64) {
-        let cpu = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+    /// `wall` and `cpu` are `CLOCK_MONOTONIC` and the thread's CPU time now.
+    fn take_sample(&self, regs: &Registers, wall: u64, cpu: u64) {
         if self.cpu_period_ns > 0 {
             // CPU-clock sampling from wall ticks: a tick is recorded once the thread has used
             // another period of CPU, so samples follow CPU time whatever share of the wall time
@@ -679,16 +743,16 @@ extern "C" fn on_sigprof(_signal: libc::c_int, info: *mut libc::siginfo_t, uc: *
         // counted ourselves in RUNNING before loading the pointer.
         (!state.is_null())
             .then(|| unsafe { &*state })
-            .filter(|state| state.is_own_tick(info))
+            .and_then(|state| Some((state, state.tick_of(info)?)))
     });
-    if let Some(state) = own {
+    if let Some((state, tick)) = own {
         // SAFETY: the kernel passes a valid ucontext to SA_SIGINFO handlers.
         let regs = unsafe { Registers::from_ucontext(uc as *const libc::ucontext_t) };
         let wall = clock_ns(libc::CLOCK_MONOTONIC);
-        state.take_sample(&regs, wall);
+        let cpu = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
         // A failure cannot be reported here; it ends this thread's sampling (`--verbose` shows
         // how many samples were taken).
-        let _ = state.arm_next_tick(wall);
+        let _ = state.on_tick(tick, &regs, wall, cpu);
     }
     RUNNING.fetch_sub(1, Ordering::SeqCst);
     // SAFETY: as above.

@@ -46,7 +46,6 @@ struct GuestThread {
 struct Running {
     /// Every sampled thread's state, which the drain thread empties.
     states: Arc<Mutex<Vec<Arc<ThreadState>>>>,
-    timers: Vec<SignalTimer>,
     stop_drain: Sender<()>,
     drain: JoinHandle<()>,
 }
@@ -76,12 +75,21 @@ impl SignalSampler {
             Clock::Cpu => self.period.as_nanos() as u64,
             Clock::Wall => 0,
         };
-        let timer = SignalTimer::create(guest.tid).context("cannot create the sampling timer")?;
+        let timer = |clock| {
+            SignalTimer::create(clock, guest.tid).context("cannot create the sampling timer")
+        };
+        let timers = (
+            timer(libc::CLOCK_MONOTONIC)?,
+            match self.clock {
+                Clock::Cpu => Some(timer(guest.cpu_clock)?),
+                Clock::Wall => None,
+            },
+        );
         let state = Arc::new(ThreadState::new(
             Ring::new(RING_SLOTS, RawSample::empty),
             guest.stack.clone(),
             cpu_period_ns,
-            &timer,
+            timers,
             self.period,
         ));
         state.reset_clocks(guest.cpu_clock);
@@ -96,7 +104,6 @@ impl SignalSampler {
             return Err(e).context("cannot arm the sampling timer");
         }
         lock(&running.states).push(state);
-        running.timers.push(timer);
         Ok(())
     }
 }
@@ -166,7 +173,6 @@ impl Sampler for SignalSampler {
         };
         let mut running = Running {
             states,
-            timers: Vec::new(),
             stop_drain,
             drain,
         };
@@ -185,11 +191,10 @@ impl Sampler for SignalSampler {
         let Some(running) = self.running.take() else {
             return;
         };
-        // Detached first: the handler re-arms the timers until then.
+        // Detached: the handler arms no more timers; they are deleted with the states.
         for state in lock(&running.states).iter() {
             handler::detach(state);
         }
-        drop(running.timers);
         drop(running.stop_drain);
         let _ = running.drain.join();
         let lost = lock(&running.states)
@@ -211,10 +216,9 @@ impl Sampler for SignalSampler {
             return;
         };
         // No handler uses the state after this; the drain thread, its ring's one reader,
-        // takes its last samples and then lets it go.
+        // takes its last samples and then lets it go, its timers with it.
         handler::detach(&state);
         state.ended.store(true, Ordering::SeqCst);
-        running.timers.retain(|t| t.tid() != tid);
     }
 
     /// Only while running: `start` adds all the code registered before.

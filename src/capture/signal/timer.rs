@@ -1,7 +1,8 @@
-//! What sends SIGPROF to the guest thread at the sampling rate: a POSIX timer
-//! (`timer_create` with `SIGEV_THREAD_ID`) on `CLOCK_MONOTONIC`, a high-resolution clock,
-//! armed for one tick at a time by the signal handler itself (`ThreadState::arm_next_tick`),
-//! on a fixed grid of ticks so that the handler's own latency does not lower the rate.
+//! What sends SIGPROF to the guest thread at the sampling rate: POSIX timers
+//! (`timer_create` with `SIGEV_THREAD_ID`) armed for one expiry at a time by the signal handler
+//! itself: while the thread runs, one on `CLOCK_MONOTONIC`, a high-resolution clock, on a fixed
+//! grid of ticks so that the handler's own latency does not lower the rate; while it mostly
+//! waits, one on its CPU clock (see below and `ThreadState::arm_next`).
 //!
 //! Why: the kernel keeps a timer on the CPU where it was last armed. Once the guest's thread
 //! has moved to another CPU, each expiry reaches it through an inter-processor interrupt,
@@ -21,6 +22,14 @@
 //! 1 kHz), against 1.5 µs for this timer. So the handler turns wall ticks into CPU sampling:
 //! it records a tick only once the thread has used another period of CPU (see
 //! `ThreadState::take_sample`).
+//!
+//! A wall tick also wakes a thread that waits (a server's idle worker in `epoll_wait`): at
+//! 1 kHz, two idle tokio workers cost 6 % of a core doing nothing. So a tick that finds the
+//! thread ran less than half the time since the last signal, and waited meanwhile (a voluntary
+//! context switch: a thread only preempted by others keeps its wall ticks, and its sample
+//! count) arms the thread's CPU-clock timer instead, for the CPU time of its next sample: it fires only once the thread has run that
+//! long, on a scheduler tick while it runs (an unbiased point, if at a coarser rate), and the
+//! handler goes back to wall ticks from there.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -40,10 +49,10 @@ pub struct SignalTimer {
 unsafe impl Send for SignalTimer {}
 
 impl SignalTimer {
-    /// A timer that will send SIGPROF to thread `tid`, not armed yet. Its signals carry a
-    /// value of their own ([`cookie`](Self::cookie)), so that the handler tells them from a
-    /// SIGPROF sent by anything else.
-    pub fn create(tid: libc::pid_t) -> Result<Self> {
+    /// A timer on `clock` that will send SIGPROF to thread `tid`, not armed yet. Its signals
+    /// carry a value of their own ([`cookie`](Self::cookie)), so that the handler tells them
+    /// from a SIGPROF sent by anything else.
+    pub fn create(clock: libc::clockid_t, tid: libc::pid_t) -> Result<Self> {
         static TIMERS: AtomicUsize = AtomicUsize::new(0);
         let cookie = COOKIE_BASE + TIMERS.fetch_add(1, Ordering::Relaxed);
         // SAFETY: a zeroed sigevent is valid before its fields are set; timer_create gets valid
@@ -55,7 +64,7 @@ impl SignalTimer {
             event.sigev_notify_thread_id = tid;
             event.sigev_value.sival_ptr = cookie as *mut libc::c_void;
             let mut timer: libc::timer_t = std::ptr::null_mut();
-            if libc::timer_create(libc::CLOCK_MONOTONIC, &mut event, &mut timer) != 0 {
+            if libc::timer_create(clock, &mut event, &mut timer) != 0 {
                 return Err(std::io::Error::last_os_error().into());
             }
             Ok(SignalTimer {
@@ -81,8 +90,8 @@ impl SignalTimer {
     }
 }
 
-/// Arms `timer` to expire once, at `deadline_ns` on `CLOCK_MONOTONIC`, on the CPU this runs
-/// on. Async-signal-safe (one system call).
+/// Arms `timer` to expire once, at `deadline_ns` on its clock (on `CLOCK_MONOTONIC`, on the
+/// CPU this runs on). Async-signal-safe (one system call).
 pub fn arm_at(timer: libc::timer_t, deadline_ns: u64) -> std::io::Result<()> {
     let value = libc::itimerspec {
         it_interval: libc::timespec {
