@@ -3,14 +3,146 @@
 
 use std::borrow::Borrow;
 use std::hash::Hash;
+use std::marker::PhantomData;
+use std::ops::{Index, IndexMut};
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-pub type MappingId = usize;
-pub type FunctionId = usize;
-pub type FrameId = usize;
-pub type StackId = usize;
+/// The place of an item in one of a profile's [`Table`]s. Each table has an id type of its
+/// own, so that an id of one table cannot index another.
+pub trait Id: Copy + Eq + Ord + Hash + std::fmt::Debug {
+    fn from_index(index: usize) -> Self;
+    fn index(self) -> usize;
+}
+
+/// Declares id types: `ids! { /// doc \n Name; ... }`.
+macro_rules! ids {
+    ($($(#[$doc:meta])* $name:ident;)*) => {$(
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(usize);
+
+        impl $crate::profile::Id for $name {
+            fn from_index(index: usize) -> Self {
+                $name(index)
+            }
+
+            fn index(self) -> usize {
+                self.0
+            }
+        }
+    )*};
+}
+pub(crate) use ids;
+
+ids! {
+    /// A [`Mapping`] of [`Profile::mappings`].
+    MappingId;
+    /// A [`Function`] of [`Profile::functions`].
+    FunctionId;
+    /// A [`Frame`] of [`Profile::frames`].
+    FrameId;
+    /// A stack of [`Profile::stacks`].
+    StackId;
+}
+
+/// Items numbered by their own id type `I`, in the order they were added.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Table<I, T> {
+    items: Vec<T>,
+    id: PhantomData<fn() -> I>,
+}
+
+impl<I: Id, T> Table<I, T> {
+    pub fn push(&mut self, item: T) -> I {
+        self.items.push(item);
+        I::from_index(self.items.len() - 1)
+    }
+
+    pub fn get(&self, id: I) -> Option<&T> {
+        self.items.get(id.index())
+    }
+
+    pub fn first(&self) -> Option<&T> {
+        self.items.first()
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, T> {
+        self.items.iter()
+    }
+
+    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, T> {
+        self.items.iter_mut()
+    }
+
+    /// The items with their ids.
+    pub fn iter_ids(&self) -> impl DoubleEndedIterator<Item = (I, &T)> + ExactSizeIterator {
+        self.items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| (I::from_index(i), item))
+    }
+
+    pub fn ids(&self) -> impl DoubleEndedIterator<Item = I> + ExactSizeIterator {
+        (0..self.items.len()).map(I::from_index)
+    }
+}
+
+impl<I, T> Default for Table<I, T> {
+    fn default() -> Self {
+        Table {
+            items: Vec::new(),
+            id: PhantomData,
+        }
+    }
+}
+
+impl<I, T> From<Vec<T>> for Table<I, T> {
+    fn from(items: Vec<T>) -> Self {
+        Table {
+            items,
+            id: PhantomData,
+        }
+    }
+}
+
+impl<I, T> FromIterator<T> for Table<I, T> {
+    fn from_iter<It: IntoIterator<Item = T>>(items: It) -> Self {
+        Vec::from_iter(items).into()
+    }
+}
+
+impl<'a, I: Id, T> IntoIterator for &'a Table<I, T> {
+    type Item = &'a T;
+    type IntoIter = std::slice::Iter<'a, T>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<I: Id, T> Index<I> for Table<I, T> {
+    type Output = T;
+
+    fn index(&self, id: I) -> &T {
+        &self.items[id.index()]
+    }
+}
+
+impl<I: Id, T> IndexMut<I> for Table<I, T> {
+    fn index_mut(&mut self, id: I) -> &mut T {
+        &mut self.items[id.index()]
+    }
+}
 
 /// What a sample value measures, e.g. `cpu`/`nanoseconds`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -94,11 +226,11 @@ pub struct Profile {
     pub period: i64,
     pub start_unix_ns: i64,
     pub duration_ns: i64,
-    pub mappings: Vec<Mapping>,
-    pub functions: Vec<Function>,
-    pub frames: Vec<Frame>,
+    pub mappings: Table<MappingId, Mapping>,
+    pub functions: Table<FunctionId, Function>,
+    pub frames: Table<FrameId, Frame>,
     /// Each stack lists frames leaf first, root last.
-    pub stacks: Vec<Vec<FrameId>>,
+    pub stacks: Table<StackId, Vec<FrameId>>,
     pub samples: Vec<Sample>,
     pub comments: Vec<String>,
 }
@@ -153,22 +285,22 @@ impl Profile {
 
 /// Gives equal values one id, so each distinct function, frame and stack is stored once.
 #[derive(Debug)]
-struct Interner<T> {
-    items: Vec<T>,
-    ids: FxHashMap<T, usize>,
+struct Interner<I, T> {
+    items: Table<I, T>,
+    ids: FxHashMap<T, I>,
 }
 
-impl<T> Default for Interner<T> {
+impl<I, T> Default for Interner<I, T> {
     fn default() -> Self {
         Interner {
-            items: Vec::new(),
+            items: Table::default(),
             ids: FxHashMap::default(),
         }
     }
 }
 
-impl<T: Clone + Eq + Hash> Interner<T> {
-    fn intern<Q>(&mut self, item: &Q) -> usize
+impl<I: Id, T: Clone + Eq + Hash> Interner<I, T> {
+    fn intern<Q>(&mut self, item: &Q) -> I
     where
         T: Borrow<Q>,
         Q: ToOwned<Owned = T> + Eq + Hash + ?Sized,
@@ -176,8 +308,7 @@ impl<T: Clone + Eq + Hash> Interner<T> {
         if let Some(&id) = self.ids.get(item) {
             return id;
         }
-        let id = self.items.len();
-        self.items.push(item.to_owned());
+        let id = self.items.push(item.to_owned());
         self.ids.insert(item.to_owned(), id);
         id
     }
@@ -186,10 +317,10 @@ impl<T: Clone + Eq + Hash> Interner<T> {
 /// Builds a [`Profile`] incrementally; the header fields are supplied when it is built.
 #[derive(Debug, Default)]
 pub struct ProfileBuilder {
-    mappings: Vec<Mapping>,
-    functions: Interner<Function>,
-    frames: Interner<Frame>,
-    stacks: Interner<Vec<FrameId>>,
+    mappings: Table<MappingId, Mapping>,
+    functions: Interner<FunctionId, Function>,
+    frames: Interner<FrameId, Frame>,
+    stacks: Interner<StackId, Vec<FrameId>>,
 }
 
 /// The parts of a profile that describe the whole recording rather than its samples.
@@ -206,8 +337,7 @@ pub struct ProfileHeader {
 
 impl ProfileBuilder {
     pub fn add_mapping(&mut self, mapping: Mapping) -> MappingId {
-        self.mappings.push(mapping);
-        self.mappings.len() - 1
+        self.mappings.push(mapping)
     }
 
     pub fn function(&mut self, function: &Function) -> FunctionId {
@@ -303,7 +433,7 @@ mod tests {
         };
         let p = b.build(ProfileHeader::default(), vec![sample(0, 10), sample(5, 30)]);
         assert_eq!(p.functions.len(), 2);
-        assert_eq!(p.stacks, vec![vec![fr], vec![fr, fr]]);
+        assert_eq!(p.stacks, Table::from(vec![vec![fr], vec![fr, fr]]));
         assert_eq!(p.total(1), 40);
         assert_eq!(p.frame_name(fr), "a");
     }

@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
-use crate::profile::{Profile, ValueType};
+use crate::profile::{Profile, StackId, Table, ValueType};
 
 /// pprof's `-nodefraction`: nodes whose cumulative value is under this share are dropped.
 const NODE_FRACTION: f64 = 0.005;
@@ -56,7 +56,7 @@ pub fn top(profile: &Profile, index: usize, lines: bool) -> Top {
     };
     // Each stack's nodes, root first, with whether each is the outermost line of its frame
     // (called) rather than inlined into the one before it.
-    let stack_nodes: Vec<Vec<(String, bool)>> = profile
+    let stack_nodes: Table<StackId, Vec<(String, bool)>> = profile
         .stacks
         .iter()
         .map(|stack| {

@@ -1,6 +1,7 @@
 //! Embedders attach the profiler to their own `Engine` and `Store`.
 
 use wasmspy::capture::SamplerKind;
+use wasmspy::profile::{FrameId, StackId};
 use wasmspy::record::CPU;
 use wasmspy::{Profiler, ProfilerOptions};
 use wasmtime::{Config, Engine, Instance, Module, Store, TypedFunc};
@@ -109,7 +110,7 @@ fn an_embedders_store_is_profiled() {
             share > 0.9,
             "{sampler:?}: busy has {share:.3} of the CPU time"
         );
-        assert_eq!(profile.mappings[0].file_name, "guest.wasm");
+        assert_eq!(profile.mappings.first().unwrap().file_name, "guest.wasm");
     }
 }
 
@@ -193,7 +194,7 @@ fn a_rewritten_module_profiles_as_the_original() {
     assert!(matches!(exit, Exit::Code(0)), "{exit:?}");
     assert!(calls.load(Ordering::Relaxed) > 0);
 
-    let names = |stack: &[usize]| -> Vec<String> {
+    let names = |stack: &[FrameId]| -> Vec<String> {
         stack
             .iter()
             .flat_map(|&f| profile.frames[f].lines.iter())
@@ -502,7 +503,7 @@ fn without_a_timeline_samples_are_totals_by_stack() {
         let profile = profiler.stop();
         let samples = profile.total(SAMPLES);
         assert!(samples > 100, "{samples} samples");
-        let mut stacks: Vec<usize> = profile.samples.iter().map(|s| s.stack).collect();
+        let mut stacks: Vec<StackId> = profile.samples.iter().map(|s| s.stack).collect();
         if timeline {
             assert_eq!(profile.samples.len() as i64, samples);
             let times: Vec<u64> = profile.samples.iter().map(|s| s.time_ns).collect();
@@ -808,5 +809,5 @@ fn a_module_registered_while_running_is_sampled() {
     let profile = profiler.stop();
     let share = leaf_share(&profile, "busy");
     assert!(share > 0.9, "busy has {share:.3} of the CPU time");
-    assert_eq!(profile.mappings[0].file_name, "late.wasm");
+    assert_eq!(profile.mappings.first().unwrap().file_name, "late.wasm");
 }

@@ -16,7 +16,7 @@ use fxprof_processed_profile::{
     SymbolTable, ThreadHandle, Timestamp, WeightType,
 };
 
-use crate::profile::{FrameId, FrameKind, Profile, ThreadId};
+use crate::profile::{FrameId, FrameKind, MappingId, Profile, ThreadId};
 
 /// A stretch of samples spent in one host call.
 struct HostCallMarker {
@@ -120,8 +120,8 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
     }
 
     // Each module a library whose symbols are its functions at the addresses sampled.
-    let mut symbols: BTreeMap<usize, BTreeMap<u32, String>> = BTreeMap::new();
-    for (id, frame) in profile.frames.iter().enumerate() {
+    let mut symbols: BTreeMap<MappingId, BTreeMap<u32, String>> = BTreeMap::new();
+    for (id, frame) in profile.frames.iter_ids() {
         if let (Some(m), FrameKind::Guest) = (frame.mapping, profile.frame_kind(id)) {
             let outermost = frame
                 .lines
@@ -133,7 +133,7 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
                 .insert(frame.address as u32, outermost.to_string());
         }
     }
-    let libs: BTreeMap<usize, _> = symbols
+    let libs: BTreeMap<MappingId, _> = symbols
         .into_iter()
         .map(|(m, symbols)| {
             let mapping = &profile.mappings[m];

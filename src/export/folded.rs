@@ -7,17 +7,19 @@ use std::io::Write;
 
 use anyhow::{bail, Result};
 
-use crate::profile::{Function, Profile, ProfileBuilder, ProfileHeader, Sample, ValueType};
+use crate::profile::{
+    FrameId, Function, Profile, ProfileBuilder, ProfileHeader, Sample, StackId, Table, ValueType,
+};
 
 /// Each distinct stack's `root;…;leaf` and its total of sample type `index`, zero totals left
 /// out, sorted.
 pub fn stacks(profile: &Profile, index: usize) -> BTreeMap<String, i64> {
-    let mut by_stack: Vec<i64> = vec![0; profile.stacks.len()];
+    let mut by_stack: Table<StackId, i64> = profile.stacks.iter().map(|_| 0).collect();
     for sample in &profile.samples {
         by_stack[sample.stack] += sample.values[index];
     }
     let mut folded = BTreeMap::new();
-    for (stack, total) in by_stack.into_iter().enumerate() {
+    for (stack, &total) in by_stack.iter_ids() {
         if total == 0 {
             continue;
         }
@@ -64,7 +66,7 @@ pub fn read(text: &str) -> Result<Profile> {
                 n + 1
             );
         };
-        let frames: Vec<usize> = stack
+        let frames: Vec<FrameId> = stack
             .split(';')
             .rev()
             .map(|name| {

@@ -13,9 +13,14 @@ use prost::Message;
 
 use super::pprof_proto as proto;
 use crate::profile::{
-    Frame, Function, Labels, Line, Mapping, Profile, ProfileBuilder, ProfileHeader, Sample,
-    ValueType,
+    Frame, FrameId, Function, Id, Labels, Line, Mapping, Profile, ProfileBuilder, ProfileHeader,
+    Sample, StackId, ValueType,
 };
+
+/// pprof's id of an item: its place in its table, from 1 (0 means none).
+fn pprof_id(id: impl Id) -> u64 {
+    id.index() as u64 + 1
+}
 
 #[derive(Default)]
 struct StringTable {
@@ -69,10 +74,9 @@ pub fn to_proto(profile: &Profile) -> proto::Profile {
     out.comment = profile.comments.iter().map(|c| strings.id(c)).collect();
     out.mapping = profile
         .mappings
-        .iter()
-        .enumerate()
+        .iter_ids()
         .map(|(i, m)| proto::Mapping {
-            id: i as u64 + 1,
+            id: pprof_id(i),
             memory_start: 0,
             memory_limit: m.size,
             filename: strings.id(&m.file_name),
@@ -89,10 +93,9 @@ pub fn to_proto(profile: &Profile) -> proto::Profile {
         .collect();
     out.function = profile
         .functions
-        .iter()
-        .enumerate()
+        .iter_ids()
         .map(|(i, f)| proto::Function {
-            id: i as u64 + 1,
+            id: pprof_id(i),
             name: strings.id(&f.name),
             system_name: strings.id(&f.system_name),
             filename: strings.id(&f.file),
@@ -101,17 +104,16 @@ pub fn to_proto(profile: &Profile) -> proto::Profile {
         .collect();
     out.location = profile
         .frames
-        .iter()
-        .enumerate()
+        .iter_ids()
         .map(|(i, f)| proto::Location {
-            id: i as u64 + 1,
-            mapping_id: f.mapping.map_or(0, |m| m as u64 + 1),
+            id: pprof_id(i),
+            mapping_id: f.mapping.map_or(0, pprof_id),
             address: f.address,
             line: f
                 .lines
                 .iter()
                 .map(|l| proto::Line {
-                    function_id: l.function as u64 + 1,
+                    function_id: pprof_id(l.function),
                     line: i64::from(l.line),
                     column: i64::from(l.column),
                 })
@@ -119,7 +121,7 @@ pub fn to_proto(profile: &Profile) -> proto::Profile {
             is_folded: false,
         })
         .collect();
-    let mut merged: HashMap<(usize, &Labels), usize> = HashMap::new();
+    let mut merged: HashMap<(StackId, &Labels), usize> = HashMap::new();
     for sample in &profile.samples {
         match merged.get(&(sample.stack, &sample.labels)) {
             Some(&i) => {
@@ -142,7 +144,7 @@ pub fn to_proto(profile: &Profile) -> proto::Profile {
                 out.sample.push(proto::Sample {
                     location_id: profile.stacks[sample.stack]
                         .iter()
-                        .map(|&f| f as u64 + 1)
+                        .map(|&f| pprof_id(f))
                         .collect(),
                     value: sample.values.clone(),
                     label,
@@ -290,7 +292,7 @@ pub fn from_proto(p: &proto::Profile) -> Result<Profile> {
                 sample_types.len()
             );
         }
-        let stack: Vec<usize> = s
+        let stack: Vec<FrameId> = s
             .location_id
             .iter()
             .map(|id| {

@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::profile::{
-    Function, FunctionId, Profile, ProfileBuilder, ProfileHeader, Sample, ValueType,
+    FrameId, Function, FunctionId, Profile, ProfileBuilder, ProfileHeader, Sample, ValueType,
 };
 
 const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
@@ -153,7 +153,7 @@ pub fn read(bytes: &[u8]) -> Result<Profile> {
     }
     let mut samples = Vec::with_capacity(first.samples.len());
     for (i, stack) in first.samples.iter().enumerate() {
-        let frames: Vec<usize> = stack
+        let frames: Vec<FrameId> = stack
             .iter()
             .rev()
             .map(|&f| {

@@ -16,10 +16,11 @@ use crate::capture::SampleValues;
 use crate::clock::{monotonic_ns, sampling_period, Clock};
 use crate::profile::{
     Frame, FrameId, Function, FunctionId, Labels, Line, MappingId, Profile, ProfileBuilder,
-    ProfileHeader, Sample, StackId, ThreadId, ValueType, RUNTIME_FRAME, UNKNOWN_HOST_CALL_FRAME,
+    ProfileHeader, Sample, StackId, Table, ThreadId, ValueType, RUNTIME_FRAME,
+    UNKNOWN_HOST_CALL_FRAME,
 };
 use crate::resolve::symbolize::FunctionName;
-use crate::resolve::{RawFrame, Resolver};
+use crate::resolve::{ModuleId, RawFrame, Resolver};
 use heap::Heap;
 use labels::{LabelSets, LabelsId};
 use timeline::{Tally, Timeline};
@@ -52,13 +53,15 @@ pub struct KindCounts {
 /// A frame in a registered module's code, symbolized when a profile is built.
 struct WasmFrame {
     id: FrameId,
-    module: u32,
+    module: ModuleId,
     func_index: u32,
     offset: u32,
 }
 
-/// A stack with its labels and thread: what totals and the timeline are kept by.
-type KeyId = StackId;
+crate::profile::ids! {
+    /// A stack with its labels and thread: what totals and the timeline are kept by.
+    KeyId;
+}
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct Key {
@@ -71,16 +74,16 @@ pub struct Recorder {
     builder: ProfileBuilder,
     label_sets: LabelSets,
     /// Labeled stacks, by key id.
-    keys: Vec<Key>,
+    keys: Table<KeyId, Key>,
     key_ids: FxHashMap<Key, KeyId>,
     /// The mapping of each registered module, in the resolver's order.
-    mappings: Vec<MappingId>,
+    mappings: Table<ModuleId, MappingId>,
     frame_ids: FxHashMap<RawFrame, FrameId>,
     wasm_frames: Vec<WasmFrame>,
     stack: Vec<FrameId>,
     /// What the samples of each labeled stack add up to, by key id: memory grows with the
     /// distinct labeled stacks, not with time.
-    totals: Vec<Tally>,
+    totals: Table<KeyId, Tally>,
     /// The samples in time order, within a budget, when a format that shows time is wanted.
     timeline: Option<Timeline>,
     counts: KindCounts,
@@ -99,13 +102,13 @@ impl Recorder {
         Recorder {
             builder: ProfileBuilder::default(),
             label_sets: LabelSets::default(),
-            keys: Vec::new(),
+            keys: Table::default(),
             key_ids: FxHashMap::default(),
-            mappings: Vec::new(),
+            mappings: Table::default(),
             frame_ids: FxHashMap::default(),
             wasm_frames: Vec::new(),
             stack: Vec::new(),
-            totals: Vec::new(),
+            totals: Table::default(),
             timeline: None,
             counts: KindCounts::default(),
             heap: None,
@@ -145,10 +148,8 @@ impl Recorder {
 
     /// Makes a mapping of each module registered since the last call, in the resolver's order.
     fn add_mappings(&mut self, resolver: &Resolver) {
-        for module in self.mappings.len()..resolver.module_count() {
-            let mapping = self
-                .builder
-                .add_mapping(resolver.mapping(module as u32).clone());
+        for module in resolver.modules().skip(self.mappings.len()) {
+            let mapping = self.builder.add_mapping(resolver.mapping(module).clone());
             self.mappings.push(mapping);
         }
     }
@@ -184,12 +185,9 @@ impl Recorder {
     fn record(&mut self, key: Key, values: SampleValues, time_ns: u64) {
         let time_ns = time_ns.saturating_sub(self.started_ns);
         let key = *self.key_ids.entry(key).or_insert_with(|| {
-            self.keys.push(key);
-            self.keys.len() - 1
+            self.totals.push(Tally::default());
+            self.keys.push(key)
         });
-        if self.totals.len() <= key {
-            self.totals.resize(key + 1, Tally::default());
-        }
         let tally = Tally::one(values);
         self.totals[key].add(tally);
         if let Some(timeline) = &mut self.timeline {
@@ -214,7 +212,7 @@ impl Recorder {
             return id;
         }
         let registered =
-            |module: Option<u32>| module.filter(|&m| (m as usize) < self.mappings.len());
+            |module: Option<ModuleId>| module.and_then(|m| Some((m, *self.mappings.get(m)?)));
         let id = match *raw {
             RawFrame::Wasm {
                 module,
@@ -223,9 +221,9 @@ impl Recorder {
             } => match registered(module) {
                 // Source lines are filled in when a profile is built: only the addresses that
                 // samples show are ever symbolized, and the run does not wait for DWARF.
-                Some(module) => {
+                Some((module, mapping)) => {
                     let id = self.builder.frame(&Frame {
-                        mapping: Some(self.mappings[module as usize]),
+                        mapping: Some(mapping),
                         address: u64::from(offset),
                         lines: Vec::new(),
                     });
@@ -244,9 +242,9 @@ impl Recorder {
                 ),
             },
             RawFrame::HostCall { module, func_index } => match registered(module) {
-                Some(module) => {
+                Some((module, mapping)) => {
                     let name = resolver.function_name(module, func_index);
-                    self.named_frame(Some(self.mappings[module as usize]), 0, name)
+                    self.named_frame(Some(mapping), 0, name)
                 }
                 None => {
                     self.named_frame(None, 0, plain_name(&format!("wasm-function[{func_index}]")))
@@ -258,7 +256,7 @@ impl Recorder {
                         .lowered_call_name(module, offset)
                         .unwrap_or_default(),
                 );
-                self.named_frame(Some(self.mappings[module as usize]), 0, name)
+                self.named_frame(Some(self.mappings[module]), 0, name)
             }
             RawFrame::Runtime => self.named_frame(None, 0, plain_name(RUNTIME_FRAME)),
             RawFrame::UnknownHostCall => {
@@ -290,12 +288,10 @@ impl Recorder {
     fn symbolize_wasm_frames(&self, resolver: &mut Resolver, profile: &mut Profile) {
         let mut function_ids: FxHashMap<Function, FunctionId> = profile
             .functions
-            .iter()
-            .cloned()
-            .enumerate()
-            .map(|(id, f)| (f, id))
+            .iter_ids()
+            .map(|(id, f)| (f.clone(), id))
             .collect();
-        for module in 0..self.mappings.len() as u32 {
+        for module in self.mappings.ids() {
             let addresses: Vec<(u32, u32)> = self
                 .wasm_frames
                 .iter()
@@ -315,10 +311,9 @@ impl Recorder {
                         file: s.file.clone(),
                         start_line: s.start_line,
                     };
-                    let id = *function_ids.entry(function).or_insert_with_key(|f| {
-                        profile.functions.push(f.clone());
-                        profile.functions.len() - 1
-                    });
+                    let id = *function_ids
+                        .entry(function)
+                        .or_insert_with_key(|f| profile.functions.push(f.clone()));
                     Line {
                         function: id,
                         line: s.line,
@@ -455,9 +450,9 @@ impl Recorder {
             Some(timeline) => timeline
                 .entries()
                 .into_iter()
-                .map(|e| self.sample(e.stack, e.time_ns, e.tally))
+                .map(|e| self.sample(e.key, e.time_ns, e.tally))
                 .collect(),
-            None => self.samples_since(&[]),
+            None => self.samples_since(&Table::default()),
         };
         let header = self.cpu_header(self.timing());
         self.build_profile(resolver, header, samples)
@@ -486,10 +481,9 @@ impl Recorder {
     }
 
     /// A sample per labeled stack of what it gained since `earlier` (totals by key id).
-    fn samples_since(&self, earlier: &[Tally]) -> Vec<Sample> {
+    fn samples_since(&self, earlier: &Table<KeyId, Tally>) -> Vec<Sample> {
         self.totals
-            .iter()
-            .enumerate()
+            .iter_ids()
             .filter_map(|(key, t)| {
                 let gained = t.since(earlier.get(key).copied().unwrap_or_default());
                 (gained.samples > 0).then(|| self.sample(key, 0, gained))
@@ -545,7 +539,7 @@ impl Recorder {
 #[derive(Clone, Debug)]
 pub struct Mark {
     elapsed_ns: u64,
-    totals: Vec<Tally>,
+    totals: Table<KeyId, Tally>,
 }
 
 fn plain_name(name: &str) -> FunctionName {

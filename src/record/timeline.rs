@@ -12,8 +12,8 @@
 
 use rustc_hash::FxHashMap;
 
+use super::KeyId;
 use crate::capture::SampleValues;
-use crate::profile::StackId;
 
 /// Entries kept at most (4 MiB).
 pub const BUDGET: usize = 1 << 17;
@@ -51,10 +51,10 @@ impl Tally {
     }
 }
 
-/// Samples of one stack from `time_ns` on (one sample, or those of a bucket).
+/// Samples of one labeled stack from `time_ns` on (one sample, or those of a bucket).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {
-    pub stack: StackId,
+    pub key: KeyId,
     pub time_ns: u64,
     pub tally: Tally,
 }
@@ -67,7 +67,7 @@ pub struct Timeline {
     first_bucket_ns: u64,
     /// The bucket new samples fall in, and where its entries are, by stack.
     current: u64,
-    current_entries: FxHashMap<StackId, usize>,
+    current_entries: FxHashMap<KeyId, usize>,
 }
 
 impl Timeline {
@@ -87,10 +87,10 @@ impl Timeline {
         }
     }
 
-    pub fn push(&mut self, stack: StackId, time_ns: u64, tally: Tally) {
+    pub fn push(&mut self, key: KeyId, time_ns: u64, tally: Tally) {
         if let Some(bucket) = time_ns.checked_div(self.bucket_ns) {
             if bucket == self.current {
-                if let Some(&i) = self.current_entries.get(&stack) {
+                if let Some(&i) = self.current_entries.get(&key) {
                     self.entries[i].tally.add(tally);
                     return;
                 }
@@ -99,11 +99,11 @@ impl Timeline {
                 self.current_entries.clear();
             }
             if bucket == self.current {
-                self.current_entries.insert(stack, self.entries.len());
+                self.current_entries.insert(key, self.entries.len());
             }
         }
         self.entries.push(Entry {
-            stack,
+            key,
             time_ns,
             tally,
         });
@@ -120,10 +120,10 @@ impl Timeline {
                 w => w.saturating_mul(2),
             };
             let width = self.bucket_ns;
-            let mut index: FxHashMap<(u64, StackId), usize> = FxHashMap::default();
+            let mut index: FxHashMap<(u64, KeyId), usize> = FxHashMap::default();
             let mut merged: Vec<Entry> = Vec::with_capacity(self.entries.len() / 2);
             for e in self.entries.drain(..) {
-                let key = (e.time_ns / width, e.stack);
+                let key = (e.time_ns / width, e.key);
                 match index.get(&key) {
                     Some(&i) => {
                         let m: &mut Entry = &mut merged[i];
@@ -146,7 +146,7 @@ impl Timeline {
             self.current_entries = index
                 .into_iter()
                 .filter(|&((bucket, _), _)| bucket == self.current)
-                .map(|((_, stack), i)| (stack, i))
+                .map(|((_, key), i)| (key, i))
                 .collect();
         }
     }
@@ -168,6 +168,11 @@ impl Timeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::Id;
+
+    fn key(i: usize) -> KeyId {
+        KeyId::from_index(i)
+    }
 
     fn one(cpu_ns: u64) -> Tally {
         Tally::one(SampleValues {
@@ -180,7 +185,7 @@ mod tests {
     fn keeps_every_sample_within_the_budget() {
         let mut t = Timeline::with_budget(100, 10);
         for i in 0..99 {
-            t.push(i % 3, i as u64 * 10, one(10));
+            t.push(key(i % 3), i as u64 * 10, one(10));
         }
         assert_eq!(t.bucket_ns(), 0);
         let e = t.entries();
@@ -188,7 +193,7 @@ mod tests {
         assert_eq!(
             e[5],
             Entry {
-                stack: 2,
+                key: key(2),
                 time_ns: 50,
                 tally: one(10)
             }
@@ -203,7 +208,7 @@ mod tests {
         // Three stacks taking turns, one sample every 10 ns, 5,000 samples.
         for i in 0..5_000u64 {
             let stack = (i % 3) as usize;
-            t.push(stack, i * 10, one(i));
+            t.push(key(stack), i * 10, one(i));
             totals[stack].add(one(i));
             assert!(t.entries.len() < budget);
         }
@@ -211,30 +216,28 @@ mod tests {
         assert!(t.bucket_ns() > 0);
         let mut sums = [Tally::default(); 3];
         for e in &entries {
-            sums[e.stack].add(e.tally);
+            sums[e.key.index()].add(e.tally);
         }
         assert_eq!(sums, totals);
         // Still a timeline: time order, and every stack present all along.
         assert!(entries.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
         let last_third = &entries[entries.len() * 2 / 3..];
-        assert!((0..3).all(|s| last_third.iter().any(|e| e.stack == s)));
+        assert!((0..3).all(|s| last_third.iter().any(|e| e.key == key(s))));
         // One entry per stack and bucket.
         let w = t.bucket_ns();
         let mut seen = std::collections::HashSet::new();
-        assert!(entries
-            .iter()
-            .all(|e| seen.insert((e.time_ns / w, e.stack))));
+        assert!(entries.iter().all(|e| seen.insert((e.time_ns / w, e.key))));
     }
 
     #[test]
     fn a_late_sample_takes_its_place_by_time() {
         let mut t = Timeline::with_budget(8, 10);
         for i in 0..20u64 {
-            t.push(0, 100 + i * 10, one(1));
+            t.push(key(0), 100 + i * 10, one(1));
         }
-        t.push(1, 5, one(1));
+        t.push(key(1), 5, one(1));
         let e = t.entries();
-        assert_eq!((e[0].stack, e[0].time_ns), (1, 5));
+        assert_eq!((e[0].key, e[0].time_ns), (key(1), 5));
         assert_eq!(e.iter().map(|e| e.tally.samples).sum::<u64>(), 21);
     }
 }

@@ -8,12 +8,14 @@ use std::ops::Range;
 use wasmtime::component::Component;
 use wasmtime::{Module, ModuleFunction};
 
+use super::ModuleId;
+
 /// Where a native code address is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CodeLocation {
     /// In a Wasm function; `offset` is the offset of the instruction in its module's binary.
     Wasm {
-        module: u32,
+        module: ModuleId,
         func_index: u32,
         offset: u32,
     },
@@ -27,7 +29,7 @@ pub enum CodeLocation {
 /// binary starts in the binary compiled (a component's; 0 for a module compiled alone).
 #[derive(Clone, Copy, Debug)]
 pub struct CodeOwner {
-    pub module: u32,
+    pub module: ModuleId,
     pub start: u32,
 }
 
@@ -46,7 +48,7 @@ pub struct CodeMap {
 }
 
 impl CodeMap {
-    pub fn add(&mut self, module_index: u32, module: &Module) {
+    pub fn add(&mut self, module_index: ModuleId, module: &Module) {
         let owner = CodeOwner {
             module: module_index,
             start: 0,
@@ -138,6 +140,7 @@ impl CodeMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::Id;
     use wasmtime::{Config, Engine};
 
     #[test]
@@ -152,7 +155,8 @@ mod tests {
         let engine = Engine::new(&Config::new()).unwrap();
         let module = Module::new(&engine, &wasm).unwrap();
         let mut map = CodeMap::default();
-        map.add(7, &module);
+        let seventh = ModuleId::from_index(7);
+        map.add(seventh, &module);
         let text = module.text().as_ptr() as usize;
         let funcs: Vec<_> = module.functions().collect();
         assert_eq!(funcs.len(), 2);
@@ -163,7 +167,7 @@ mod tests {
                     func_index,
                     offset,
                 } => {
-                    assert_eq!(module, 7);
+                    assert_eq!(module, seventh);
                     assert_eq!(func_index, f.index.as_u32());
                     assert!(offset > 0 && (offset as usize) < wasm.len());
                 }

@@ -18,10 +18,16 @@ use wasmtime::{Module, WasmBacktrace};
 use crate::capture::NativeSample;
 use crate::memory::component::RewrittenComponent;
 use crate::memory::rewrite::Rewritten;
-use crate::profile::Mapping;
+use crate::profile::{Id, Mapping, Table};
 use crate::wasm::component::core_modules;
 use code_map::{CodeLocation, CodeMap, CodeOwner};
 use symbolize::{FunctionName, ModuleSymbolizer, SourceFrame};
+
+crate::profile::ids! {
+    /// A module registered with the [`Resolver`], in the order of registration (each core
+    /// module of a component is one).
+    ModuleId;
+}
 
 /// A frame of a sample, resolved to a registered module's code, before symbolization.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -29,7 +35,7 @@ pub enum RawFrame {
     /// An instruction of a Wasm function: the sampled one for the leaf, the call for callers.
     Wasm {
         /// Index in the resolver's registry; `None` for a module nobody registered.
-        module: Option<u32>,
+        module: Option<ModuleId>,
         /// Index in the module's function index space (imports first).
         func_index: u32,
         /// Offset of the instruction in the module's bytes.
@@ -37,12 +43,12 @@ pub enum RawFrame {
     },
     /// Inside the host function that import `func_index` resolved to.
     HostCall {
-        module: Option<u32>,
+        module: Option<ModuleId>,
         func_index: u32,
     },
     /// Inside the host function a component's shim reaches with the `call_indirect` at
     /// `offset` (see [`crate::wasm::component`]).
-    LoweredCall { module: u32, offset: u32 },
+    LoweredCall { module: ModuleId, offset: u32 },
     /// Inside a host function the guest reached other than by a direct call.
     UnknownHostCall,
     /// Inside Wasmtime's own code: trampolines, libcalls such as `memory.grow`.
@@ -76,7 +82,7 @@ enum Compiled {
 /// What a module in a backtrace is to the resolver.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Owner {
-    Registered(u32),
+    Registered(ModuleId),
     /// A module of a registered component's code that is none of its core modules: an
     /// adapter Wasmtime generated between the component's components.
     Adapter,
@@ -85,7 +91,7 @@ enum Owner {
 
 /// The registered modules, and what maps captured code to them.
 pub struct Resolver {
-    modules: Vec<RegisteredModule>,
+    modules: Table<ModuleId, RegisteredModule>,
     /// The core modules of components that backtraces showed, and what each is.
     component_modules: Vec<(Module, Owner)>,
     code_map: CodeMap,
@@ -100,7 +106,7 @@ impl Resolver {
     /// `use_dwarf`: map code to source lines with the modules' DWARF, not only to functions.
     pub fn new(use_dwarf: bool) -> Self {
         Resolver {
-            modules: Vec::new(),
+            modules: Table::default(),
             component_modules: Vec::new(),
             code_map: CodeMap::default(),
             native_frames: FxHashMap::default(),
@@ -119,7 +125,7 @@ impl Resolver {
         wasm: Arc<[u8]>,
         rewritten: Option<Arc<Rewritten>>,
     ) -> Result<()> {
-        self.code_map.add(self.modules.len() as u32, module);
+        self.code_map.add(self.next_module(), module);
         let compiled = Compiled::Module(module.clone());
         let symbolizer = ModuleSymbolizer::new(file_name, wasm, self.use_dwarf)?;
         self.register(file_name, compiled, 0, symbolizer, rewritten);
@@ -166,7 +172,7 @@ impl Resolver {
                 .map_or(core.range.start, |c| c.range.start) as u32;
             let rewrite = rewritten.and_then(|r| r.modules.get(index).cloned().flatten());
             owners.push(CodeOwner {
-                module: self.modules.len() as u32,
+                module: self.next_module(),
                 start,
             });
             let compiled_as = Compiled::InComponent {
@@ -210,47 +216,48 @@ impl Resolver {
             .collect()
     }
 
-    /// How many modules are registered; their indices are `0..module_count()`.
-    pub fn module_count(&self) -> usize {
-        self.modules.len()
+    /// The registered modules, in the order of registration.
+    pub fn modules(&self) -> impl Iterator<Item = ModuleId> {
+        self.modules.ids()
+    }
+
+    /// The id the next module registered gets.
+    fn next_module(&self) -> ModuleId {
+        ModuleId::from_index(self.modules.len())
     }
 
     /// Registered module `module` as a profile's mapping names it.
-    pub fn mapping(&self, module: u32) -> &Mapping {
-        &self.modules[module as usize].mapping
+    pub fn mapping(&self, module: ModuleId) -> &Mapping {
+        &self.modules[module].mapping
     }
 
     /// The name of function `func_index` of registered module `module` (an import's: the
     /// function it imports).
-    pub fn function_name(&self, module: u32, func_index: u32) -> FunctionName {
-        self.modules[module as usize]
-            .symbolizer
-            .function_name(func_index)
+    pub fn function_name(&self, module: ModuleId, func_index: u32) -> FunctionName {
+        self.modules[module].symbolizer.function_name(func_index)
     }
 
     /// The WIT function that the `call_indirect` at `offset` of a component's shim reaches.
-    pub fn lowered_call_name(&self, module: u32, offset: u32) -> Option<&str> {
-        self.modules[module as usize]
+    pub fn lowered_call_name(&self, module: ModuleId, offset: u32) -> Option<&str> {
+        self.modules[module]
             .symbolizer
             .lowered_indirect_call(offset)
     }
 
     /// Symbolizes `addresses` (function index, offset) of registered module `module` at once,
     /// for [`source_frames`](Self::source_frames).
-    pub fn symbolize(&mut self, module: u32, addresses: &[(u32, u32)]) {
-        self.modules[module as usize]
-            .symbolizer
-            .symbolize(addresses);
+    pub fn symbolize(&mut self, module: ModuleId, addresses: &[(u32, u32)]) {
+        self.modules[module].symbolizer.symbolize(addresses);
     }
 
     /// The source frames of an address of registered module `module`, innermost first.
     pub fn source_frames(
         &mut self,
-        module: u32,
+        module: ModuleId,
         func_index: u32,
         offset: u32,
     ) -> Arc<[SourceFrame]> {
-        self.modules[module as usize]
+        self.modules[module]
             .symbolizer
             .source_frames(func_index, offset)
     }
@@ -284,12 +291,15 @@ impl Resolver {
     /// What Wasmtime's `module` is: a registered module, an adapter in a registered
     /// component, or unknown.
     fn owner(&mut self, module: &Module) -> Owner {
-        let alone = self.modules.iter().position(|m| match &m.compiled {
-            Compiled::Module(registered) => Module::same(registered, module),
-            Compiled::InComponent { .. } => false,
-        });
+        let alone = self
+            .modules
+            .iter_ids()
+            .find_map(|(i, m)| match &m.compiled {
+                Compiled::Module(registered) => Module::same(registered, module).then_some(i),
+                Compiled::InComponent { .. } => None,
+            });
         if let Some(i) = alone {
-            return Owner::Registered(i as u32);
+            return Owner::Registered(i);
         }
         if let Some(&(_, owner)) = self
             .component_modules
@@ -302,10 +312,10 @@ impl Resolver {
         let code = module.text().as_ptr() as usize;
         let index = module.functions().next().map(|f| f.module.as_u32());
         let mut owner = Owner::Unknown;
-        for (i, m) in self.modules.iter().enumerate() {
+        for (i, m) in self.modules.iter_ids() {
             if let Compiled::InComponent { text, index: n } = &m.compiled {
                 if Some(*n) == index && text.contains(&code) {
-                    owner = Owner::Registered(i as u32);
+                    owner = Owner::Registered(i);
                     break;
                 }
                 if text.contains(&code) {
@@ -335,7 +345,7 @@ impl Resolver {
             let offset = f.module_offset().unwrap_or(0) as u32;
             let (func_index, offset, wrapper) = match module {
                 Some(m) => {
-                    let offset = offset.saturating_sub(self.modules[m as usize].start);
+                    let offset = offset.saturating_sub(self.modules[m].start);
                     self.original(m, f.func_index(), offset)
                 }
                 None => (f.func_index(), offset, false),
@@ -354,8 +364,8 @@ impl Resolver {
 
     /// The original function index and code offset of code in a registered module, and whether
     /// it is an allocator's wrapper (see [`crate::memory::rewrite`]).
-    fn original(&self, module: u32, func_index: u32, offset: u32) -> (u32, u32, bool) {
-        self.modules[module as usize]
+    fn original(&self, module: ModuleId, func_index: u32, offset: u32) -> (u32, u32, bool) {
+        self.modules[module]
             .rewritten
             .as_ref()
             .and_then(|r| r.original(func_index, offset))
@@ -419,8 +429,8 @@ impl Resolver {
 
     /// The import that the call instruction at `offset` of registered module `module` calls; the runtime where the
     /// instruction is not a call (a libcall: `memory.grow`, a GC allocation).
-    fn called_import(&self, module: u32, offset: u32) -> RawFrame {
-        let m = &self.modules[module as usize].symbolizer;
+    fn called_import(&self, module: ModuleId, offset: u32) -> RawFrame {
+        let m = &self.modules[module].symbolizer;
         let Some(code) = m.wasm().get(offset as usize..) else {
             return RawFrame::UnknownHostCall;
         };
