@@ -84,17 +84,6 @@ pub struct RecordArgs {
     #[arg(short, long, value_name = "PATH")]
     pub output: Vec<PathBuf>,
 
-    /// Write a memory profile here (format chosen as `-o`'s): allocations and in-use memory
-    /// by allocation site, from the guest's allocator (C, Rust, Go, TinyGo).
-    #[arg(long, value_name = "PATH")]
-    pub mem_profile: Option<PathBuf>,
-
-    /// Sample allocations every BYTES bytes on average, as Go's MemProfileRate does, with
-    /// values scaled to unbiased estimates; 1 records every allocation.
-    #[arg(long, value_name = "BYTES", default_value_t = 512 * 1024, requires = "mem_profile",
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub mem_rate: u64,
-
     /// Keep the live server up after the guest exits, until Ctrl-C, so that its last
     /// profiles can still be fetched.
     #[arg(long, requires = "pprof_addr")]
@@ -155,6 +144,17 @@ pub struct ProfilingArgs {
     /// folded.
     #[arg(long, value_name = "FORMAT")]
     pub format: Option<Format>,
+
+    /// Write a memory profile here (format chosen as `-o`'s): allocations and in-use memory
+    /// by allocation site, from the guest's allocator (C, Rust, Go, TinyGo).
+    #[arg(long, value_name = "PATH")]
+    pub mem_profile: Option<PathBuf>,
+
+    /// Sample allocations every BYTES bytes on average, as Go's MemProfileRate does, with
+    /// values scaled to unbiased estimates; 1 records every allocation.
+    #[arg(long, value_name = "BYTES", default_value_t = 512 * 1024, requires = "mem_profile",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub mem_rate: u64,
 
     /// Serve live profiles at this address while the guest runs, as Go's net/http/pprof does
     /// (`go tool pprof http://ADDR/debug/pprof/profile?seconds=10`).
@@ -233,21 +233,28 @@ pub struct GuestArgs {
 
 impl ProfilingArgs {
     /// The profiler's options at `--rate` or the command's `default_rate`, with a memory
-    /// profile at `mem_rate` if one is wanted, and the samples' times kept when an output shows
-    /// a timeline.
-    pub fn options(
-        &self,
-        default_rate: u32,
-        mem_rate: Option<u64>,
-        timeline: bool,
-    ) -> ProfilerOptions {
+    /// profile if one is asked for, and the samples' times kept when an output shows a
+    /// timeline.
+    pub fn options(&self, default_rate: u32, timeline: bool) -> ProfilerOptions {
         ProfilerOptions {
             rate_hz: self.rate.unwrap_or(default_rate),
             sampler: self.sampler,
             clock: self.clock,
             dwarf: !self.no_dwarf,
-            mem_rate,
+            mem_rate: self.mem_profile.as_ref().map(|_| self.mem_rate),
             timeline,
+        }
+    }
+
+    /// The CPU profile's outputs: those `given`, else `wasmspy.pb.gz` unless a memory profile
+    /// or the live server is asked for.
+    fn default_output(&self, given: &[PathBuf]) -> Vec<PathBuf> {
+        if !given.is_empty() {
+            given.to_vec()
+        } else if self.mem_profile.is_some() || self.pprof_addr.is_some() {
+            Vec::new()
+        } else {
+            vec![PathBuf::from("wasmspy.pb.gz")]
         }
     }
 }
@@ -256,28 +263,15 @@ impl RecordArgs {
     /// Where the CPU profile goes, if one is wanted: `wasmspy.pb.gz` unless nothing but a
     /// memory profile or the live server is asked for.
     pub fn cpu_outputs(&self) -> Vec<PathBuf> {
-        default_output(
-            &self.output,
-            self.mem_profile.is_some() || self.profiling.pprof_addr.is_some(),
-        )
+        self.profiling.default_output(&self.output)
     }
 }
 
 impl ServeArgs {
-    /// Where the CPU profile goes, if one is wanted: `wasmspy.pb.gz` unless only the live
-    /// server is asked for.
+    /// Where the CPU profile goes, if one is wanted: `wasmspy.pb.gz` unless nothing but a
+    /// memory profile or the live server is asked for.
     pub fn cpu_outputs(&self) -> Vec<PathBuf> {
-        default_output(&self.output, self.profiling.pprof_addr.is_some())
-    }
-}
-
-fn default_output(given: &[PathBuf], something_else_asked: bool) -> Vec<PathBuf> {
-    if !given.is_empty() {
-        given.to_vec()
-    } else if something_else_asked {
-        Vec::new()
-    } else {
-        vec![PathBuf::from("wasmspy.pb.gz")]
+        self.profiling.default_output(&self.output)
     }
 }
 

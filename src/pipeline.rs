@@ -23,6 +23,7 @@ use crate::capture::{NativeSample, SampleValues, Sink, StoreKey, Taken};
 use crate::clock::monotonic_ns;
 use crate::profile::Labels;
 use crate::profile::Profile;
+use crate::record::heap::Block;
 use crate::record::{KindCounts, Mark, Recorder};
 use crate::resolve::{RawFrame, Resolver};
 use crate::sync::lock;
@@ -58,12 +59,17 @@ enum Event {
     },
     Allocation {
         backtrace: WasmBacktrace,
+        store: Option<StoreKey>,
         address: u32,
         size: u64,
         collected: bool,
     },
     Free {
+        store: Option<StoreKey>,
         address: u32,
+    },
+    StoreDropped {
+        store: StoreKey,
     },
 }
 
@@ -228,14 +234,25 @@ impl Pipeline {
             }
             Event::Allocation {
                 backtrace,
+                store,
                 address,
                 size,
                 collected,
             } => {
                 let frames = resolver.backtrace_frames(&backtrace);
-                recorder.heap_allocated(&resolver, &frames, address, size, collected);
+                let labels = self.labels_of(store);
+                let block = Block { store, address };
+                recorder.heap_allocated(
+                    &resolver,
+                    &frames,
+                    labels.as_ref(),
+                    block,
+                    size,
+                    collected,
+                );
             }
-            Event::Free { address } => recorder.heap_freed(address),
+            Event::Free { store, address } => recorder.heap_freed(Block { store, address }),
+            Event::StoreDropped { store } => recorder.heap_store_dropped(store),
         }
     }
 
@@ -303,17 +320,29 @@ impl Sink for Pipeline {
         lock(&self.recorder).add_lost(samples);
     }
 
-    fn allocation(&self, backtrace: WasmBacktrace, address: u32, size: u64, collected: bool) {
+    fn allocation(
+        &self,
+        backtrace: WasmBacktrace,
+        store: Option<StoreKey>,
+        address: u32,
+        size: u64,
+        collected: bool,
+    ) {
         self.enqueue_kept(Event::Allocation {
             backtrace,
+            store,
             address,
             size,
             collected,
         });
     }
 
-    fn free(&self, address: u32) {
-        self.enqueue_kept(Event::Free { address });
+    fn free(&self, store: Option<StoreKey>, address: u32) {
+        self.enqueue_kept(Event::Free { store, address });
+    }
+
+    fn store_dropped(&self, store: StoreKey) {
+        self.enqueue_kept(Event::StoreDropped { store });
     }
 }
 

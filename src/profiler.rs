@@ -28,16 +28,16 @@ use std::fmt;
 use std::future::Future;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Result};
 use wasmtime::{
-    AsContextMut, Caller, Config, Engine, Func, Instance, Module, Ref, Store, UpdateDeadline, Val,
+    AsContextMut, Caller, Config, Engine, Func, Instance, Module, Ref, Store, UpdateDeadline,
     WasmBacktrace,
 };
 
-use crate::capture::allocations::{Allocations, AllocatorCall};
+use crate::capture::allocations::{Allocations, AllocatorCall, StoreData};
 use crate::capture::epoch::{self, EpochSampler};
 pub use crate::capture::MAX_STACK_DEPTH;
 use crate::capture::{
@@ -125,8 +125,6 @@ impl std::error::Error for Interrupted {}
 
 pub struct Profiler {
     handle: ProfilerHandle,
-    /// Which allocations the rewritten allocators sample, when memory is profiled.
-    allocations: Option<Arc<Mutex<Allocations>>>,
 }
 
 /// What other threads may do with a running profiler: attach their stores, read the profile
@@ -145,6 +143,8 @@ pub struct ProfilerHandle {
     id: u64,
     /// Threads that could not be sampled, said once each.
     warnings: Arc<Mutex<Vec<String>>>,
+    /// Which allocations the rewritten allocators sample, when memory is profiled.
+    allocations: Option<Arc<Mutex<Allocations>>>,
 }
 
 impl Profiler {
@@ -214,8 +214,8 @@ impl Profiler {
                 store_contexts,
                 id: NEXT_PROFILER_ID.fetch_add(1, Ordering::Relaxed),
                 warnings: Arc::default(),
+                allocations,
             },
-            allocations,
         })
     }
 
@@ -308,9 +308,9 @@ impl Profiler {
     }
 
     /// Connects an instance of a module rewritten by [`crate::memory::rewrite`] to the heap
-    /// profile, before the guest runs: sets its sampling countdown and puts the hook in its
-    /// [`HOOK_TABLE`]. The hook records sampled allocations, with the guest stack that made
-    /// them, and frees of sampled blocks. Does nothing for an instance of a module not
+    /// profile, before the guest runs: puts the hook in its [`HOOK_TABLE`]. The hook records
+    /// sampled allocations, with the guest stack that made them (and the labels of the store,
+    /// if attached), and frees of sampled blocks. Does nothing for an instance of a module not
     /// rewritten.
     pub fn install_allocator_hook<T: 'static>(
         &self,
@@ -320,15 +320,13 @@ impl Profiler {
         let Some(table) = instance.get_table(&mut store, HOOK_TABLE) else {
             return Ok(());
         };
-        let Some(countdown) = instance.get_global(&mut store, SAMPLE_COUNTDOWN) else {
+        if instance.get_global(&mut store, SAMPLE_COUNTDOWN).is_none() {
             wasmtime::bail!(
                 "the module exports {HOOK_TABLE} without the rest of the allocator rewrite"
             );
-        };
+        }
         let pipeline = self.handle.pipeline.clone();
-        let allocations = self.allocations.clone();
-        let first = self.first_heap_countdown();
-        countdown.set(&mut store, Val::I64(first))?;
+        let allocations = self.handle.allocations.clone();
         let hook = Func::wrap(
             &mut store,
             move |caller: Caller<'_, T>,
@@ -339,8 +337,15 @@ impl Profiler {
                   countdown: i64|
                   -> i64 {
                 let call = (allocator, size, freed, allocated, countdown);
+                let data = StoreData::of(caller.data());
                 let backtrace = || WasmBacktrace::capture(&caller);
-                allocator_call(allocations.as_deref(), pipeline.as_ref(), call, backtrace)
+                allocator_call(
+                    allocations.as_deref(),
+                    pipeline.as_ref(),
+                    data,
+                    call,
+                    backtrace,
+                )
             },
         );
         table.set(&mut store, 0, Ref::Func(Some(hook)))
@@ -355,24 +360,18 @@ impl Profiler {
         linker: &mut wasmtime::component::Linker<T>,
     ) -> wasmtime::Result<()> {
         let pipeline = self.handle.pipeline.clone();
-        let allocations = self.allocations.clone();
+        let allocations = self.handle.allocations.clone();
         linker.root().func_wrap(
             ALLOCATOR_HOOK,
             move |store: wasmtime::StoreContextMut<'_, T>, call: AllocatorCall| {
+                let data = StoreData::of(store.data());
                 let backtrace = || WasmBacktrace::capture(&store);
+                let pipeline = pipeline.as_ref();
                 let report =
-                    allocator_call(allocations.as_deref(), pipeline.as_ref(), call, backtrace);
+                    allocator_call(allocations.as_deref(), pipeline, data, call, backtrace);
                 Ok((report,))
             },
         )
-    }
-
-    /// The first countdown of a rewritten component's allocators: drawn as the hook draws the
-    /// next ones.
-    pub fn first_heap_countdown(&self) -> i64 {
-        self.allocations
-            .as_ref()
-            .map_or(i64::MAX, |a| lock(a).next_interval())
     }
 
     /// Starts sampling; the profile's time counts from here.
@@ -404,16 +403,34 @@ impl Drop for Profiler {
     }
 }
 
+/// A store's blocks, forgotten when the store (which owns this) is dropped.
+struct MemoryOfStore {
+    data: StoreData,
+    allocations: Weak<Mutex<Allocations>>,
+    pipeline: Weak<Pipeline>,
+}
+
+impl Drop for MemoryOfStore {
+    fn drop(&mut self) {
+        if let (Some(allocations), Some(pipeline)) =
+            (self.allocations.upgrade(), self.pipeline.upgrade())
+        {
+            lock(&allocations).store_dropped(self.data, pipeline.as_ref());
+        }
+    }
+}
+
 /// Answers a call of a rewritten allocator (see [`Allocations::on_call`]); without a memory
 /// profile, samples nothing.
 fn allocator_call(
     allocations: Option<&Mutex<Allocations>>,
     sink: &dyn Sink,
+    data: StoreData,
     call: AllocatorCall,
     backtrace: impl FnOnce() -> WasmBacktrace,
 ) -> i64 {
     match allocations {
-        Some(a) => lock(a).on_call(call, sink, backtrace),
+        Some(a) => lock(a).on_call(data, call, sink, backtrace),
         None => report(i64::MAX, false, false),
     }
 }
@@ -515,9 +532,18 @@ impl ProfilerHandle {
             Some(contexts) => Some(contexts.publish(store, key)?),
             None => None,
         };
-        // One value the store owns, both withdrawn when it drops.
+        let memory = self.allocations.as_ref().map(|allocations| {
+            let data = StoreData::of(store.data());
+            lock(allocations).store_attached(data, key);
+            MemoryOfStore {
+                data,
+                allocations: Arc::downgrade(allocations),
+                pipeline: Arc::downgrade(&self.pipeline),
+            }
+        });
+        // One value the store owns, all withdrawn when it drops.
         let labeled = self.pipeline.label_store(key, labels);
-        keep_until_dropped(store, (published, labeled));
+        keep_until_dropped(store, (published, labeled, memory));
         Ok(())
     }
 

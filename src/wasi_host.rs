@@ -216,13 +216,17 @@ pub fn engine_config() -> Config {
 /// The engine settings `wasmtime serve` uses: Wasmtime's defaults, with the pooling allocator
 /// (instances, memories and fiber stacks reused from one reservation: a new instance per
 /// request costs less) where the machine lets the process reserve its address space, as
-/// `wasmtime serve` checks.
-pub fn serve_engine_config() -> Config {
+/// `wasmtime serve` checks. With `allocator_rewrite` (a memory profile), room for what the
+/// rewrite adds to a module: a memory (its flags) and a table (its hook).
+pub fn serve_engine_config(allocator_rewrite: bool) -> Config {
     let mut config = Config::new();
     if pooling_available() {
-        config.allocation_strategy(InstanceAllocationStrategy::Pooling(
-            PoolingAllocationConfig::default(),
-        ));
+        let mut pooling = PoolingAllocationConfig::default();
+        if allocator_rewrite {
+            pooling.max_memories_per_module(2);
+            pooling.max_tables_per_module(2);
+        }
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
     }
     config
 }

@@ -257,7 +257,7 @@ fn every_sightglass_module_rewrites_to_a_valid_module() {
         let wasm = std::fs::read(&module).unwrap();
         if wasmparser::Parser::is_component(&wasm) {
             // Neither has an allocator wasmspy knows (hand-written WAT; Kotlin's GC).
-            let rewritten = wasmspy::memory::component::rewrite_component(&wasm, 0);
+            let rewritten = wasmspy::memory::component::rewrite_component(&wasm);
             assert!(rewritten.unwrap().is_none(), "{}", module.display());
             continue;
         }

@@ -74,11 +74,21 @@ pub trait Sink: Send + Sync {
     fn backtrace(&self, backtrace: WasmBacktrace, taken: Taken, values: SampleValues);
     /// Samples that never reached the sink (a full ring).
     fn lost(&self, samples: u64);
-    /// A sampled allocation of `size` bytes at `address`, made by the guest stack `backtrace`
-    /// captured; `collected` if a garbage collector frees it. On the guest thread.
-    fn allocation(&self, backtrace: WasmBacktrace, address: u32, size: u64, collected: bool);
-    /// The sampled block at `address` was freed. On the guest thread.
-    fn free(&self, address: u32);
+    /// A sampled allocation of `size` bytes at `address` of `store`'s memory (`None`: a
+    /// store not attached), made by the guest stack `backtrace` captured; `collected` if a
+    /// garbage collector frees it. On the guest thread.
+    fn allocation(
+        &self,
+        backtrace: WasmBacktrace,
+        store: Option<StoreKey>,
+        address: u32,
+        size: u64,
+        collected: bool,
+    );
+    /// The sampled block at `address` of `store`'s memory was freed. On the guest thread.
+    fn free(&self, store: Option<StoreKey>, address: u32);
+    /// `store` was dropped with sampled blocks live: its memory, and they, are gone.
+    fn store_dropped(&self, store: StoreKey);
 }
 
 /// Whether this build can sample with signals.

@@ -1,9 +1,11 @@
 //! The subcommands: `record` runs and profiles a guest, `serve` serves and profiles a
 //! `wasi:http` component (both with [`interrupt`] handling Ctrl-C and SIGTERM, and
-//! [`outputs`] writing what they recorded), `report` and `convert` read profiles back.
+//! [`outputs`] writing what they recorded, and [`rewrite`] instrumenting the allocators for a
+//! memory profile), `report` and `convert` read profiles back.
 
 pub mod interrupt;
 pub mod outputs;
 pub mod record;
 pub mod report;
+pub mod rewrite;
 pub mod serve;

@@ -6,8 +6,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use wasmspy::memory::component::{rewrite_component, RewrittenComponent};
-use wasmspy::memory::rewrite::{rewrite, Rewritten};
 use wasmspy::wasi_host::{self, Exit, Program};
 use wasmspy::Profiler;
 use wasmtime::Engine;
@@ -17,6 +15,7 @@ use crate::commands::interrupt::{self, GuestEnded};
 use crate::commands::outputs::{
     file_name, flush_periodically, print_warnings, start_server, write_on_signals, Counts, Outputs,
 };
+use crate::commands::rewrite::Rewrite;
 
 /// `wasmtime run`'s exit code for a trap: that of an abort.
 const TRAP_EXIT_CODE: i32 = 128 + libc::SIGABRT;
@@ -25,7 +24,7 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     // Created before the guest runs, so a bad path fails fast rather than after a long run.
     let outputs = Arc::new(Outputs::create(
         &args.cpu_outputs(),
-        args.mem_profile.as_deref(),
+        args.profiling.mem_profile.as_deref(),
         args.profiling.format,
     )?);
     // Shared by the engine, the profile's build id and the symbolizer: never copied again.
@@ -37,7 +36,6 @@ pub fn record(args: RecordArgs) -> Result<i32> {
 
     let options = args.profiling.options(
         RECORD_RATE,
-        outputs.memory.as_ref().map(|_| args.mem_rate),
         outputs.cpu.iter().any(|o| o.format.shows_time()),
     );
     let mut config = wasi_host::engine_config();
@@ -49,20 +47,11 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         .verbose
         .then(|| Counts::of(&profiler, &options));
     let rewritten = match &outputs.memory {
-        Some(_) => Rewrite::of(&wasm, &profiler)
-            .with_context(|| format!("cannot instrument the allocators of `{name}`"))?,
+        Some(_) => Rewrite::of(&wasm, &name)?,
         None => Rewrite::None,
     };
-    if outputs.memory.is_some() && matches!(rewritten, Rewrite::None) {
-        eprintln!("wasmspy: warning: {name} has no allocator function wasmspy knows (malloc, free, __rust_alloc, ...): the memory profile will be empty");
-    }
     let compile_start = Instant::now();
-    let code: &[u8] = match &rewritten {
-        Rewrite::Module(r) => &r.wasm,
-        Rewrite::Component(r) => &r.wasm,
-        Rewrite::None => &wasm,
-    };
-    let program = wasi_host::compile(&engine, code)
+    let program = wasi_host::compile(&engine, rewritten.code(&wasm))
         .map_err(anyhow::Error::from)
         .with_context(|| format!("cannot compile `{}`", args.module.display()))?;
     let compile_time = compile_start.elapsed();
@@ -186,31 +175,6 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         server.stop();
     }
     Ok(code)
-}
-
-/// The allocator rewrite of a program, for a memory profile.
-enum Rewrite {
-    Module(Arc<Rewritten>),
-    Component(RewrittenComponent),
-    /// Nothing to rewrite: no allocator wasmspy knows.
-    None,
-}
-
-impl Rewrite {
-    fn of(wasm: &[u8], profiler: &Profiler) -> Result<Self> {
-        Ok(if wasmparser::Parser::is_component(wasm) {
-            let countdown = profiler.first_heap_countdown();
-            match rewrite_component(wasm, countdown)? {
-                Some(r) => Rewrite::Component(r),
-                None => Rewrite::None,
-            }
-        } else {
-            match rewrite(wasm)? {
-                Some(r) => Rewrite::Module(Arc::new(r)),
-                None => Rewrite::None,
-            }
-        })
-    }
 }
 
 /// The process's peak resident memory so far.

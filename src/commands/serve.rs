@@ -21,11 +21,12 @@ use crate::commands::interrupt::GuestEnded;
 use crate::commands::outputs::{
     file_name, flush_periodically, print_warnings, start_server, write_on_signals, Counts, Outputs,
 };
+use crate::commands::rewrite::Rewrite;
 
 pub fn serve(args: ServeArgs) -> Result<i32> {
     let outputs = Arc::new(Outputs::create(
         &args.cpu_outputs(),
-        None,
+        args.profiling.mem_profile.as_deref(),
         args.profiling.format,
     )?);
     let wasm: Arc<[u8]> = wasi_host::read_program(&args.component)?.into();
@@ -35,10 +36,9 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
     }
     let options = args.profiling.options(
         SERVE_RATE,
-        None,
         outputs.cpu.iter().any(|o| o.format.shows_time()),
     );
-    let mut config = wasi_host::serve_engine_config();
+    let mut config = wasi_host::serve_engine_config(options.mem_rate.is_some());
     Profiler::configure(&mut config, &options);
     let engine = Engine::new(&config)?;
     let mut profiler = Profiler::new(&engine, options.clone())?;
@@ -46,13 +46,20 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
         .profiling
         .verbose
         .then(|| Counts::of(&profiler, &options));
-    let Program::Component(component) = wasi_host::compile(&engine, &wasm)
+    let rewritten = match &outputs.memory {
+        Some(_) => Rewrite::of(&wasm, &name)?,
+        None => Rewrite::None,
+    };
+    let Program::Component(component) = wasi_host::compile(&engine, rewritten.code(&wasm))
         .map_err(anyhow::Error::from)
         .with_context(|| format!("cannot compile `{}`", args.component.display()))?
     else {
         unreachable!("checked to be a component")
     };
-    profiler.add_component(&name, &component, &wasm)?;
+    match &rewritten {
+        Rewrite::Component(r) => profiler.add_rewritten_component(&name, &component, &wasm, r)?,
+        _ => profiler.add_component(&name, &component, &wasm)?,
+    }
     print_warnings(&profiler.handle());
     let argv = vec![name.clone()];
     // As `wasmtime serve`: the proxy world's interfaces unless `-S cli` asks for all of WASI.
@@ -65,7 +72,11 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
     if !wasi.options.http {
         anyhow::bail!("wasi-http is required for the serve command, and must not be disabled");
     }
-    let proxy = Proxy::new(&component, wasi).with_context(|| format!("cannot serve `{name}`"))?;
+    let proxy = Proxy::new(&component, wasi, |linker| match rewritten {
+        Rewrite::Component(_) => profiler.define_component_allocator_hook(linker),
+        _ => Ok(()),
+    })
+    .with_context(|| format!("cannot serve `{name}`"))?;
 
     let runtime = wasi_host::runtime()?;
     let listener = runtime

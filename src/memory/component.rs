@@ -36,8 +36,8 @@ pub struct RewrittenComponent {
 }
 
 /// Rewrites the allocators of `component`'s core modules (those of the top-level component,
-/// instantiated once), their countdowns starting at `countdown`; `None` when none has one.
-pub fn rewrite_component(component: &[u8], countdown: i64) -> Result<Option<RewrittenComponent>> {
+/// instantiated once); `None` when none has one.
+pub fn rewrite_component(component: &[u8]) -> Result<Option<RewrittenComponent>> {
     let cores = core_modules(component)?;
     let mut modules = vec![None; cores.len()];
     let mut hooked = Vec::new();
@@ -46,7 +46,7 @@ pub fn rewrite_component(component: &[u8], countdown: i64) -> Result<Option<Rewr
             continue;
         };
         let wasm = &component[core.range.clone()];
-        if let Some(rewritten) = rewrite_in_component(wasm, countdown, &core.host_reallocs)? {
+        if let Some(rewritten) = rewrite_in_component(wasm, &core.host_reallocs)? {
             modules[i] = Some(Arc::new(rewritten));
             hooked.push(instance);
         }

@@ -44,9 +44,20 @@ use crate::wasm::demangle::demangle;
 pub const HOOK_TABLE: &str = "wasmspy:allocator-hook";
 
 /// The export of the `i64` global counting the bytes left before the next sampled allocation
-/// (the host may set it before the guest runs; it starts as [`rewrite_in_component`] says, or
-/// at zero).
+/// (it starts at [`UNSEEDED`]).
 pub const SAMPLE_COUNTDOWN: &str = "wasmspy:sample-countdown";
+
+/// Where every instance's countdown starts: far below zero, so that the first allocator call
+/// reaches the host, which draws that instance's first interval then ([`bytes_unseeded`]).
+/// A start drawn once and compiled in would sample the same allocation of every instance (a
+/// server's store per request).
+pub const UNSEEDED: i64 = i64::MIN / 2;
+
+/// The bytes allocated since a countdown that the hook heard started at [`UNSEEDED`]; `None`
+/// for a countdown the host had drawn (never more than one allocation's size below zero).
+pub fn bytes_unseeded(countdown: i64) -> Option<u64> {
+    (countdown < UNSEEDED / 2).then(|| countdown.abs_diff(UNSEEDED))
+}
 
 /// The hook's answer: the new countdown, and whether a live sampled block now hashes to the
 /// slot of the freed address and to that of the allocated one.
@@ -240,19 +251,14 @@ struct Defined {
 }
 
 /// Rewrites `wasm`'s allocator functions; `None` when it has none with the expected signature.
-/// The countdown starts at zero: the first allocation is sampled unless the host sets it.
 pub fn rewrite(wasm: &[u8]) -> Result<Option<Rewritten>> {
-    rewrite_in_component(wasm, 0, &[])
+    rewrite_in_component(wasm, &[])
 }
 
-/// As [`rewrite`], for a core module of a component: the countdown starting at `countdown`,
-/// and the functions exported as `host_reallocs` (the `realloc` of the component's canonical
-/// options, which the host calls) wrapped as [`Allocator::HostRealloc`].
-pub fn rewrite_in_component(
-    wasm: &[u8],
-    countdown: i64,
-    host_reallocs: &[String],
-) -> Result<Option<Rewritten>> {
+/// As [`rewrite`], for a core module of a component: the functions exported as
+/// `host_reallocs` (the `realloc` of the component's canonical options, which the host calls)
+/// wrapped as [`Allocator::HostRealloc`].
+pub fn rewrite_in_component(wasm: &[u8], host_reallocs: &[String]) -> Result<Option<Rewritten>> {
     let scan = Scan::of(wasm)?;
     let by_name = scan
         .names
@@ -270,7 +276,7 @@ pub fn rewrite_in_component(
     if wrapped.iter().all(|&(_, a)| a == Allocator::HostRealloc) {
         return Ok(None);
     }
-    let module = scan.encode(wasm, &wrapped, countdown)?;
+    let module = scan.encode(wasm, &wrapped)?;
     let moved = scan.offset_map(&module, &wrapped)?;
     Ok(Some(Rewritten {
         wasm: module,
@@ -400,7 +406,7 @@ impl Scan {
     }
 
     /// The rewritten module's bytes.
-    fn encode(&self, wasm: &[u8], wrapped: &[(u32, Allocator)], countdown: i64) -> Result<Vec<u8>> {
+    fn encode(&self, wasm: &[u8], wrapped: &[(u32, Allocator)]) -> Result<Vec<u8>> {
         let total_functions = self.imported_functions + self.defined.len() as u32;
         // The moved original bodies, in `wrapped` order, after every existing function.
         let moved_index: HashMap<u32, u32> = wrapped
@@ -414,7 +420,6 @@ impl Scan {
             flags: self.imported_memories + self.memories,
             depth: self.globals.len() as u32,
             countdown: self.globals.len() as u32 + 1,
-            first_countdown: countdown,
         };
 
         let mut re = RoundtripReencoder;
@@ -574,7 +579,6 @@ struct Added {
     depth: u32,
     /// The [`SAMPLE_COUNTDOWN`] global.
     countdown: u32,
-    first_countdown: i64,
 }
 
 impl Added {
@@ -605,10 +609,7 @@ impl Added {
             shared: false,
         };
         globals.global(mutable(ValType::I32), &ConstExpr::i32_const(0));
-        globals.global(
-            mutable(ValType::I64),
-            &ConstExpr::i64_const(self.first_countdown),
-        );
+        globals.global(mutable(ValType::I64), &ConstExpr::i64_const(UNSEEDED));
     }
 
     fn exports(&self, exports: &mut ExportSection) {

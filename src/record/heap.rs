@@ -10,6 +10,15 @@ use std::hash::Hash;
 
 use rustc_hash::FxHashMap;
 
+use crate::capture::StoreKey;
+
+/// Where a block is: an address of a store's memory (`None`: a store not attached).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Block {
+    pub store: Option<StoreKey>,
+    pub address: u32,
+}
+
 /// A stack's estimated heap values.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct HeapValues {
@@ -24,8 +33,8 @@ pub struct HeapValues {
 /// ([`crate::capture::allocations`]).
 pub struct Heap<K> {
     rate: u64,
-    /// Address → (stack, size) of each sampled block not freed yet.
-    live: FxHashMap<u32, (K, u64)>,
+    /// Store → address → (stack, size) of each sampled block not freed yet.
+    live: FxHashMap<Option<StoreKey>, FxHashMap<u32, (K, u64)>>,
     by_stack: FxHashMap<K, HeapValues>,
     /// Whether a garbage-collected block was counted: its in-use values are unknown.
     collected: bool,
@@ -54,10 +63,10 @@ impl<K: Copy + Eq + Hash> Heap<K> {
         1.0 / (1.0 - (-(size as f64) / self.rate as f64).exp())
     }
 
-    /// A sampled allocation of `size` bytes at `address`, made by `stack`. A `collected`
+    /// A sampled allocation of `size` bytes at `block`, made by `stack`. A `collected`
     /// block (Go's, TinyGo's) is freed by a garbage collector that tells nobody: it counts as
     /// allocated only.
-    pub fn allocated(&mut self, stack: K, address: u32, size: u64, collected: bool) {
+    pub fn allocated(&mut self, stack: K, block: Block, size: u64, collected: bool) {
         let scale = self.scale(size);
         let values = self.by_stack.entry(stack).or_default();
         values.alloc_objects += scale;
@@ -69,14 +78,30 @@ impl<K: Copy + Eq + Hash> Heap<K> {
         values.inuse_objects += scale;
         values.inuse_space += scale * size as f64;
         // A block at an address still thought live was freed unseen (by code not wrapped).
-        if let Some((old_stack, old_size)) = self.live.insert(address, (stack, size)) {
+        let live = self.live.entry(block.store).or_default();
+        if let Some((old_stack, old_size)) = live.insert(block.address, (stack, size)) {
             self.take_out(old_stack, old_size);
         }
     }
 
-    /// The block at `address` was freed; only sampled blocks count.
-    pub fn freed(&mut self, address: u32) {
-        if let Some((stack, size)) = self.live.remove(&address) {
+    /// `block` was freed; only sampled blocks count.
+    pub fn freed(&mut self, block: Block) {
+        let Entry::Occupied(mut live) = self.live.entry(block.store) else {
+            return;
+        };
+        let freed = live.get_mut().remove(&block.address);
+        // A store's blocks all freed leave nothing of it (a server makes a store per request).
+        if live.get().is_empty() {
+            live.remove();
+        }
+        if let Some((stack, size)) = freed {
+            self.take_out(stack, size);
+        }
+    }
+
+    /// `store`'s memory is gone, with every block in it.
+    pub fn store_dropped(&mut self, store: StoreKey) {
+        for (_, (stack, size)) in self.live.remove(&Some(store)).unwrap_or_default() {
             self.take_out(stack, size);
         }
     }
@@ -106,6 +131,14 @@ mod tests {
     use super::*;
     use crate::capture::allocations::HeapSampler;
 
+    /// A block of a store not attached.
+    fn at(address: u32) -> Block {
+        Block {
+            store: None,
+            address,
+        }
+    }
+
     fn of(heap: &Heap<u8>, stack: u8) -> HeapValues {
         heap.values()
             .find(|&(k, _)| k == stack)
@@ -119,11 +152,11 @@ mod tests {
         let mut heap = Heap::new(1);
         for (i, size) in [16u64, 32, 48].into_iter().enumerate() {
             assert!(sampler.next_interval() - (size as i64) < 0);
-            heap.allocated(0, 100 * i as u32, size, false);
+            heap.allocated(0, at(100 * i as u32), size, false);
         }
-        heap.allocated(1, 1000, 1 << 20, false);
-        heap.freed(100);
-        heap.freed(5000); // never allocated: ignored
+        heap.allocated(1, at(1000), 1 << 20, false);
+        heap.freed(at(100));
+        heap.freed(at(5000)); // never allocated: ignored
         let a = of(&heap, 0);
         assert_eq!(
             a,
@@ -141,19 +174,45 @@ mod tests {
     #[test]
     fn reusing_a_live_address_retires_the_block_seen_there() {
         let mut heap = Heap::new(1);
-        heap.allocated(0, 64, 10, false);
-        heap.allocated(1, 64, 20, false);
+        heap.allocated(0, at(64), 10, false);
+        heap.allocated(1, at(64), 20, false);
         assert_eq!(of(&heap, 0).inuse_objects, 0.0);
         assert_eq!(of(&heap, 1).inuse_space, 20.0);
-        heap.freed(64);
+        heap.freed(at(64));
         assert_eq!(of(&heap, 1).inuse_space, 0.0);
+    }
+
+    /// The same address in two stores is two blocks; a store dropped takes its blocks out of
+    /// the in-use values, and only its own.
+    #[test]
+    fn each_stores_blocks_go_with_it() {
+        let mut heap = Heap::new(1);
+        let (one, two) = (StoreKey(1), StoreKey(2));
+        let block = |store, address| Block {
+            store: Some(store),
+            address,
+        };
+        heap.allocated(0, block(one, 64), 10, false);
+        heap.allocated(1, block(two, 64), 20, false);
+        heap.allocated(1, block(two, 128), 30, false);
+        assert_eq!(of(&heap, 0).inuse_space, 10.0);
+        heap.store_dropped(two);
+        assert_eq!(of(&heap, 1).inuse_space, 0.0);
+        assert_eq!(of(&heap, 1).alloc_space, 50.0);
+        assert_eq!(of(&heap, 0).inuse_space, 10.0);
+        heap.freed(block(one, 64));
+        assert_eq!(of(&heap, 0).inuse_space, 0.0);
+        assert!(
+            heap.live.is_empty(),
+            "nothing is kept of a store without live blocks"
+        );
     }
 
     #[test]
     fn collected_blocks_count_as_allocated_only() {
         let mut heap = Heap::new(1);
-        heap.allocated(0, 64, 10, true);
-        heap.freed(64);
+        heap.allocated(0, at(64), 10, true);
+        heap.freed(at(64));
         let v = of(&heap, 0);
         assert_eq!((v.alloc_objects, v.alloc_space), (1.0, 10.0));
         assert_eq!((v.inuse_objects, v.inuse_space), (0.0, 0.0));
@@ -181,11 +240,11 @@ mod tests {
                 address += 1;
                 countdown -= size as i64;
                 if countdown < 0 {
-                    heap.allocated(stack, address, size, false);
+                    heap.allocated(stack, at(address), size, false);
                     countdown = sampler.next_interval();
                 }
                 if i % 2 == 0 {
-                    heap.freed(address);
+                    heap.freed(at(address));
                 }
             }
         }

@@ -12,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rustc_hash::FxHashMap;
 
-use crate::capture::SampleValues;
+use crate::capture::{SampleValues, StoreKey};
 use crate::clock::{monotonic_ns, sampling_period, Clock};
 use crate::profile::{
     Frame, FrameId, Function, FunctionId, Labels, Line, MappingId, Profile, ProfileBuilder,
@@ -21,7 +21,7 @@ use crate::profile::{
 };
 use crate::resolve::symbolize::FunctionName;
 use crate::resolve::{ModuleId, RawFrame, Resolver};
-use heap::Heap;
+use heap::{Block, Heap};
 use labels::{LabelSets, LabelsId};
 use timeline::{Tally, Timeline};
 
@@ -88,7 +88,8 @@ pub struct Recorder {
     timeline: Option<Timeline>,
     counts: KindCounts,
     /// Sampled allocations by stack, and which to sample, when memory is profiled.
-    heap: Option<Heap<StackId>>,
+    /// By labeled stack (the thread left out).
+    heap: Option<Heap<KeyId>>,
     rate_hz: u32,
     clock: Clock,
     sampler: &'static str,
@@ -182,12 +183,16 @@ impl Recorder {
         stack_id
     }
 
-    fn record(&mut self, key: Key, values: SampleValues, time_ns: u64) {
-        let time_ns = time_ns.saturating_sub(self.started_ns);
-        let key = *self.key_ids.entry(key).or_insert_with(|| {
+    fn key_id(&mut self, key: Key) -> KeyId {
+        *self.key_ids.entry(key).or_insert_with(|| {
             self.totals.push(Tally::default());
             self.keys.push(key)
-        });
+        })
+    }
+
+    fn record(&mut self, key: Key, values: SampleValues, time_ns: u64) {
+        let time_ns = time_ns.saturating_sub(self.started_ns);
+        let key = self.key_id(key);
         let tally = Tally::one(values);
         self.totals[key].add(tally);
         if let Some(timeline) = &mut self.timeline {
@@ -339,27 +344,41 @@ impl Recorder {
         self.heap.is_some()
     }
 
-    /// A sampled allocation of `size` bytes at `address`, made by `frames` (leaf first: the
-    /// allocator's wrapper, standing for the allocator); `collected` if a garbage collector
-    /// frees it.
+    /// A sampled allocation of `size` bytes at `block`, made by `frames` (leaf first: the
+    /// allocator's wrapper, standing for the allocator) in a store with `labels`; `collected`
+    /// if a garbage collector frees it.
     pub fn heap_allocated(
         &mut self,
         resolver: &Resolver,
         frames: &[RawFrame],
-        address: u32,
+        labels: Option<&Labels>,
+        block: Block,
         size: u64,
         collected: bool,
     ) {
-        let id = self.stack_of(resolver, frames);
+        let labels = labels.map_or(LabelsId::NONE, |l| self.label_sets.intern(l));
+        let stack = self.stack_of(resolver, frames);
+        let key = self.key_id(Key {
+            stack,
+            labels,
+            thread: None,
+        });
         if let Some(heap) = &mut self.heap {
-            heap.allocated(id, address, size, collected);
+            heap.allocated(key, block, size, collected);
         }
     }
 
-    /// The block at `address` was freed.
-    pub fn heap_freed(&mut self, address: u32) {
+    /// `block` was freed.
+    pub fn heap_freed(&mut self, block: Block) {
         if let Some(heap) = &mut self.heap {
-            heap.freed(address);
+            heap.freed(block);
+        }
+    }
+
+    /// `store`'s memory is gone, with its blocks.
+    pub fn heap_store_dropped(&mut self, store: StoreKey) {
+        if let Some(heap) = &mut self.heap {
+            heap.store_dropped(store);
         }
     }
 
@@ -370,9 +389,9 @@ impl Recorder {
         let rate = heap.rate();
         let mut samples: Vec<Sample> = heap
             .values()
-            .map(|(stack, v)| Sample {
-                stack,
-                labels: Labels::default(),
+            .map(|(key, v)| Sample {
+                stack: self.keys[key].stack,
+                labels: self.label_sets.get(self.keys[key].labels).clone(),
                 thread: None,
                 time_ns: 0,
                 values: [
@@ -385,7 +404,7 @@ impl Recorder {
                 .to_vec(),
             })
             .collect();
-        samples.sort_by_key(|s| s.stack);
+        samples.sort_by(|a, b| (a.stack, &a.labels).cmp(&(b.stack, &b.labels)));
         let mut comments = vec![format!(
             "wasmspy {}: allocations sampled every {rate} bytes on average",
             env!("CARGO_PKG_VERSION")

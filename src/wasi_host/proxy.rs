@@ -26,9 +26,15 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Links `component` and checks that it is a `wasi:http/proxy`.
-    pub fn new(component: &Component, wasi: WasiConfig) -> Result<Self> {
+    /// Links `component`, with what `define` adds to the linker, and checks that it is a
+    /// `wasi:http/proxy`.
+    pub fn new(
+        component: &Component,
+        wasi: WasiConfig,
+        define: impl FnOnce(&mut Linker<Host>) -> wasmtime::Result<()>,
+    ) -> Result<Self> {
         let mut linker = Linker::new(component.engine());
+        define(&mut linker)?;
         if wasi.options.cli {
             // With `-S http` on, as a proxy needs: all of WASI, and `wasi:http`.
             super::add_wasi_to_component_linker(&mut linker, &wasi.options)?;
