@@ -36,8 +36,10 @@ use wasmtime_environ::{HostPtr, PtrSize, VMCONTEXT_MAGIC};
 
 use crate::capture::StoreKey;
 
-/// How many stores can be watched at once.
-pub const SLOTS: usize = 256;
+/// How many stores can be watched at once: as many instances as Wasmtime's pooling allocator
+/// keeps by default (1,000), so that a server (`wasmspy serve`, a store per request) profiles
+/// every request it can take at once. A sample scans only up to the highest slot in use.
+pub const SLOTS: usize = 1024;
 
 struct Slot {
     taken: AtomicBool,
@@ -217,8 +219,25 @@ mod tests {
         contexts
     }
 
+    /// The tests that count published stores take turns.
+    static COUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// As many stores as a pooling allocator holds at once are published, all at once.
+    #[test]
+    fn a_thousand_stores_at_once() {
+        let _turn = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+        let engine = Engine::default();
+        let contexts = StoreContexts::new(&engine).unwrap();
+        let mut stores: Vec<Store<()>> = (0..1000).map(|_| Store::new(&engine, ())).collect();
+        for store in &mut stores {
+            publish(&contexts, store);
+        }
+        assert!(published().len() >= 1000);
+    }
+
     #[test]
     fn a_store_is_published_until_it_is_dropped() {
+        let _turn = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
         let engine = Engine::default();
         let contexts = StoreContexts::new(&engine).unwrap();
         let before = published();
