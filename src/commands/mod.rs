@@ -1,10 +1,12 @@
 //! The subcommands: `record` runs and profiles a guest, `serve` serves and profiles a
 //! `wasi:http` component (both with [`interrupt`] handling Ctrl-C and SIGTERM, and
-//! [`outputs`] writing what they recorded, and [`rewrite`] instrumenting the allocators for a
-//! memory profile), `report` and `convert` read profiles back.
+//! [`outputs`] writing what they recorded, [`profiled`] setting up the profiler, and
+//! [`rewrite`] instrumenting the allocators for a memory profile), `report` and `convert` read
+//! profiles back.
 
 pub mod interrupt;
 pub mod outputs;
+pub mod profiled;
 pub mod record;
 pub mod report;
 pub mod rewrite;

@@ -7,14 +7,13 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use wasmspy::wasi_host::{self, Exit, Program};
-use wasmspy::Profiler;
-use wasmtime::Engine;
 
 use crate::cli::{RecordArgs, RECORD_RATE};
 use crate::commands::interrupt::{self, GuestEnded};
 use crate::commands::outputs::{
-    file_name, flush_periodically, print_warnings, start_server, write_on_signals, Counts, Outputs,
+    file_name, flush_periodically, print_warnings, start_server, write_on_signals, Outputs,
 };
+use crate::commands::profiled::Profiled;
 use crate::commands::rewrite::Rewrite;
 
 /// `wasmtime run`'s exit code for a trap: that of an abort.
@@ -34,22 +33,19 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         args.guest.wasi_options().check_for_module()?;
     }
 
-    let options = args.profiling.options(
+    let Profiled {
+        engine,
+        mut profiler,
+        counts,
+        rewritten,
+    } = Profiled::new(
+        &args.profiling,
         RECORD_RATE,
-        outputs.cpu.iter().any(|o| o.format.shows_time()),
-    );
-    let mut config = wasi_host::engine_config();
-    Profiler::configure(&mut config, &options);
-    let engine = Engine::new(&config)?;
-    let mut profiler = Profiler::new(&engine, options.clone())?;
-    let counts = args
-        .profiling
-        .verbose
-        .then(|| Counts::of(&profiler, &options));
-    let rewritten = match &outputs.memory {
-        Some(_) => Rewrite::of(&wasm, &name)?,
-        None => Rewrite::None,
-    };
+        &outputs,
+        |_| wasi_host::engine_config(),
+        &wasm,
+        &name,
+    )?;
     let compile_start = Instant::now();
     let program = wasi_host::compile(&engine, rewritten.code(&wasm))
         .map_err(anyhow::Error::from)

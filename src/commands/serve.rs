@@ -11,16 +11,16 @@ use http_body_util::{BodyExt, Full};
 use hyper::server::conn::http1;
 use wasmspy::wasi_host::proxy::Proxy;
 use wasmspy::wasi_host::{self, Program, WasiOptions};
-use wasmspy::{Profiler, ProfilerHandle};
-use wasmtime::Engine;
+use wasmspy::ProfilerHandle;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 
 use crate::cli::{ServeArgs, SERVE_RATE};
 use crate::commands::interrupt::GuestEnded;
 use crate::commands::outputs::{
-    file_name, flush_periodically, print_warnings, start_server, write_on_signals, Counts, Outputs,
+    file_name, flush_periodically, print_warnings, start_server, write_on_signals, Outputs,
 };
+use crate::commands::profiled::Profiled;
 use crate::commands::rewrite::Rewrite;
 
 pub fn serve(args: ServeArgs) -> Result<i32> {
@@ -34,22 +34,19 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
     if !wasmparser::Parser::is_component(&wasm) {
         anyhow::bail!("`{name}` is a core module: wasmspy serve takes a wasi:http/proxy component");
     }
-    let options = args.profiling.options(
+    let Profiled {
+        engine,
+        mut profiler,
+        counts,
+        rewritten,
+    } = Profiled::new(
+        &args.profiling,
         SERVE_RATE,
-        outputs.cpu.iter().any(|o| o.format.shows_time()),
-    );
-    let mut config = wasi_host::serve_engine_config(options.mem_rate.is_some());
-    Profiler::configure(&mut config, &options);
-    let engine = Engine::new(&config)?;
-    let mut profiler = Profiler::new(&engine, options.clone())?;
-    let counts = args
-        .profiling
-        .verbose
-        .then(|| Counts::of(&profiler, &options));
-    let rewritten = match &outputs.memory {
-        Some(_) => Rewrite::of(&wasm, &name)?,
-        None => Rewrite::None,
-    };
+        &outputs,
+        wasi_host::serve_engine_config,
+        &wasm,
+        &name,
+    )?;
     let Program::Component(component) = wasi_host::compile(&engine, rewritten.code(&wasm))
         .map_err(anyhow::Error::from)
         .with_context(|| format!("cannot compile `{}`", args.component.display()))?

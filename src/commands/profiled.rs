@@ -1,0 +1,49 @@
+//! What `record` and `serve` set up before the guest runs: an engine configured for the
+//! profiler's options, the profiler, and the allocator rewrite when memory is profiled.
+
+use anyhow::Result;
+use wasmspy::Profiler;
+use wasmtime::{Config, Engine};
+
+use crate::cli::ProfilingArgs;
+use crate::commands::outputs::{Counts, Outputs};
+use crate::commands::rewrite::Rewrite;
+
+pub struct Profiled {
+    pub engine: Engine,
+    pub profiler: Profiler,
+    /// What `--verbose` prints.
+    pub counts: Option<Counts>,
+    pub rewritten: Rewrite,
+}
+
+impl Profiled {
+    /// Sampling at `--rate` or `default_rate`; `config`, the command's engine settings, is told
+    /// whether the allocators are rewritten. `wasm` is the program named `name`.
+    pub fn new(
+        args: &ProfilingArgs,
+        default_rate: u32,
+        outputs: &Outputs,
+        config: impl FnOnce(bool) -> Config,
+        wasm: &[u8],
+        name: &str,
+    ) -> Result<Self> {
+        let timeline = outputs.cpu.iter().any(|o| o.format.shows_time());
+        let options = args.options(default_rate, timeline);
+        let mut config = config(outputs.memory.is_some());
+        Profiler::configure(&mut config, &options);
+        let engine = Engine::new(&config)?;
+        let profiler = Profiler::new(&engine, options.clone())?;
+        let counts = args.verbose.then(|| Counts::of(&profiler, &options));
+        let rewritten = match &outputs.memory {
+            Some(_) => Rewrite::of(wasm, name)?,
+            None => Rewrite::None,
+        };
+        Ok(Profiled {
+            engine,
+            profiler,
+            counts,
+            rewritten,
+        })
+    }
+}
