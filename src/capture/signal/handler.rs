@@ -4,8 +4,8 @@
 //! - **Async-signal-safe**: no allocation, no locks, no panics; only atomics, `clock_gettime`
 //!   (async-signal-safe per POSIX), `gettid`, `timer_settime` and `getrusage` (system calls:
 //!   telling the sampled thread, arming the timer for the next sample, telling a wait from a
-//!   preemption; see [`super::timer`]) and reads of
-//!   memory proven mapped (below). `errno` is saved and restored.
+//!   preemption; see [`super::timer`]) and reads of memory proven mapped (below). `errno` is
+//!   saved and restored.
 //! - **Bounded**: at most [`MAX_FRAMES`] frame records followed, at most
 //!   [`store_contexts::SLOTS`] store contexts read.
 //! - **Reads only mapped memory**: stack reads stay in `[sp, top)` of the stack `sp` is on
@@ -24,8 +24,8 @@
 //!   any state is attached; they are cleared only when none is.
 //! - **One producer per ring**: only a signal of one of a thread's own timers (`si_code`
 //!   `SI_TIMER` with its cookie), on that thread, takes a sample into that thread's ring and
-//!   arms its next timer; any other SIGPROF (`kill`, another library's timer, a signal to another thread) is
-//!   ignored, so each ring has one producer, its thread.
+//!   arms its next timer; any other SIGPROF (`kill`, another library's timer, a signal to
+//!   another thread) is ignored, so each ring has one producer, its thread.
 //!
 //! Frame walking: Cranelift keeps a frame record (saved frame pointer, return address) in every
 //! Wasm function and trampoline. From a PC in Wasm code the handler follows the chain, keeping
@@ -47,20 +47,6 @@ use super::timer::SignalTimer;
 use crate::clock::clock_ns;
 
 pub const MAX_FRAMES: usize = crate::capture::MAX_STACK_DEPTH;
-/// The calling thread's voluntary context switches so far: each is a wait (a blocking system
-/// call, a futex), which a preemption is not. Async-signal-safe: one system call, made
-/// directly (no libc state).
-fn waits_so_far() -> u64 {
-    // SAFETY: a zeroed rusage is valid; getrusage only writes the struct it is given.
-    unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        if libc::syscall(libc::SYS_getrusage, libc::RUSAGE_THREAD, &mut usage) != 0 {
-            return 0;
-        }
-        usage.ru_nvcsw as u64
-    }
-}
-
 /// Which of a thread's timers sent a signal.
 #[derive(Clone, Copy)]
 enum Tick {
@@ -710,6 +696,20 @@ pub fn install() -> std::io::Result<()> {
     match result {
         Ok(()) => Ok(()),
         Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+    }
+}
+
+/// The calling thread's voluntary context switches so far: each is a wait (a blocking system
+/// call, a futex), which a preemption is not. Async-signal-safe: one system call, made
+/// directly (no libc state).
+fn waits_so_far() -> u64 {
+    // SAFETY: a zeroed rusage is valid; getrusage only writes the struct it is given.
+    unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::syscall(libc::SYS_getrusage, libc::RUSAGE_THREAD, &mut usage) != 0 {
+            return 0;
+        }
+        usage.ru_nvcsw as u64
     }
 }
 
