@@ -274,6 +274,21 @@ fn go_allocations_are_attributed_to_go_functions() {
         site("runtime.mallocgc", "runtime.makeslice", "main.buffers"),
         [101, 100 * 24 + 100 * 4096, 0, 0]
     );
+    // Named by Go's own symbol table, with the file and line where each function starts.
+    let function = |name: &str| {
+        p.0.function
+            .iter()
+            .find(|f| p.str(f.name) == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    let build = function("main.build");
+    assert_eq!(
+        (p.str(build.filename), build.start_line),
+        ("./alloc.go", 17)
+    );
+    assert!(p
+        .str(function("runtime.mallocgc").filename)
+        .ends_with("runtime/malloc.go"));
 }
 
 /// A component's allocators (`tests/fixtures/rust/component.rs`, `alloc`, the same program as

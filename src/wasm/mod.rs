@@ -1,7 +1,8 @@
 //! What a Wasm binary says, read with `wasmparser`, for the stages that need it (the allocator
 //! rewrite before the run, the resolver after): a component's core modules and the WIT
-//! functions their imports lower ([`component`]), and the demangling of the names in them
-//! ([`demangle`]).
+//! functions their imports lower ([`component`]), the demangling of the names in them
+//! ([`demangle`]), and Go's own symbol table in a module built by Go ([`go`]).
 
 pub mod component;
 pub mod demangle;
+pub mod go;

@@ -17,6 +17,7 @@ use wasmparser::{KnownCustom, Parser, Payload, TypeRef};
 use self::dwarf::{Dwarf, DwarfFrame, DwarfSections};
 use self::names::Names;
 use crate::wasm::demangle::demangle;
+use crate::wasm::go::{self, GoFunction};
 
 /// A function's names as a profile shows them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,6 +85,8 @@ pub struct ModuleSymbolizer {
     file_name: String,
     wasm: Arc<[u8]>,
     names: Names,
+    /// Go's own table of the functions, in a module built by Go (which has no DWARF).
+    go: Option<HashMap<u32, GoFunction>>,
     dwarf: DwarfState,
     /// Module offset → its source frames, innermost first.
     frames: FxHashMap<u32, Arc<[SourceFrame]>>,
@@ -136,6 +139,7 @@ impl ModuleSymbolizer {
         let mut names = Names::default();
         let mut sections = DwarfSections::default();
         let mut warnings = Vec::new();
+        let mut built_by_go = false;
         for payload in Parser::new(0).parse_all(&wasm) {
             match payload.context("malformed Wasm module")? {
                 Payload::ImportSection(reader) => {
@@ -155,6 +159,7 @@ impl ModuleSymbolizer {
                             ));
                         }
                     }
+                    _ if reader.name() == go::BUILD_ID_SECTION => built_by_go = true,
                     _ if reader.name().starts_with(".debug_") => {
                         let start = reader.data_offset();
                         let range = start..start + reader.data().len();
@@ -172,10 +177,17 @@ impl ModuleSymbolizer {
         } else {
             DwarfState::Absent
         };
+        let go = built_by_go.then(|| go::functions(&wasm)).flatten();
+        if built_by_go && go.is_none() {
+            warnings.push(format!(
+                "{file_name}: built by Go, but its symbol table (pclntab) is unreadable: functions named by its name section"
+            ));
+        }
         Ok(ModuleSymbolizer {
             file_name: file_name.to_string(),
             wasm,
             names,
+            go,
             dwarf,
             frames: FxHashMap::default(),
             lowered_indirect_calls: HashMap::new(),
@@ -193,9 +205,21 @@ impl ModuleSymbolizer {
         self.names.imported_function_count()
     }
 
-    /// The name of function `index` (in the function index space, imports first).
+    /// The name of function `index` (in the function index space, imports first); a Go
+    /// function's as Go writes it, the `name` section's form kept as its system name.
     pub fn function_name(&self, index: u32) -> FunctionName {
-        self.names.function_name(index)
+        let name = self.names.function_name(index);
+        match self.go_function(index) {
+            Some(go) => FunctionName {
+                name: go.name.clone(),
+                system_name: name.system_name,
+            },
+            None => name,
+        }
+    }
+
+    fn go_function(&self, index: u32) -> Option<&GoFunction> {
+        self.go.as_ref()?.get(&index)
     }
 
     /// The source frames of the instruction at `offset` (in the module's bytes) of function
@@ -236,12 +260,13 @@ impl ModuleSymbolizer {
         described: Option<Vec<DwarfFrame>>,
     ) -> Arc<[SourceFrame]> {
         let Some(described) = described.filter(|d| !d.is_empty()) else {
+            let go = self.go_function(func_index);
             return Arc::new([SourceFrame {
                 function: self.function_name(func_index),
-                file: String::new(),
+                file: go.map(|f| f.file.clone()).unwrap_or_default(),
                 line: 0,
                 column: 0,
-                start_line: 0,
+                start_line: go.map_or(0, |f| f.start_line),
             }]);
         };
         let outermost = described.len() - 1;
@@ -268,10 +293,16 @@ impl ModuleSymbolizer {
 
     fn dwarf_frames(&mut self, offsets: &[u32]) -> FxHashMap<u32, Vec<DwarfFrame>> {
         if let DwarfState::Absent = self.dwarf {
-            self.warnings.push(format!(
-                "{} has no DWARF debug info: the profile names functions, without file:line (build with -g for them)",
-                self.file_name
-            ));
+            self.warnings.push(match self.go {
+                Some(_) => format!(
+                    "{} is Go's, without DWARF: the profile names functions as Go's symbol table does, with the file and line where each starts",
+                    self.file_name
+                ),
+                None => format!(
+                    "{} has no DWARF debug info: the profile names functions, without file:line (build with -g for them)",
+                    self.file_name
+                ),
+            });
             self.dwarf = DwarfState::Unavailable;
         }
         if let DwarfState::Unread(sections) = &self.dwarf {
