@@ -173,7 +173,6 @@ impl Allocations {
             );
             next = self.sampler.next_interval();
         }
-        let blocks = &self.blocks[&store];
         report(
             next,
             blocks.slot_is_live(freed),
