@@ -19,7 +19,7 @@ use wasmtime::WasmBacktrace;
 
 use rustc_hash::FxHashMap;
 
-use crate::capture::{NativeSample, SampleValues, Sink, StoreKey, Taken};
+use crate::capture::{GuestStack, NativeSample, SampleValues, Sink, StoreKey, Taken};
 use crate::clock::monotonic_ns;
 use crate::profile::Labels;
 use crate::profile::Profile;
@@ -58,7 +58,7 @@ enum Event {
         values: SampleValues,
     },
     Allocation {
-        backtrace: WasmBacktrace,
+        stack: GuestStack,
         store: Option<StoreKey>,
         address: u32,
         size: u64,
@@ -233,13 +233,13 @@ impl Pipeline {
                 self.add_sample(&resolver, &mut recorder, &frames, taken, values);
             }
             Event::Allocation {
-                backtrace,
+                stack,
                 store,
                 address,
                 size,
                 collected,
             } => {
-                let frames = resolver.backtrace_frames(&backtrace);
+                let frames = resolver.stack_frames(&stack);
                 let labels = self.labels_of(store);
                 let block = Block { store, address };
                 recorder.heap_allocated(
@@ -322,14 +322,14 @@ impl Sink for Pipeline {
 
     fn allocation(
         &self,
-        backtrace: WasmBacktrace,
+        stack: GuestStack,
         store: Option<StoreKey>,
         address: u32,
         size: u64,
         collected: bool,
     ) {
         self.enqueue_kept(Event::Allocation {
-            backtrace,
+            stack,
             store,
             address,
             size,

@@ -39,9 +39,11 @@ use wasmtime::{
 
 use crate::capture::allocations::{Allocations, AllocatorCall, StoreData};
 use crate::capture::epoch::{self, EpochSampler};
+use crate::capture::go_stack::{self, GoCode, GoFrames, Start};
+use crate::capture::vmctx::GoInstance;
 pub use crate::capture::MAX_STACK_DEPTH;
 use crate::capture::{
-    keep_until_dropped, SampleValues, Sampler, SamplerKind, Sink, StoreKey, Taken,
+    keep_until_dropped, GuestStack, SampleValues, Sampler, SamplerKind, Sink, StoreKey, Taken,
     SIGNALS_AVAILABLE,
 };
 use crate::clock::{monotonic_ns, thread_cpu_ns, Clock};
@@ -50,8 +52,9 @@ use crate::memory::rewrite::{report, Rewritten, HOOK_TABLE, SAMPLE_COUNTDOWN};
 use crate::pipeline::Pipeline;
 use crate::profile::{Labels, Profile};
 use crate::record::{KindCounts, Mark, Recorder};
-use crate::resolve::Resolver;
+use crate::resolve::{ModuleId, Resolver};
 use crate::sync::lock;
+use crate::wasm::go::FIRST_PC_F;
 
 static NEXT_PROFILER_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -145,6 +148,9 @@ pub struct ProfilerHandle {
     warnings: Arc<Mutex<Vec<String>>>,
     /// Which allocations the rewritten allocators sample, when memory is profiled.
     allocations: Option<Arc<Mutex<Allocations>>>,
+    /// The registered Go modules' code, whose instances [`ProfilerHandle::attach_instance`]
+    /// shows the sampler.
+    go_codes: Arc<Mutex<Vec<Arc<GoCode>>>>,
 }
 
 impl Profiler {
@@ -215,6 +221,7 @@ impl Profiler {
                 id: NEXT_PROFILER_ID.fetch_add(1, Ordering::Relaxed),
                 warnings: Arc::default(),
                 allocations,
+                go_codes: Arc::default(),
             },
         })
     }
@@ -241,11 +248,31 @@ impl Profiler {
         module: &Module,
         wasm: impl Into<Arc<[u8]>>,
     ) -> Result<()> {
-        self.handle
+        let id = self
+            .handle
             .resolver()
             .add_module(file_name, module, wasm.into(), None)?;
         self.code_registered();
+        self.go_registered(id, module, None);
         Ok(())
+    }
+
+    /// Shows the sampler a Go module's code, whose goroutine stacks it reads in the instances
+    /// shown to [`ProfilerHandle::attach_instance`].
+    fn go_registered(&self, id: ModuleId, module: &Module, rewritten: Option<&Rewritten>) {
+        let Some(go) = self.handle.resolver().go_module(id) else {
+            return;
+        };
+        let imported = go.imported_functions();
+        let code = Arc::new(GoCode::new(module, GoFrames::of(&go), |index| {
+            let original = match rewritten {
+                Some(r) => r.original_function(index)?,
+                None => index,
+            };
+            Some(original.checked_sub(imported)? + FIRST_PC_F)
+        }));
+        lock(&self.handle.sampler).add_go_code(code.clone());
+        lock(&self.handle.go_codes).push(code);
     }
 
     /// Registers a component (`wasmtime::component::Component`), as
@@ -295,10 +322,14 @@ impl Profiler {
         original: impl Into<Arc<[u8]>>,
         rewritten: Arc<Rewritten>,
     ) -> Result<()> {
-        self.handle
-            .resolver()
-            .add_module(file_name, module, original.into(), Some(rewritten))?;
+        let id = self.handle.resolver().add_module(
+            file_name,
+            module,
+            original.into(),
+            Some(rewritten.clone()),
+        )?;
         self.code_registered();
+        self.go_registered(id, module, Some(&rewritten));
         Ok(())
     }
 
@@ -307,48 +338,24 @@ impl Profiler {
         self.handle.attach(store)
     }
 
+    /// Shows the profiler an instance of a registered module, after instantiating it and before
+    /// the guest runs: see [`ProfilerHandle::attach_instance`].
+    pub fn attach_instance<T: 'static>(
+        &self,
+        store: impl AsContextMut<Data = T>,
+        instance: &Instance,
+    ) -> Result<()> {
+        self.handle.attach_instance(store, instance)
+    }
+
     /// Connects an instance of a module rewritten by [`crate::memory::rewrite`] to the heap
-    /// profile, before the guest runs: puts the hook in its [`HOOK_TABLE`]. The hook records
-    /// sampled allocations, with the guest stack that made them (and the labels of the store,
-    /// if attached), and frees of sampled blocks. Does nothing for an instance of a module not
-    /// rewritten.
+    /// profile: see [`ProfilerHandle::install_allocator_hook`].
     pub fn install_allocator_hook<T: 'static>(
         &self,
-        mut store: impl AsContextMut<Data = T>,
+        store: impl AsContextMut<Data = T>,
         instance: &Instance,
     ) -> wasmtime::Result<()> {
-        let Some(table) = instance.get_table(&mut store, HOOK_TABLE) else {
-            return Ok(());
-        };
-        if instance.get_global(&mut store, SAMPLE_COUNTDOWN).is_none() {
-            wasmtime::bail!(
-                "the module exports {HOOK_TABLE} without the rest of the allocator rewrite"
-            );
-        }
-        let pipeline = self.handle.pipeline.clone();
-        let allocations = self.handle.allocations.clone();
-        let hook = Func::wrap(
-            &mut store,
-            move |caller: Caller<'_, T>,
-                  allocator: i32,
-                  size: i32,
-                  freed: i32,
-                  allocated: i32,
-                  countdown: i64|
-                  -> i64 {
-                let call = (allocator, size, freed, allocated, countdown);
-                let data = StoreData::of(caller.data());
-                let backtrace = || WasmBacktrace::capture(&caller);
-                allocator_call(
-                    allocations.as_deref(),
-                    pipeline.as_ref(),
-                    data,
-                    call,
-                    backtrace,
-                )
-            },
-        );
-        table.set(&mut store, 0, Ref::Func(Some(hook)))
+        self.handle.install_allocator_hook(store, instance)
     }
 
     /// Defines in `linker` the host function through which the allocators of a component
@@ -365,7 +372,10 @@ impl Profiler {
             ALLOCATOR_HOOK,
             move |store: wasmtime::StoreContextMut<'_, T>, call: AllocatorCall| {
                 let data = StoreData::of(store.data());
-                let backtrace = || WasmBacktrace::capture(&store);
+                let backtrace = || GuestStack {
+                    backtrace: WasmBacktrace::capture(&store),
+                    go: Vec::new(),
+                };
                 let pipeline = pipeline.as_ref();
                 let report =
                     allocator_call(allocations.as_deref(), pipeline, data, call, backtrace);
@@ -420,6 +430,23 @@ impl Drop for MemoryOfStore {
     }
 }
 
+/// The goroutine's stack above a Go allocator that has just returned (its wrapper calls the
+/// hook): its caller's PC is just below Go's SP.
+fn goroutine_above_allocator(go: &GoInstance, code: &GoCode) -> Vec<usize> {
+    let (registers, memory) = go.read();
+    let mut pcs = vec![0; MAX_STACK_DEPTH];
+    let written = go_stack::walk(
+        &code.frames,
+        &memory,
+        registers,
+        &[],
+        Start::Resume,
+        &mut pcs,
+    );
+    pcs.truncate(written.unwrap_or(0));
+    pcs
+}
+
 /// Answers a call of a rewritten allocator (see [`Allocations::on_call`]); without a memory
 /// profile, samples nothing.
 fn allocator_call(
@@ -427,7 +454,7 @@ fn allocator_call(
     sink: &dyn Sink,
     data: StoreData,
     call: AllocatorCall,
-    backtrace: impl FnOnce() -> WasmBacktrace,
+    backtrace: impl FnOnce() -> GuestStack,
 ) -> i64 {
     match allocations {
         Some(a) => lock(a).on_call(data, call, sink, backtrace),
@@ -473,7 +500,18 @@ fn new_signal_sampler(_: &ProfilerOptions, _: Arc<dyn Sink>) -> Box<dyn Sampler>
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
-use crate::capture::signal::store_contexts::StoreContexts;
+use crate::capture::signal::{
+    go_instances::publish as publish_go_instance, store_contexts::StoreContexts,
+};
+
+/// No signal sampler: no Go instance is published (`attach_instance` returns before).
+#[cfg(not(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+)))]
+fn publish_go_instance(_: impl AsContextMut, _: &Instance, _: &GoCode) -> Result<()> {
+    unreachable!("SIGNALS_AVAILABLE is false on this platform")
+}
 
 /// No signal sampler, no store contexts to show it.
 #[cfg(not(all(
@@ -544,6 +582,95 @@ impl ProfilerHandle {
         // One value the store owns, all withdrawn when it drops.
         let labeled = self.pipeline.label_store(key, labels);
         keep_until_dropped(store, (published, labeled, memory));
+        Ok(())
+    }
+
+    /// Connects an instance of a module rewritten by [`crate::memory::rewrite`] to the heap
+    /// profile, before the guest runs: puts the hook in its [`HOOK_TABLE`]. The hook records
+    /// sampled allocations, with the guest stack that made them (and the labels of the store,
+    /// if attached), and frees of sampled blocks. Does nothing for an instance of a module not
+    /// rewritten.
+    pub fn install_allocator_hook<T: 'static>(
+        &self,
+        store: impl AsContextMut<Data = T>,
+        instance: &Instance,
+    ) -> wasmtime::Result<()> {
+        self.install_hook(store, instance, None)
+    }
+
+    /// As [`install_allocator_hook`](Self::install_allocator_hook); with `go`, an instance of
+    /// a Go module, whose allocations get the goroutine's whole stack.
+    fn install_hook<T: 'static>(
+        &self,
+        mut store: impl AsContextMut<Data = T>,
+        instance: &Instance,
+        go: Option<(GoInstance, Arc<GoCode>)>,
+    ) -> wasmtime::Result<()> {
+        let Some(table) = instance.get_table(&mut store, HOOK_TABLE) else {
+            return Ok(());
+        };
+        if instance.get_global(&mut store, SAMPLE_COUNTDOWN).is_none() {
+            wasmtime::bail!(
+                "the module exports {HOOK_TABLE} without the rest of the allocator rewrite"
+            );
+        }
+        let pipeline = self.pipeline.clone();
+        let allocations = self.allocations.clone();
+        let hook = Func::wrap(
+            &mut store,
+            move |caller: Caller<'_, T>,
+                  allocator: i32,
+                  size: i32,
+                  freed: i32,
+                  allocated: i32,
+                  countdown: i64|
+                  -> i64 {
+                let call = (allocator, size, freed, allocated, countdown);
+                let data = StoreData::of(caller.data());
+                let backtrace = || GuestStack {
+                    backtrace: WasmBacktrace::capture(&caller),
+                    go: go
+                        .as_ref()
+                        .map_or_else(Vec::new, |(go, code)| goroutine_above_allocator(go, code)),
+                };
+                allocator_call(
+                    allocations.as_deref(),
+                    pipeline.as_ref(),
+                    data,
+                    call,
+                    backtrace,
+                )
+            },
+        );
+        table.set(&mut store, 0, Ref::Func(Some(hook)))
+    }
+
+    /// Shows the profiler an instance of a registered module, in a store attached before, after
+    /// instantiating it and before the guest runs: the instance of a module built by Go, whose
+    /// goroutine stacks the signal sampler then reads from its memory (without it, samples of
+    /// Go code show only the Wasm stack, which Go unwinds at every goroutine switch); of a
+    /// module rewritten for memory profiles, whose allocator hook it installs (see
+    /// [`Profiler::install_allocator_hook`]). Does nothing for any other instance.
+    pub fn attach_instance<T: 'static>(
+        &self,
+        mut store: impl AsContextMut<Data = T>,
+        instance: &Instance,
+    ) -> Result<()> {
+        let text = instance.module(&store).text().as_ptr_range();
+        let text = text.start as usize..text.end as usize;
+        let code = lock(&self.go_codes)
+            .iter()
+            .find(|c| *c.text() == text)
+            .cloned();
+        let go = match code {
+            Some(code) => Some((GoInstance::of(&mut store, instance)?, code)),
+            None => None,
+        };
+        self.install_hook(&mut store, instance, go.clone())
+            .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        if let (Some((go, code)), true) = (go, self.store_contexts.is_some()) {
+            keep_until_dropped(store, publish_go_instance(go, &code)?);
+        }
         Ok(())
     }
 

@@ -7,11 +7,9 @@
 
 use std::collections::hash_map::Entry;
 
-use rustc_hash::{FxHashMap, FxHashSet};
-use wasmtime::WasmBacktrace;
-
-use super::{Sink, StoreKey};
+use super::{GuestStack, Sink, StoreKey};
 use crate::memory::rewrite::{block_slot, bytes_unseeded, report, Allocator};
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Draws the intervals between sampled allocations. The countdown itself runs in the guest
 /// (see [`crate::memory::rewrite`]): each allocation takes its size off the interval, and the
@@ -137,14 +135,14 @@ impl Allocations {
     }
 
     /// Handles a call of a rewritten allocator in the store whose data is at `data`, whose
-    /// stack `backtrace` captures; returns the allocator's [`report`]: the next countdown and
+    /// stack `stack` captures; returns the allocator's [`report`]: the next countdown and
     /// the flags of the slots involved.
     pub fn on_call(
         &mut self,
         data: StoreData,
         (allocator, size, freed, allocated, countdown): AllocatorCall,
         sink: &dyn Sink,
-        backtrace: impl FnOnce() -> WasmBacktrace,
+        stack: impl FnOnce() -> GuestStack,
     ) -> i64 {
         let (freed, allocated) = (freed as u32, allocated as u32);
         // An instance's first call: its countdown starts here, as if drawn at its start.
@@ -164,13 +162,7 @@ impl Allocations {
             if !collected {
                 blocks.insert(allocated);
             }
-            sink.allocation(
-                backtrace(),
-                store,
-                allocated,
-                u64::from(size as u32),
-                collected,
-            );
+            sink.allocation(stack(), store, allocated, u64::from(size as u32), collected);
             next = self.sampler.next_interval();
         }
         report(
@@ -184,6 +176,8 @@ impl Allocations {
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
+
+    use wasmtime::WasmBacktrace;
 
     use super::*;
     use crate::capture::{NativeSample, SampleValues, Taken};
@@ -207,7 +201,7 @@ mod tests {
         fn lost(&self, _: u64) {}
         fn allocation(
             &self,
-            _: WasmBacktrace,
+            _: GuestStack,
             store: Option<StoreKey>,
             address: u32,
             size: u64,
@@ -230,7 +224,10 @@ mod tests {
     #[test]
     fn sampled_blocks_flag_their_slots_until_freed() {
         let store = wasmtime::Store::<()>::default();
-        let backtrace = || WasmBacktrace::capture(&store);
+        let backtrace = || GuestStack {
+            backtrace: WasmBacktrace::capture(&store),
+            go: Vec::new(),
+        };
         let seen = Seen::default();
         let mut a = Allocations::new(1, 7);
         let malloc = Allocator::Malloc.code();
@@ -251,7 +248,10 @@ mod tests {
     #[test]
     fn each_store_has_its_own_blocks() {
         let store = wasmtime::Store::<()>::default();
-        let backtrace = || WasmBacktrace::capture(&store);
+        let backtrace = || GuestStack {
+            backtrace: WasmBacktrace::capture(&store),
+            go: Vec::new(),
+        };
         let seen = Seen::default();
         let mut a = Allocations::new(1, 7);
         let (one, two) = (StoreKey(1), StoreKey(2));
@@ -282,7 +282,10 @@ mod tests {
     #[test]
     fn an_instance_is_seeded_at_its_first_call() {
         let store = wasmtime::Store::<()>::default();
-        let backtrace = || WasmBacktrace::capture(&store);
+        let backtrace = || GuestStack {
+            backtrace: WasmBacktrace::capture(&store),
+            go: Vec::new(),
+        };
         let seen = Seen::default();
         let rate = 1 << 40;
         let mut a = Allocations::new(rate, 7);

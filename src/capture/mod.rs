@@ -7,11 +7,13 @@
 
 pub mod allocations;
 pub mod epoch;
+pub mod go_stack;
 #[cfg(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
 pub mod signal;
+pub mod vmctx;
 
 use anyhow::Result;
 use wasmtime::WasmBacktrace;
@@ -25,10 +27,28 @@ pub const MAX_STACK_DEPTH: usize = 512;
 #[derive(Clone, Copy)]
 pub enum NativeSample<'a> {
     /// The interrupted PC is in a module's code; the rest are return addresses.
-    Guest(&'a [usize]),
+    Guest(Pcs<'a>),
     /// The interrupted PC is outside Wasm code (a host function, a libcall, Wasmtime); the
     /// rest, if any, are return addresses, the first into the Wasm code that left for the host.
-    Host(&'a [usize]),
+    Host(Pcs<'a>),
+}
+
+/// A sample's program counters, leaf first.
+#[derive(Clone, Copy)]
+pub struct Pcs<'a> {
+    /// Native code addresses.
+    pub native: &'a [usize],
+    /// When the innermost Wasm frame (the last of `native`) is a Go module's: the rest of the
+    /// goroutine's stack, Go's PCs read from linear memory (see [`go_stack`]).
+    pub go: &'a [usize],
+}
+
+/// The guest stack that made a sampled allocation: Wasmtime's backtrace, and in a Go module's
+/// allocator, the PCs of the goroutine's stack under it (the allocator's caller first, read
+/// from linear memory: see [`go_stack`]), which replace the backtrace's frames under its first.
+pub struct GuestStack {
+    pub backtrace: WasmBacktrace,
+    pub go: Vec<usize>,
 }
 
 /// A store attached to the profiler, as samples name the store they were taken in (whose
@@ -47,7 +67,7 @@ impl StoreKey {
 /// Ties `value`'s life to `store`'s: it is dropped as the store is, before the store's memory
 /// is freed (it is the data of a host function made in the store, never called).
 pub fn keep_until_dropped<T: 'static>(
-    store: &mut wasmtime::Store<T>,
+    store: impl wasmtime::AsContextMut<Data = T>,
     value: impl Send + Sync + 'static,
 ) {
     wasmtime::Func::wrap(store, move || {
@@ -75,11 +95,11 @@ pub trait Sink: Send + Sync {
     /// Samples that never reached the sink (a full ring).
     fn lost(&self, samples: u64);
     /// A sampled allocation of `size` bytes at `address` of `store`'s memory (`None`: a
-    /// store not attached), made by the guest stack `backtrace` captured; `collected` if a
-    /// garbage collector frees it. On the guest thread.
+    /// store not attached), made by the guest stack `stack`; `collected` if a garbage
+    /// collector frees it. On the guest thread.
     fn allocation(
         &self,
-        backtrace: WasmBacktrace,
+        stack: GuestStack,
         store: Option<StoreKey>,
         address: u32,
         size: u64,
@@ -152,6 +172,9 @@ pub trait Sampler: Send {
     fn stop(&mut self);
     /// Adds the text of modules registered after `start`.
     fn add_code(&self, _code: &[std::ops::Range<usize>]) {}
+    /// Adds a Go module's code, whose goroutine stacks the sampler reads (see [`go_stack`]),
+    /// before or after `start`.
+    fn add_go_code(&self, _code: std::sync::Arc<go_stack::GoCode>) {}
     /// True when samples are taken in the store's epoch-deadline callback.
     fn samples_at_epochs(&self) -> bool {
         false

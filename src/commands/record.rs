@@ -96,7 +96,11 @@ pub fn record(args: RecordArgs) -> Result<i32> {
             &mut store,
             module,
             wasi.unknown_imports,
-            |store, instance| profiler.install_allocator_hook(&mut *store, instance),
+            |store, instance| {
+                profiler
+                    .attach_instance(&mut *store, instance)
+                    .map_err(wasmtime::Error::from_anyhow)
+            },
         ),
         Program::Component(component) => {
             wasi_host::run_component_with(&mut store, component, wasi.unknown_imports, |linker| {

@@ -213,14 +213,25 @@ impl Rewritten {
     /// Where code of the rewritten module came from: the original module's function index and
     /// code offset, and whether it is a wrapper (which stands for its allocator as a whole).
     pub fn original(&self, func_index: u32, offset: u32) -> Option<(u32, u32, bool)> {
-        let moved = func_index
-            .checked_sub(self.first_moved)
-            .and_then(|j| self.wrapped.get(j as usize));
-        let (func_index, wrapper) = match moved {
-            Some(&(original, _)) => (original, false),
+        let (func_index, wrapper) = match self.moved_from(func_index) {
+            Some(original) => (original, false),
             None => (func_index, self.is_wrapper(func_index)),
         };
         Some((func_index, self.original_offset(offset)?, wrapper))
+    }
+
+    /// The original function whose body function `func_index` of the rewritten module runs:
+    /// itself, or the allocator whose body was moved there; `None` for an allocator's wrapper.
+    pub fn original_function(&self, func_index: u32) -> Option<u32> {
+        match self.moved_from(func_index) {
+            Some(original) => Some(original),
+            None => (!self.is_wrapper(func_index)).then_some(func_index),
+        }
+    }
+
+    fn moved_from(&self, func_index: u32) -> Option<u32> {
+        let j = func_index.checked_sub(self.first_moved)?;
+        self.wrapped.get(j as usize).map(|&(original, _)| original)
     }
 
     /// Whether function `func_index` of the rewritten module is an allocator's wrapper.

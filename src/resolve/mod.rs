@@ -15,7 +15,8 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 use wasmtime::{Module, WasmBacktrace};
 
-use crate::capture::NativeSample;
+use crate::capture::go_stack::NATIVE_RETURN;
+use crate::capture::{GuestStack, NativeSample};
 use crate::memory::component::RewrittenComponent;
 use crate::memory::rewrite::Rewritten;
 use crate::profile::{Id, Mapping, Table};
@@ -99,6 +100,8 @@ pub struct Resolver {
     native_frames: FxHashMap<usize, Option<(RawFrame, bool)>>,
     /// Return address into Wasm code that left for the host → the frame of what it called.
     exit_frames: FxHashMap<usize, RawFrame>,
+    /// A Go module's PC → its frame.
+    go_frames: FxHashMap<(ModuleId, u64), Option<RawFrame>>,
     use_dwarf: bool,
 }
 
@@ -111,6 +114,7 @@ impl Resolver {
             code_map: CodeMap::default(),
             native_frames: FxHashMap::default(),
             exit_frames: FxHashMap::default(),
+            go_frames: FxHashMap::default(),
             use_dwarf,
         }
     }
@@ -124,12 +128,18 @@ impl Resolver {
         module: &Module,
         wasm: Arc<[u8]>,
         rewritten: Option<Arc<Rewritten>>,
-    ) -> Result<()> {
-        self.code_map.add(self.next_module(), module);
+    ) -> Result<ModuleId> {
+        let id = self.next_module();
+        self.code_map.add(id, module);
         let compiled = Compiled::Module(module.clone());
         let symbolizer = ModuleSymbolizer::new(file_name, wasm, self.use_dwarf)?;
         self.register(file_name, compiled, 0, symbolizer, rewritten);
-        Ok(())
+        Ok(id)
+    }
+
+    /// The Go view of registered module `module`, if Go built it.
+    pub fn go_module(&self, module: ModuleId) -> Option<Arc<crate::wasm::go::GoModule>> {
+        self.modules[module].symbolizer.go().cloned()
     }
 
     /// Registers a component: each of its core modules is a module of its own, named
@@ -265,17 +275,20 @@ impl Resolver {
     /// The frames of a native sample, leaf first, into `frames`.
     pub fn native_frames(&mut self, sample: NativeSample<'_>, frames: &mut Vec<RawFrame>) {
         frames.clear();
-        let (leaf, callers) = match sample {
+        let (leaf, callers, go) = match sample {
             // A leaf outside Wasm functions (a trampoline) is Wasmtime's.
             NativeSample::Guest(pcs) => (
-                self.native_frame(pcs[0])
+                self.native_frame(pcs.native[0])
                     .map_or(RawFrame::Runtime, |(frame, _)| frame),
-                &pcs[1..],
+                &pcs.native[1..],
+                pcs,
             ),
             NativeSample::Host(pcs) => (
-                pcs.get(1)
+                pcs.native
+                    .get(1)
                     .map_or(RawFrame::Runtime, |&exit| self.exit_frame(exit)),
-                &pcs[1..],
+                &pcs.native[1..],
+                pcs,
             ),
         };
         frames.push(leaf);
@@ -285,6 +298,59 @@ impl Resolver {
             if let Some((frame, false)) = self.native_frame(pc - 1) {
                 frames.push(frame);
             }
+        }
+        if let (Some(&innermost), false) = (go.native.last(), go.go.is_empty()) {
+            if let CodeLocation::Wasm { module, .. } = self.code_map.lookup(innermost) {
+                self.go_frames(module, go.go, frames);
+            }
+        }
+    }
+
+    /// The frames of an allocation's stack, leaf first: in a Go module, the allocator, then
+    /// the goroutine's stack.
+    pub fn stack_frames(&mut self, stack: &GuestStack) -> Vec<RawFrame> {
+        let mut frames = self.backtrace_frames(&stack.backtrace);
+        if let (
+            false,
+            Some(&RawFrame::Wasm {
+                module: Some(module),
+                ..
+            }),
+        ) = (stack.go.is_empty(), frames.first())
+        {
+            frames.truncate(1);
+            self.go_frames(module, &stack.go, &mut frames);
+        }
+        frames
+    }
+
+    /// The frames of the PCs `pcs` of a goroutine's stack in registered module `module`.
+    fn go_frames(&mut self, module: ModuleId, pcs: &[usize], frames: &mut Vec<RawFrame>) {
+        for &pc in pcs {
+            if pc & NATIVE_RETURN != 0 {
+                if let Some((frame, false)) = self.native_frame((pc & !NATIVE_RETURN) - 1) {
+                    frames.push(frame);
+                }
+                continue;
+            }
+            let key = (module, pc as u64);
+            let frame = match self.go_frames.get(&key) {
+                Some(&frame) => frame,
+                None => {
+                    let m = &self.modules[module].symbolizer;
+                    let frame = m
+                        .go()
+                        .and_then(|go| go.location_of(m.wasm(), pc as u64))
+                        .map(|(func_index, offset)| RawFrame::Wasm {
+                            module: Some(module),
+                            func_index,
+                            offset,
+                        });
+                    self.go_frames.insert(key, frame);
+                    frame
+                }
+            };
+            frames.extend(frame);
         }
     }
 

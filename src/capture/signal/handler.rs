@@ -41,10 +41,13 @@
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use super::fiber_stacks;
+use super::go_instances;
 use super::ring::Ring;
 use super::store_contexts::{self, Offsets};
 use super::timer::SignalTimer;
+use crate::capture::go_stack::{self, Start};
 use crate::clock::clock_ns;
+use crate::wasm::go::Role;
 
 pub const MAX_FRAMES: usize = crate::capture::MAX_STACK_DEPTH;
 /// Which of a thread's timers sent a signal.
@@ -78,8 +81,10 @@ pub struct RawSample {
     pub cpu_delta_ns: u64,
     pub wall_delta_ns: u64,
     pub time_ns: u64,
-    /// Leaf first: the interrupted PC, then return addresses.
+    /// Leaf first: the interrupted PC, then return addresses; from `go_at` on, if set, the
+    /// PCs of a goroutine's stack in linear memory (see [`crate::capture::go_stack`]).
     pub pcs: [usize; MAX_FRAMES],
+    pub go_at: Option<usize>,
 }
 
 impl RawSample {
@@ -92,6 +97,7 @@ impl RawSample {
             wall_delta_ns: 0,
             time_ns: 0,
             pcs: [0; MAX_FRAMES],
+            go_at: None,
         }
     }
 
@@ -310,6 +316,7 @@ impl ThreadState {
             s.pcs[0] = regs.pc;
             s.depth = 1;
             s.store = 0;
+            s.go_at = None;
             let stack = self.stack_at(regs.sp);
             if self.in_code(regs.pc) {
                 s.kind = Kind::Guest;
@@ -321,12 +328,14 @@ impl ThreadState {
                     };
                     self.walk(regs, stack, s);
                 }
+                add_go_stack(s, 0);
             } else {
                 s.kind = Kind::Host;
                 if let Some(exit) = stack.and_then(|st| self.last_exit(regs.sp, st)) {
                     s.store = exit.store;
                     push(s, exit.pc);
                     self.follow_chain(exit.stack, exit.fp, s);
+                    add_go_stack(s, 1);
                 }
             }
         });
@@ -473,6 +482,79 @@ impl Stack {
         addr >= self.sp && addr < self.top && addr.is_multiple_of(WORD)
     }
 }
+
+/// When the innermost Wasm frame, `s.pcs[leaf_at]`, is a Go module's: replaces the Wasm
+/// frames under its innermost Go frame by the goroutine's whole stack, read from the
+/// instance's linear memory. Left as it is when the stack does not check out.
+fn add_go_stack(s: &mut RawSample, leaf_at: usize) {
+    let Some(code) = s
+        .pcs()
+        .get(leaf_at)
+        .and_then(|&pc| go_instances::code_at(pc))
+    else {
+        return;
+    };
+    let Some(instance) = go_instances::instance_for(code, s.store) else {
+        return;
+    };
+    let (registers, memory) = instance.read();
+    if registers.sp == 0 || registers.g == 0 {
+        // Go's runtime has not started.
+        return;
+    }
+    // The Go function of each Wasm frame, with its return address: the leaf at its PC,
+    // callers at their calls. An allocator's wrapper is none.
+    let mut wasm = [(0u32, 0usize); MAX_GO_WASM_FRAMES];
+    let mut count = 0;
+    let mut first = None;
+    for (i, &pc) in s.pcs().iter().enumerate().skip(leaf_at) {
+        let Some(pc_f) = code.pc_f_at(if i == 0 { pc } else { pc - 1 }) else {
+            continue;
+        };
+        // A function called as plain Wasm, innermost, has no frame on Go's stack: its caller
+        // is the innermost Go frame.
+        if count == 0 && code.frames.role(pc_f) == Some(Role::Plain) {
+            continue;
+        }
+        first.get_or_insert(i);
+        wasm[count] = (pc_f, pc);
+        count += 1;
+        if count == MAX_GO_WASM_FRAMES {
+            break;
+        }
+    }
+    let (Some(at), Some(&(leaf, _))) = (first, wasm.first().filter(|_| count > 0)) else {
+        return;
+    };
+    let start = match code.frames.role(leaf) {
+        Some(Role::ResumeLoop) => Start::Resume,
+        _ => Start::Leaf,
+    };
+    let go_at = at + 1;
+    match go_stack::walk(
+        &code.frames,
+        &memory,
+        registers,
+        &wasm[..count],
+        start,
+        &mut s.pcs[go_at..],
+    ) {
+        Some(written) => {
+            s.depth = go_at + written;
+            s.go_at = Some(go_at);
+        }
+        // The Wasm frames, as many as were kept, for a stack that does not check out.
+        None => {
+            for (i, &(_, pc)) in wasm[..count].iter().enumerate() {
+                s.pcs[at + i] = pc;
+            }
+            s.depth = at + count;
+        }
+    }
+}
+
+/// The Wasm frames of a Go module a sample keeps for its walk of Go's stack.
+const MAX_GO_WASM_FRAMES: usize = 64;
 
 fn push(s: &mut RawSample, pc: usize) {
     if s.depth < MAX_FRAMES {
@@ -672,6 +754,7 @@ pub fn clear_code() {
         .all(|slot| slot.load(Ordering::SeqCst).is_null())
     {
         CODE_LEN.store(0, Ordering::SeqCst);
+        go_instances::clear();
     }
 }
 

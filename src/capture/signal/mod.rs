@@ -6,6 +6,7 @@
 //! sample lands wherever the guest is: in loop-free code, in a host call, in Wasmtime itself.
 
 pub mod fiber_stacks;
+pub mod go_instances;
 pub mod handler;
 mod ring;
 pub mod store_contexts;
@@ -20,7 +21,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use super::{NativeSample, SampleValues, Sampler, Sink, StoreKey, Taken};
+use super::go_stack::GoCode;
+use super::{NativeSample, Pcs, SampleValues, Sampler, Sink, StoreKey, Taken};
 use crate::clock::{current_thread_cpu_clock, sampling_period, Clock};
 use crate::profile::ThreadId;
 use crate::sync::lock;
@@ -56,6 +58,8 @@ pub struct SignalSampler {
     sink: Arc<dyn Sink>,
     guests: Vec<GuestThread>,
     running: Option<Running>,
+    /// The Go modules' code, shown to the handler while running.
+    go_codes: Mutex<Vec<Arc<GoCode>>>,
 }
 
 impl SignalSampler {
@@ -66,6 +70,7 @@ impl SignalSampler {
             sink,
             guests: Vec::new(),
             running: None,
+            go_codes: Mutex::default(),
         }
     }
 
@@ -146,6 +151,9 @@ impl Sampler for SignalSampler {
         }
         handler::clear_code();
         add_code(code);
+        for go in lock(&self.go_codes).iter() {
+            go_instances::add_code(go.clone());
+        }
         let states = Arc::new(Mutex::new(Vec::new()));
         let (stop_drain, stopped) = mpsc::channel::<()>();
         let drain = {
@@ -227,6 +235,13 @@ impl Sampler for SignalSampler {
             add_code(code);
         }
     }
+
+    fn add_go_code(&self, code: Arc<GoCode>) {
+        if self.running.is_some() {
+            go_instances::add_code(code.clone());
+        }
+        lock(&self.go_codes).push(code);
+    }
 }
 
 impl Drop for SignalSampler {
@@ -264,9 +279,11 @@ fn drain_state(state: &ThreadState, sink: &dyn Sink) {
             cpu_ns: s.cpu_delta_ns,
             wall_ns: s.wall_delta_ns,
         };
+        let (native, go) = s.pcs().split_at(s.go_at.unwrap_or(s.depth));
+        let pcs = Pcs { native, go };
         let sample = match s.kind {
-            Kind::Guest => NativeSample::Guest(s.pcs()),
-            Kind::Host => NativeSample::Host(s.pcs()),
+            Kind::Guest => NativeSample::Guest(pcs),
+            Kind::Host => NativeSample::Host(pcs),
         };
         let taken = Taken {
             store: (s.store != 0).then_some(StoreKey(s.store)),

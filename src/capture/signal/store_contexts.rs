@@ -32,8 +32,9 @@ use std::task::{Context, Poll, Waker};
 
 use anyhow::{bail, Context as _, Result};
 use wasmtime::{Engine, Instance, Module, Store};
-use wasmtime_environ::{HostPtr, PtrSize, VMCONTEXT_MAGIC};
+use wasmtime_environ::{HostPtr, PtrSize};
 
+use crate::capture::vmctx::{context_of_instance, vmctx_of};
 use crate::capture::StoreKey;
 
 /// How many stores can be watched at once: as many instances as Wasmtime's pooling allocator
@@ -75,6 +76,17 @@ pub fn for_each(mut f: impl FnMut(usize, u64, libc::pid_t)) {
             );
         }
     }
+}
+
+/// The key of the published store whose context is at `context`.
+pub fn key_of(context: usize) -> Option<StoreKey> {
+    let mut key = None;
+    for_each(|c, k, _| {
+        if c == context {
+            key = Some(StoreKey(k));
+        }
+    });
+    key
 }
 
 /// Where the exit record's fields are in a `VMStoreContext`.
@@ -176,29 +188,8 @@ impl StoreContexts {
         let func = instance
             .get_func(&mut *store, "probe")
             .context("the probe module exports its function")?;
-        let func_ref = func.to_raw(&mut *store) as usize;
-        let ptr = HostPtr;
-        // SAFETY: `to_raw` returns a pointer to the function's `VMFuncRef`, alive as long as the
-        // store; its `vmctx` field is the instance's `VMContext`, whose first word holds the
-        // magic number checked before the store context's address is read.
-        unsafe {
-            let vmctx = read::<usize>(func_ref + usize::from(ptr.vm_func_ref().vmctx()));
-            if vmctx == 0 || read::<u32>(vmctx + usize::from(ptr.vmctx_magic())) != VMCONTEXT_MAGIC
-            {
-                bail!("Wasmtime's instance layout is not the one wasmspy was built for");
-            }
-            Ok(read::<usize>(
-                vmctx + usize::from(ptr.vmctx_store_context()),
-            ))
-        }
+        Ok(context_of_instance(vmctx_of(&mut *store, func)?))
     }
-}
-
-/// # Safety
-/// `addr` must be valid for reads of a `T`, and aligned for it.
-unsafe fn read<T: Copy>(addr: usize) -> T {
-    // SAFETY: the caller's contract.
-    unsafe { std::ptr::read(addr as *const T) }
 }
 
 #[cfg(test)]
@@ -207,6 +198,13 @@ mod tests {
 
     use super::*;
     use crate::capture::keep_until_dropped;
+
+    /// # Safety
+    /// `addr` must be valid for reads of a `T`, and aligned for it.
+    unsafe fn read<T: Copy>(addr: usize) -> T {
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::read(addr as *const T) }
+    }
 
     fn publish<T: 'static>(contexts: &StoreContexts, store: &mut Store<T>) {
         let publication = contexts.publish(store, StoreKey::unique()).unwrap();

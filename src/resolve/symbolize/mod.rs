@@ -17,7 +17,7 @@ use wasmparser::{KnownCustom, Parser, Payload, TypeRef};
 use self::dwarf::{Dwarf, DwarfFrame, DwarfSections};
 use self::names::Names;
 use crate::wasm::demangle::demangle;
-use crate::wasm::go::{self, GoFunction};
+use crate::wasm::go::{self, GoFunction, GoModule};
 
 /// A function's names as a profile shows them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,7 +86,7 @@ pub struct ModuleSymbolizer {
     wasm: Arc<[u8]>,
     names: Names,
     /// Go's own table of the functions, in a module built by Go (which has no DWARF).
-    go: Option<HashMap<u32, GoFunction>>,
+    go: Option<Arc<GoModule>>,
     dwarf: DwarfState,
     /// Module offset → its source frames, innermost first.
     frames: FxHashMap<u32, Arc<[SourceFrame]>>,
@@ -177,7 +177,9 @@ impl ModuleSymbolizer {
         } else {
             DwarfState::Absent
         };
-        let go = built_by_go.then(|| go::functions(&wasm)).flatten();
+        let go = built_by_go
+            .then(|| GoModule::read(&wasm).map(Arc::new))
+            .flatten();
         if built_by_go && go.is_none() {
             warnings.push(format!(
                 "{file_name}: built by Go, but its symbol table (pclntab) is unreadable: functions named by its name section"
@@ -219,7 +221,12 @@ impl ModuleSymbolizer {
     }
 
     fn go_function(&self, index: u32) -> Option<&GoFunction> {
-        self.go.as_ref()?.get(&index)
+        self.go.as_ref()?.function(index)
+    }
+
+    /// The Go view of a module built by Go.
+    pub fn go(&self) -> Option<&Arc<GoModule>> {
+        self.go.as_ref()
     }
 
     /// The source frames of the instruction at `offset` (in the module's bytes) of function
@@ -247,7 +254,7 @@ impl ModuleSymbolizer {
         let offsets: Vec<u32> = missing.iter().map(|&(_, offset)| offset).collect();
         let mut described = self.dwarf_frames(&offsets);
         for (func_index, offset) in missing {
-            let frames = self.source_frames_of(func_index, described.remove(&offset));
+            let frames = self.source_frames_of(func_index, offset, described.remove(&offset));
             self.frames.insert(offset, frames);
         }
     }
@@ -257,9 +264,13 @@ impl ModuleSymbolizer {
     fn source_frames_of(
         &self,
         func_index: u32,
+        offset: u32,
         described: Option<Vec<DwarfFrame>>,
     ) -> Arc<[SourceFrame]> {
         let Some(described) = described.filter(|d| !d.is_empty()) else {
+            if let Some(frames) = self.go_frames(func_index, offset) {
+                return frames;
+            }
             let go = self.go_function(func_index);
             return Arc::new([SourceFrame {
                 function: self.function_name(func_index),
@@ -289,6 +300,35 @@ impl ModuleSymbolizer {
                 }
             })
             .collect()
+    }
+
+    /// Go's frames at `offset`, from its own table, with the calls inlined there.
+    fn go_frames(&self, func_index: u32, offset: u32) -> Option<Arc<[SourceFrame]>> {
+        let located = self
+            .go
+            .as_ref()?
+            .frames_at(&self.wasm, func_index, offset)?;
+        let outermost = located.len() - 1;
+        Some(
+            located
+                .into_iter()
+                .enumerate()
+                .map(|(i, frame)| SourceFrame {
+                    function: if i == outermost {
+                        self.function_name(func_index)
+                    } else {
+                        FunctionName {
+                            system_name: frame.name.clone(),
+                            name: frame.name,
+                        }
+                    },
+                    file: frame.file,
+                    line: frame.line,
+                    column: 0,
+                    start_line: frame.start_line,
+                })
+                .collect(),
+        )
     }
 
     fn dwarf_frames(&mut self, offsets: &[u32]) -> FxHashMap<u32, Vec<DwarfFrame>> {

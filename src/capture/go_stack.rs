@@ -1,0 +1,329 @@
+//! Go's goroutine stacks, read from linear memory as Go's own traceback reads them
+//! (`runtime/traceback.go`; the details per Go release in the README's "Go" section).
+//!
+//! Go compiled to Wasm keeps its call stack in linear memory: global 0 is its stack pointer
+//! (SP), global 2 the running goroutine (`g`). A call stores the return PC (`PC_F << 16 |
+//! PC_B`, an 8-byte word) below the callee's frame; a function of frame size `F` past its
+//! prologue has its return PC at `SP + F`, and its caller's SP is `SP + F + 8`. Whenever a
+//! goroutine is switched or its stack grows, the Wasm stack is unwound to `wasm_pc_f_loop`,
+//! which resumes callers one by one from those return PCs: the Wasm stack holds only the
+//! frames entered since, the stack in memory all of them.
+//!
+//! A walk is async-signal-safe: no allocation, every read of linear memory bounds-checked by
+//! the [`Memory`] given, at most as many steps as the output has room for.
+
+use std::ops::Range;
+
+use crate::wasm::go::{GoModule, Role, FIRST_PC_F};
+
+/// `g` fields: `stack.lo`, `stack.hi`, `m`, `sched.sp`, `sched.pc` (the same in Go 1.21 to
+/// 1.27); `m.g0`.
+const G_STACK_LO: u64 = 0;
+const G_STACK_HI: u64 = 8;
+const G_M: u64 = 48;
+const G_SCHED_SP: u64 = 56;
+const G_SCHED_PC: u64 = 64;
+const M_G0: u64 = 0;
+
+/// What a walk needs of a Go module: each function's frame size and role, by `PC_F`.
+pub struct GoFrames {
+    frames: Box<[(u32, Role)]>,
+    /// `m.curg`: 144 before Go 1.25 (which dropped `gobuf.ret`), 136 since.
+    m_curg: u64,
+}
+
+impl GoFrames {
+    pub fn of(module: &GoModule) -> Self {
+        let frames = module
+            .defined_functions()
+            .map(|f| f.map_or((0, Role::Plain), |f| (f.frame_size, f.role)))
+            .collect();
+        let m_curg = match module.go_minor {
+            Some(minor) if minor < 25 => 144,
+            _ => 136,
+        };
+        GoFrames { frames, m_curg }
+    }
+
+    /// The frame size and role of the function of Go PC `pc`.
+    fn frame(&self, pc: u64) -> Option<(u32, Role)> {
+        let defined = (pc >> 16).checked_sub(u64::from(FIRST_PC_F))?;
+        self.frames.get(usize::try_from(defined).ok()?).copied()
+    }
+
+    /// The role of the function whose `PC_F` is `pc_f`.
+    pub fn role(&self, pc_f: u32) -> Option<Role> {
+        self.frame(u64::from(pc_f) << 16).map(|(_, role)| role)
+    }
+}
+
+/// A Go module's compiled code, as the handler sees it.
+pub struct GoCode {
+    text: Range<usize>,
+    /// Each function's native code and `PC_F` (0: not a Go function, e.g. an allocator's
+    /// wrapper that the allocator rewrite added), by start.
+    functions: Box<[(usize, usize, u32)]>,
+    pub frames: GoFrames,
+}
+
+impl GoCode {
+    /// `pc_f_of(func_index)`: the `PC_F` of a function of the compiled module, if Go's.
+    pub fn new(
+        module: &wasmtime::Module,
+        frames: GoFrames,
+        pc_f_of: impl Fn(u32) -> Option<u32>,
+    ) -> Self {
+        let text = module.text().as_ptr_range();
+        let base = text.start as usize;
+        let mut functions: Vec<(usize, usize, u32)> = module
+            .functions()
+            .map(|f| {
+                let start = base + f.offset;
+                (start, start + f.len, pc_f_of(f.index.as_u32()).unwrap_or(0))
+            })
+            .collect();
+        functions.sort_unstable();
+        GoCode {
+            text: base..text.end as usize,
+            functions: functions.into(),
+            frames,
+        }
+    }
+
+    /// The native code of the module.
+    pub fn text(&self) -> &Range<usize> {
+        &self.text
+    }
+
+    /// The `PC_F` of the Go function whose native code holds `pc`. Async-signal-safe.
+    pub fn pc_f_at(&self, pc: usize) -> Option<u32> {
+        if !self.text.contains(&pc) {
+            return None;
+        }
+        let i = self.functions.partition_point(|&(start, _, _)| start <= pc);
+        let (_, end, pc_f) = self.functions[i.checked_sub(1)?];
+        (pc < end && pc_f != 0).then_some(pc_f)
+    }
+}
+
+/// Linear memory as a walk reads it.
+pub trait Memory {
+    /// The little-endian word at `address`, if all of it is in the memory.
+    fn u64_at(&self, address: u64) -> Option<u64>;
+}
+
+/// Go's registers at the sample: global 0 (SP) and global 2 (`g`).
+#[derive(Clone, Copy, Debug)]
+pub struct Registers {
+    pub sp: u64,
+    pub g: u64,
+}
+
+/// The Wasm frames of Go functions that the sample's native stack shows, innermost first:
+/// each function's `PC_F` and the native return address into it (0 for the innermost).
+/// Most are on Go's stack too; those of functions called as plain Wasm ([`Role::Plain`], such
+/// as write barriers) are only here.
+pub type WasmFrames<'a> = &'a [(u32, usize)];
+
+/// A PC of the output that is a native return address (into a function called a
+/// [`Role::Plain`] function), not a Go PC: the resolver maps it as a native sample's.
+pub const NATIVE_RETURN: usize = 1 << 63;
+
+/// Where the walk starts.
+#[derive(Clone, Copy, Debug)]
+pub enum Start {
+    /// In the Go function `wasm[0]`, the innermost Wasm frame, whose Wasm caller is `wasm[1]`
+    /// unless that is `wasm_pc_f_loop`. Its own PC is in a Wasm local, out of reach: the walk
+    /// finds whether its frame is set up (SP moved by its frame size, past the prologue) or
+    /// not (at its entry) by which of the two gives a stack that checks out.
+    Leaf,
+    /// Between functions: the PC that runs next is just below SP, popped by the function that
+    /// returned (the Wasm stack is at `wasm_pc_f_loop`, or in a wrapper the allocator rewrite
+    /// added around a Go function that has just returned).
+    Resume,
+}
+
+/// The PCs of the goroutine's stack into `out`, innermost first: for [`Start::Leaf`] its
+/// callers, for [`Start::Resume`] the PC resumed and its callers. On the scheduler's stack
+/// (`g0`), the goroutine it runs for continues the stack, as in Go's tracebacks. The number
+/// of PCs written, or `None` if the stack does not check out: a PC that is not a function's,
+/// a frame outside the goroutine's stack, or an end that is not one of Go's outermost frames.
+/// A stack deeper than `out` is cut to its innermost frames.
+pub fn walk(
+    frames: &GoFrames,
+    memory: &impl Memory,
+    registers: Registers,
+    wasm: WasmFrames<'_>,
+    start: Start,
+    out: &mut [usize],
+) -> Option<usize> {
+    let walker = Walker {
+        frames,
+        memory,
+        g: registers.g,
+        wasm,
+    };
+    match start {
+        Start::Leaf => {
+            let &(pc_f, _) = wasm.first()?;
+            let caller_pc_f = wasm
+                .get(1)
+                .map(|&(caller, _)| caller)
+                .filter(|&caller| frames.role(caller) != Some(Role::ResumeLoop));
+            let (size, _) = frames.frame(u64::from(pc_f) << 16)?;
+            // Past the prologue first (where most of a function's time is spent), then at its
+            // entry, then returned (its return PC popped, as after its last instruction that
+            // moves SP); first with the caller the Wasm stack shows, then with any (a function
+            // reached by a jump from another, as `sync/atomic`'s are, returns to the caller's).
+            let entry = u64::from(pc_f) << 16;
+            [true, false].iter().find_map(|&check_caller| {
+                let checked = |return_pc: u64| {
+                    !check_caller
+                        || caller_pc_f.is_none_or(|caller| return_pc >> 16 == u64::from(caller))
+                };
+                let set_up = (size > 0)
+                    .then(|| {
+                        let sp = registers.sp;
+                        let return_pc = memory.u64_at(sp.checked_add(u64::from(size))?)?;
+                        checked(return_pc).then_some(())?;
+                        walker.stack(Frame { pc: entry | 1, sp }, out)
+                    })
+                    .flatten();
+                set_up
+                    .or_else(|| {
+                        checked(memory.u64_at(registers.sp)?).then_some(())?;
+                        walker.stack(
+                            Frame {
+                                pc: entry,
+                                sp: registers.sp,
+                            },
+                            out,
+                        )
+                    })
+                    .or_else(|| {
+                        checked(memory.u64_at(registers.sp.checked_sub(8)?)?).then_some(())?;
+                        walker.resume(registers.sp, out)
+                    })
+            })
+        }
+        Start::Resume => walker.resume(registers.sp, out),
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Frame {
+    pc: u64,
+    sp: u64,
+}
+
+struct Walker<'a, M> {
+    frames: &'a GoFrames,
+    memory: &'a M,
+    g: u64,
+    wasm: WasmFrames<'a>,
+}
+
+/// How a goroutine's stack ended.
+enum End {
+    /// At one of Go's outermost frames, or cut for want of room.
+    Done,
+    /// On `g0`, at the frame where the goroutine's stack it works for continues.
+    Switch,
+}
+
+impl<M: Memory> Walker<'_, M> {
+    /// The PC just below `sp`, which runs next, and its callers.
+    fn resume(&self, sp: u64, out: &mut [usize]) -> Option<usize> {
+        let pc = self.memory.u64_at(sp.checked_sub(8)?)?;
+        self.frames.frame(pc)?;
+        let (first, rest) = out.split_first_mut()?;
+        *first = pc as usize;
+        Some(self.stack(Frame { pc, sp }, rest)? + 1)
+    }
+
+    /// The callers of `frame`, continued on the goroutine `g0` works for.
+    fn stack(&self, frame: Frame, out: &mut [usize]) -> Option<usize> {
+        let m = self.field(self.g, G_M)?;
+        let on_g0 = m != 0 && self.field(m, M_G0)? == self.g;
+        let (written, end) = self.callers(self.g, frame, on_g0, out)?;
+        let End::Switch = end else {
+            return Some(written);
+        };
+        let curg = self.field(m, self.frames.m_curg)?;
+        if curg == 0 || curg == self.g {
+            return Some(written);
+        }
+        // The goroutine's state as it was switched out: the PC it resumes at, and its SP.
+        let resumed = Frame {
+            pc: self.field(curg, G_SCHED_PC)?,
+            sp: self.field(curg, G_SCHED_SP)?,
+        };
+        self.frames.frame(resumed.pc)?;
+        let rest = &mut out[written..];
+        let Some((first, rest)) = rest.split_first_mut() else {
+            return Some(written);
+        };
+        *first = resumed.pc as usize;
+        let (more, end) = self.callers(curg, resumed, false, rest)?;
+        matches!(end, End::Done).then_some(written + 1 + more)
+    }
+
+    /// The return PCs above `frame` on goroutine `g`'s stack.
+    fn callers(
+        &self,
+        g: u64,
+        mut frame: Frame,
+        on_g0: bool,
+        out: &mut [usize],
+    ) -> Option<(usize, End)> {
+        let (low, high) = (self.field(g, G_STACK_LO)?, self.field(g, G_STACK_HI)?);
+        // Early in the runtime's start, g0's bounds are not set yet.
+        let bounded = high != 0;
+        if bounded && !(low..high).contains(&frame.sp) {
+            return None;
+        }
+        let mut written = 0;
+        loop {
+            let (size, role) = self.frames.frame(frame.pc)?;
+            match role {
+                Role::TopFrame if on_g0 => return Some((written, End::Switch)),
+                Role::TopFrame => return Some((written, End::Done)),
+                Role::Morestack if on_g0 => return Some((written, End::Switch)),
+                // The goroutine that called `mcall` is parked; Go's traceback ends here.
+                Role::Mcall if on_g0 => return Some((written, End::Done)),
+                Role::ResumeLoop => return None,
+                _ => {}
+            }
+            if written == out.len() {
+                return Some((written, End::Done));
+            }
+            if role == Role::Plain {
+                // Called without a return PC, by the function of the Wasm frame under its
+                // own, whose frame is right above: past its prologue, as it made a call.
+                let pc_f = (frame.pc >> 16) as u32;
+                let at = self.wasm.iter().position(|&(f, _)| f == pc_f)?;
+                let &(caller, return_address) = self.wasm.get(at + 1)?;
+                out[written] = return_address | NATIVE_RETURN;
+                written += 1;
+                frame = Frame {
+                    pc: u64::from(caller) << 16 | 1,
+                    sp: frame.sp.checked_add(u64::from(size))?,
+                };
+                continue;
+            }
+            let delta = if frame.pc & 0xffff == 0 { 0 } else { size };
+            let fp = frame.sp.checked_add(u64::from(delta) + 8)?;
+            if bounded && fp > high {
+                return None;
+            }
+            let pc = self.memory.u64_at(fp - 8)?;
+            out[written] = pc as usize;
+            written += 1;
+            frame = Frame { pc, sp: fp };
+        }
+    }
+
+    fn field(&self, address: u64, offset: u64) -> Option<u64> {
+        self.memory.u64_at(address.checked_add(offset)?)
+    }
+}

@@ -1,0 +1,144 @@
+//! The Go modules and instances whose goroutine stacks the signal handler reads
+//! ([`crate::capture::go_stack`]).
+//!
+//! Per Go module, a [`GoCode`]: its native code's functions with their Go `PC_F`, by which the
+//! handler names the innermost Wasm frames, and each function's frame size. Per instance, its
+//! `VMContext` and where Go's registers and memory are in it ([`GoInstance`]).
+//!
+//! Invariants the handler relies on:
+//! - a published [`GoCode`] stays allocated until no thread is attached ([`clear`]);
+//! - an instance is published only while its store lives: the [`Publication`] the store owns
+//!   withdraws it and waits for running handlers before the store's memory is freed;
+//! - [`instance_for`] is async-signal-safe: atomic loads over fixed tables, bounded by their
+//!   sizes; a slot's fields are written before its `vmctx`.
+
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{bail, Result};
+
+use super::store_contexts;
+use crate::capture::go_stack::GoCode;
+use crate::capture::vmctx::{context_of_instance, GoInstance};
+use crate::sync::lock;
+
+/// Go modules whose code the handler knows.
+pub const MAX_GO_CODES: usize = 64;
+/// Go instances published at once: one per store, as many stores as can be attached.
+pub const MAX_INSTANCES: usize = super::store_contexts::SLOTS;
+
+static CODES: [AtomicPtr<GoCode>; MAX_GO_CODES] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_GO_CODES];
+/// What keeps the published codes allocated.
+static OWNED: Mutex<Vec<Arc<GoCode>>> = Mutex::new(Vec::new());
+
+/// Shows the handler a Go module's code; false when [`MAX_GO_CODES`] are known already.
+pub fn add_code(code: Arc<GoCode>) -> bool {
+    let mut owned = lock(&OWNED);
+    if owned.iter().any(|c| c.text() == code.text()) {
+        return true;
+    }
+    let Some(slot) = CODES.iter().find(|c| c.load(Ordering::SeqCst).is_null()) else {
+        return false;
+    };
+    slot.store(Arc::as_ptr(&code) as *mut GoCode, Ordering::SeqCst);
+    owned.push(code);
+    true
+}
+
+/// Forgets the codes; only while no thread is attached (see [`super::handler::clear_code`]).
+pub fn clear() {
+    let mut owned = lock(&OWNED);
+    for slot in &CODES {
+        slot.store(std::ptr::null_mut(), Ordering::SeqCst);
+    }
+    owned.clear();
+}
+
+/// The Go code holding `pc`, if any. Async-signal-safe.
+pub fn code_at(pc: usize) -> Option<&'static GoCode> {
+    CODES.iter().find_map(|slot| {
+        let code = slot.load(Ordering::Acquire);
+        // SAFETY: a published code stays allocated until `clear`, called only while no thread
+        // is attached, when no handler samples.
+        let code = unsafe { code.as_ref() }?;
+        code.text().contains(&pc).then_some(code)
+    })
+}
+
+struct Slot {
+    taken: std::sync::atomic::AtomicBool,
+    key: AtomicU64,
+    code: AtomicPtr<GoCode>,
+    /// Where SP, `g` and the memory's definition pointer are, from `vmctx`.
+    offsets: AtomicU64,
+    vmctx: AtomicUsize,
+}
+
+static INSTANCES: [Slot; MAX_INSTANCES] = [const {
+    Slot {
+        taken: std::sync::atomic::AtomicBool::new(false),
+        key: AtomicU64::new(0),
+        code: AtomicPtr::new(std::ptr::null_mut()),
+        offsets: AtomicU64::new(0),
+        vmctx: AtomicUsize::new(0),
+    }
+}; MAX_INSTANCES];
+static USED: AtomicUsize = AtomicUsize::new(0);
+
+/// Keeps an instance published while it lives in the store.
+pub struct Publication {
+    slot: usize,
+}
+
+impl Drop for Publication {
+    fn drop(&mut self) {
+        INSTANCES[self.slot].vmctx.store(0, Ordering::SeqCst);
+        super::handler::wait_for_running_handlers();
+        INSTANCES[self.slot].taken.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Publishes `instance`, an instance of a Go module whose code is `code`, for the handler, as
+/// the instance of its store (as attached: [`super::store_contexts`]). The publication lasts
+/// as long as the value returned, which the store must own or outlive.
+pub fn publish(instance: GoInstance, code: &Arc<GoCode>) -> Result<Publication> {
+    // An instance of a store not attached is found only when the sample's store is unknown.
+    let key = store_contexts::key_of(context_of_instance(instance.vmctx()));
+    let Some(slot) = INSTANCES.iter().position(|slot| {
+        slot.taken
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }) else {
+        bail!("more than {MAX_INSTANCES} Go instances at once");
+    };
+    let s = &INSTANCES[slot];
+    s.key.store(key.map_or(0, |k| k.0), Ordering::Relaxed);
+    s.code
+        .store(Arc::as_ptr(code) as *mut GoCode, Ordering::Relaxed);
+    s.offsets.store(instance.pack(), Ordering::Relaxed);
+    s.vmctx.store(instance.vmctx(), Ordering::Release);
+    USED.fetch_max(slot + 1, Ordering::SeqCst);
+    Ok(Publication { slot })
+}
+
+/// The instance of `code` in the store `store` (0: unknown store, then the only instance of
+/// `code`, if there is one). Async-signal-safe.
+pub fn instance_for(code: &GoCode, store: u64) -> Option<GoInstance> {
+    let code = code as *const GoCode as *mut GoCode;
+    let mut found = None;
+    let mut count = 0;
+    for slot in &INSTANCES[..USED.load(Ordering::Acquire).min(MAX_INSTANCES)] {
+        let vmctx = slot.vmctx.load(Ordering::Acquire);
+        if vmctx == 0 || slot.code.load(Ordering::Relaxed) != code {
+            continue;
+        }
+        let instance = GoInstance::unpack(vmctx, slot.offsets.load(Ordering::Relaxed));
+        if store != 0 && slot.key.load(Ordering::Relaxed) == store {
+            return Some(instance);
+        }
+        count += 1;
+        found = Some(instance);
+    }
+    found.filter(|_| store == 0 && count == 1)
+}

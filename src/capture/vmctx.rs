@@ -1,0 +1,206 @@
+//! What wasmspy reads of an instance's `VMContext`, Wasmtime's record of an instance, which
+//! has no public accessor for it: its store's context (see
+//! [`crate::capture::signal::store_contexts`]), and for an instance of a Go module, Go's
+//! registers (its SP in global 0, `g` in global 2) and its memory (a pointer to its base and
+//! current length). The offsets are `wasmtime-environ`'s, the crate from which Wasmtime's
+//! compiler takes them (the exact version Wasmtime depends on), computed from the module's
+//! counts of imports and definitions, and checked against what Wasmtime reports.
+
+use anyhow::{bail, Context, Result};
+use wasmtime::{AsContextMut, ExternType, Instance, Module};
+use wasmtime_environ::{
+    DefinedGlobalIndex, DefinedMemoryIndex, HostPtr, PtrSize, VMOffsets, VMOffsetsFields,
+    VMCONTEXT_MAGIC,
+};
+
+use crate::capture::go_stack::{Memory, Registers};
+
+/// The address of the `VMContext` of the instance that defines `func`, alive as long as its
+/// store.
+pub fn vmctx_of(mut store: impl wasmtime::AsContextMut, func: wasmtime::Func) -> Result<usize> {
+    let func_ref = func.to_raw(&mut store) as usize;
+    let ptr = HostPtr;
+    // SAFETY: `to_raw` returns a pointer to the function's `VMFuncRef`, alive as long as the
+    // store; its `vmctx` field is the instance's `VMContext`, whose first word holds the
+    // magic number checked before it is used.
+    unsafe {
+        let vmctx = read::<usize>(func_ref + usize::from(ptr.vm_func_ref().vmctx()));
+        if vmctx == 0 || read::<u32>(vmctx + usize::from(ptr.vmctx_magic())) != VMCONTEXT_MAGIC {
+            bail!("Wasmtime's instance layout is not the one wasmspy was built for");
+        }
+        Ok(vmctx)
+    }
+}
+
+/// The address of the `VMStoreContext` of the store of the instance whose `VMContext` is at
+/// `vmctx` (see [`vmctx_of`]).
+pub fn context_of_instance(vmctx: usize) -> usize {
+    // SAFETY: a live instance's `VMContext` (the caller's `vmctx_of`) holds the store
+    // context's address.
+    unsafe { read::<usize>(vmctx + usize::from(HostPtr.vmctx_store_context())) }
+}
+
+/// Where an instance's Go registers and memory are in its `VMContext`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Offsets {
+    sp: u32,
+    g: u32,
+    memory: u32,
+}
+
+impl Offsets {
+    fn of(module: &Module) -> Result<Self> {
+        let mut fields = VMOffsetsFields {
+            ptr: HostPtr,
+            num_imported_functions: 0,
+            num_imported_tables: 0,
+            num_imported_memories: 0,
+            num_imported_globals: 0,
+            num_imported_tags: 0,
+            num_defined_tables: 0,
+            num_defined_memories: 0,
+            num_owned_memories: 0,
+            num_defined_globals: 3,
+            num_defined_tags: 0,
+            num_escaped_funcs: 0,
+            num_runtime_data: 0,
+            has_startup_func: false,
+        };
+        for import in module.imports() {
+            match import.ty() {
+                ExternType::Func(_) => fields.num_imported_functions += 1,
+                ExternType::Table(_) => fields.num_imported_tables += 1,
+                ExternType::Memory(_) => fields.num_imported_memories += 1,
+                ExternType::Global(_) => fields.num_imported_globals += 1,
+                ExternType::Tag(_) => fields.num_imported_tags += 1,
+            }
+        }
+        if fields.num_imported_globals != 0 || fields.num_imported_memories != 0 {
+            bail!("a Go module imports no globals and no memory");
+        }
+        let resources = module.resources_required();
+        fields.num_defined_tables = resources.num_tables;
+        fields.num_defined_memories = resources.num_memories;
+        // Go's memory, and the allocator rewrite's, are not shared.
+        fields.num_owned_memories = resources.num_memories;
+        if resources.num_memories == 0 {
+            bail!("a Go module defines its memory");
+        }
+        let offsets = VMOffsets::from(fields);
+        Ok(Offsets {
+            sp: offsets.vmctx_vmglobal_definition(DefinedGlobalIndex::from_u32(0)),
+            g: offsets.vmctx_vmglobal_definition(DefinedGlobalIndex::from_u32(2)),
+            memory: offsets.vmctx_vmmemory_pointer(DefinedMemoryIndex::from_u32(0)),
+        })
+    }
+
+    fn pack(self) -> u64 {
+        u64::from(self.sp) | u64::from(self.g) << 21 | u64::from(self.memory) << 42
+    }
+
+    fn unpack(packed: u64) -> Self {
+        let field = |shift: u32| (packed >> shift & ((1 << 21) - 1)) as u32;
+        Offsets {
+            sp: field(0),
+            g: field(21),
+            memory: field(42),
+        }
+    }
+}
+
+/// An instance of a Go module, as a walk of its goroutine's stack reads it.
+#[derive(Clone, Copy)]
+pub struct GoInstance {
+    vmctx: usize,
+    offsets: Offsets,
+}
+
+impl GoInstance {
+    /// `instance`, of a Go module, checked against the memory Wasmtime reports.
+    pub fn of(mut store: impl AsContextMut, instance: &Instance) -> Result<Self> {
+        let module = instance.module(&mut store).clone();
+        let offsets = Offsets::of(&module)?;
+        let func = instance
+            .exports(&mut store)
+            .find_map(|e| e.into_func())
+            .context("a Go module exports a function")?;
+        let vmctx = vmctx_of(&mut store, func)?;
+        let memory = instance
+            .exports(&mut store)
+            .find_map(|e| e.into_memory())
+            .context("a Go module exports its memory")?;
+        let go = GoInstance { vmctx, offsets };
+        let (_, read) = go.read();
+        if read.base != memory.data_ptr(&store) as usize || read.length != memory.data_size(&store)
+        {
+            bail!("Wasmtime's instance layout is not the one wasmspy was built for");
+        }
+        Ok(go)
+    }
+
+    /// The instance's `VMContext`.
+    pub fn vmctx(&self) -> usize {
+        self.vmctx
+    }
+
+    /// For the handler's table: the offsets in one word.
+    pub fn pack(&self) -> u64 {
+        self.offsets.pack()
+    }
+
+    pub fn unpack(vmctx: usize, packed: u64) -> Self {
+        GoInstance {
+            vmctx,
+            offsets: Offsets::unpack(packed),
+        }
+    }
+
+    /// Go's SP and `g`, and the memory as it is now. Only while the instance is published
+    /// (the handler's run, after [`instance_for`] found it).
+    pub fn read(&self) -> (Registers, LinearMemory) {
+        // SAFETY: the instance is published, so its `VMContext` is alive; the memory
+        // definition pointer it holds is valid as long as the instance.
+        unsafe {
+            let sp = read::<u32>(self.vmctx + self.offsets.sp as usize);
+            let g = read::<u64>(self.vmctx + self.offsets.g as usize);
+            let definition = read::<usize>(self.vmctx + self.offsets.memory as usize);
+            let layout = HostPtr.vm_memory_definition();
+            let memory = LinearMemory {
+                base: read::<usize>(definition + usize::from(layout.base())),
+                length: read::<usize>(definition + usize::from(layout.current_length())),
+            };
+            (
+                Registers {
+                    sp: u64::from(sp),
+                    g,
+                },
+                memory,
+            )
+        }
+    }
+}
+
+/// An instance's linear memory, `[base, base + length)`, mapped while the instance lives.
+pub struct LinearMemory {
+    base: usize,
+    length: usize,
+}
+
+impl Memory for LinearMemory {
+    fn u64_at(&self, address: u64) -> Option<u64> {
+        let address = usize::try_from(address).ok()?;
+        if address.checked_add(8)? > self.length {
+            return None;
+        }
+        // SAFETY: within the memory's accessible length (checked above), which is mapped
+        // while the instance lives; Go's words are aligned, but nothing here relies on it.
+        Some(unsafe { std::ptr::read_unaligned((self.base + address) as *const u64) })
+    }
+}
+
+/// # Safety
+/// `addr` must be valid for reads of a `T`.
+unsafe fn read<T: Copy>(addr: usize) -> T {
+    // SAFETY: the caller's contract.
+    unsafe { std::ptr::read_volatile(addr as *const T) }
+}
