@@ -11,7 +11,9 @@
 //! (`cm-online-stats`, `kotlin-richards`) are run as `wasmtime run` runs them, and profiled
 //! with `Profiler::add_component` and `GuestProfiler::new_component`; their inputs make them
 //! shorter than the programs timed here, so each runs from a copy whose `default.input`
-//! count (the last number in it: iterations) is ten times larger.
+//! count (the last number in it: iterations) is ten times larger. Programs built by Go (whose
+//! goroutine stacks the signal sampler reads from linear memory) follow: the test fixture
+//! `go/stacks.wasm`, and gofmt formatting a copy of `net/http` when `go` is at hand to build it.
 //!
 //! `cargo bench --profile dev --bench overhead [-- --reps N] [-- NAME-FILTER]`
 //!
@@ -25,6 +27,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -52,7 +55,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--run") {
         let (config, module) = (args[1].clone(), PathBuf::from(&args[2]));
-        report_seconds_with_stdout_silenced(|| run_one(&config, &module));
+        report_seconds_with_stdout_silenced(|| run_one(&config, &module, &args[3..]));
         return;
     }
     let mut reps = 5;
@@ -69,17 +72,17 @@ fn main() {
         }
         i += 1;
     }
-    let Some(root) = common::corpus() else {
-        return;
-    };
-    let modules: Vec<PathBuf> = corpus_modules(&root)
-        .into_iter()
-        .filter(|m| {
-            filter
-                .as_ref()
-                .is_none_or(|f| m.to_string_lossy().contains(f.as_str()))
-        })
-        .collect();
+    let scratch = tempfile::tempdir().unwrap();
+    let mut programs: Vec<(String, PathBuf, Vec<String>)> = Vec::new();
+    if let Some(root) = common::corpus() {
+        for module in corpus_modules(&root) {
+            let name = module.strip_prefix(&root).unwrap().display().to_string();
+            let module = lengthened(&module, scratch.path()).unwrap_or(module);
+            programs.push((name, module, Vec::new()));
+        }
+    }
+    programs.extend(go_programs(scratch.path()));
+    programs.retain(|(name, _, _)| filter.as_ref().is_none_or(|f| name.contains(f.as_str())));
 
     println!("sampling overhead: median over {reps} repetitions of the time as a ratio to a default engine's (no profiler)");
     println!(
@@ -94,19 +97,15 @@ fn main() {
         "floor (→ 1 kHz)"
     );
     let mut all: Vec<Vec<f64>> = vec![Vec::new(); CONFIGS.len()];
-    let scratch = tempfile::tempdir().unwrap();
-    for module in &modules {
-        let name = module.strip_prefix(&root).unwrap().display().to_string();
-        let lengthened = lengthened(module, scratch.path());
-        let module = lengthened.as_ref().unwrap_or(module);
-        if seconds_in_child("default", module, &[]) < MIN_SECONDS {
+    for (name, module, args) in &programs {
+        if seconds_in_child("default", module, args) < MIN_SECONDS {
             println!("{name:<34} (shorter than {MIN_SECONDS} s: skipped)");
             continue;
         }
         let (plain, ratios) = paired(CONFIGS.len(), reps, |c| {
-            seconds_in_child(CONFIGS[c], module, &[])
+            seconds_in_child(CONFIGS[c], module, args)
         });
-        print_row(&name, &format!("{plain:.3}"), &ratios);
+        print_row(name, &format!("{plain:.3}"), &ratios);
         for (column, r) in all.iter_mut().zip(&ratios) {
             column.push(*r);
         }
@@ -164,6 +163,44 @@ fn lengthened(program: &Path, scratch: &Path) -> Option<PathBuf> {
     Some(copy)
 }
 
+/// Programs built by Go (whose stacks the signal sampler reads from linear memory): the test
+/// fixture `go/stacks.wasm`, and gofmt formatting a copy of `net/http` when the Go toolchain
+/// the test command installs (`go`) is at hand to build it.
+fn go_programs(scratch: &Path) -> Vec<(String, PathBuf, Vec<String>)> {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/go/stacks.wasm");
+    let mut programs = vec![("go/stacks.wasm".to_string(), fixture, vec!["20000".into()])];
+    let goroot = Command::new("go").args(["env", "GOROOT"]).output();
+    let Some(goroot) = goroot.ok().filter(|o| o.status.success()) else {
+        println!("go/gofmt.wasm: no `go` to build it (scripts/test.sh installs it): skipped");
+        return programs;
+    };
+    let goroot = PathBuf::from(String::from_utf8_lossy(&goroot.stdout).trim());
+    let dir = scratch.join("gofmt");
+    let http = dir.join("http");
+    std::fs::create_dir_all(&http).unwrap();
+    for file in std::fs::read_dir(goroot.join("src/net/http"))
+        .unwrap()
+        .flatten()
+    {
+        if file.path().extension().is_some_and(|e| e == "go") {
+            std::fs::copy(file.path(), http.join(file.file_name())).unwrap();
+        }
+    }
+    let gofmt = dir.join("gofmt.wasm");
+    let built = Command::new("go")
+        .args(["build", "-trimpath", "-o"])
+        .arg(&gofmt)
+        .arg("cmd/gofmt")
+        .env("GOOS", "wasip1")
+        .env("GOARCH", "wasm")
+        .env("GOTOOLCHAIN", "local")
+        .status()
+        .unwrap();
+    assert!(built.success(), "go build cmd/gofmt");
+    programs.push(("go/gofmt.wasm net/http".into(), gofmt, vec!["/http".into()]));
+    programs
+}
+
 fn corpus_modules(root: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     for dir in std::fs::read_dir(root).unwrap().flatten() {
@@ -182,8 +219,8 @@ fn corpus_modules(root: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// The child: compile, then time the run under `config`.
-fn run_one(config: &str, module_path: &Path) -> f64 {
+/// The child: compile, then time the run under `config` with `args`.
+fn run_one(config: &str, module_path: &Path, args: &[String]) -> f64 {
     let sampler = match config {
         "signal" | "signal-10k" => Some(SamplerKind::Signal),
         "epoch" => Some(SamplerKind::Epoch),
@@ -212,9 +249,12 @@ fn run_one(config: &str, module_path: &Path) -> f64 {
     let program = wasi_host::compile(&engine, &wasm).unwrap();
     let name = module_path.display().to_string();
     let wasi = WasiConfig {
-        argv: vec![name.clone()],
+        argv: std::iter::once(name.clone())
+            .chain(args.iter().cloned())
+            .collect(),
         env: Vec::new(),
-        dirs: vec![".".parse::<DirMount>().unwrap()],
+        // Go resolves relative paths from `/`: the directory is there too.
+        dirs: vec![".".parse::<DirMount>().unwrap(), ".::/".parse().unwrap()],
         unknown_imports: UnknownImports::DefaultValues,
         ..Default::default()
     };
@@ -297,11 +337,20 @@ fn run_one(config: &str, module_path: &Path) -> f64 {
             profiler.attach(&mut store).unwrap();
             let start = Instant::now();
             profiler.start().unwrap();
-            check(wasi_host::run_program(
-                &mut store,
-                &program,
-                wasi.unknown_imports,
-            ));
+            // As `wasmspy record` runs it: instances shown to the profiler (a Go module's, to
+            // read its goroutine stacks).
+            check(match &program {
+                Program::Module(module) => {
+                    wasi_host::run_with(&mut store, module, wasi.unknown_imports, |store, i| {
+                        profiler
+                            .attach_instance(&mut *store, i)
+                            .map_err(wasmtime::Error::from_anyhow)
+                    })
+                }
+                Program::Component(_) => {
+                    wasi_host::run_program(&mut store, &program, wasi.unknown_imports)
+                }
+            });
             std::hint::black_box(profiler.stop());
             start.elapsed()
         }

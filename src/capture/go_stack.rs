@@ -1,5 +1,5 @@
 //! Go's goroutine stacks, read from linear memory as Go's own traceback reads them
-//! (`runtime/traceback.go`; the details per Go release in the README's "Go" section).
+//! (`runtime/traceback.go`; see the README's "Go programs").
 //!
 //! Go compiled to Wasm keeps its call stack in linear memory: global 0 is its stack pointer
 //! (SP), global 2 the running goroutine (`g`). A call stores the return PC (`PC_F << 16 |
@@ -38,10 +38,7 @@ impl GoFrames {
             .defined_functions()
             .map(|f| f.map_or((0, Role::Plain), |f| (f.frame_size, f.role)))
             .collect();
-        let m_curg = match module.go_minor {
-            Some(minor) if minor < 25 => 144,
-            _ => 136,
-        };
+        let m_curg = if module.before_go_1_25() { 144 } else { 136 };
         GoFrames { frames, m_curg }
     }
 
@@ -325,5 +322,150 @@ impl<M: Memory> Walker<'_, M> {
 
     fn field(&self, address: u64, offset: u64) -> Option<u64> {
         self.memory.u64_at(address.checked_add(offset)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    /// Functions by `PC_F`: 0x1000 A (frame 16), 0x1001 B (frame 8), 0x1002 `goexit`,
+    /// 0x1003 a write barrier (plain Wasm, frame 32), 0x1004 `mstart`, 0x1005
+    /// `wasm_pc_f_loop`, 0x1006 C (frame 0).
+    fn frames() -> GoFrames {
+        GoFrames {
+            frames: vec![
+                (16, Role::Go),
+                (8, Role::Go),
+                (0, Role::TopFrame),
+                (32, Role::Plain),
+                (0, Role::TopFrame),
+                (0, Role::ResumeLoop),
+                (0, Role::Go),
+            ]
+            .into(),
+            m_curg: 136,
+        }
+    }
+
+    const A: u64 = 0x1000 << 16;
+    const B: u64 = 0x1001 << 16;
+    const GOEXIT: u64 = 0x1002 << 16;
+    const BARRIER: u64 = 0x1003 << 16;
+    const MSTART: u64 = 0x1004 << 16;
+    const C: u64 = 0x1006 << 16;
+
+    /// Words of linear memory; the rest reads as absent.
+    #[derive(Default)]
+    struct Words(HashMap<u64, u64>);
+
+    impl Memory for Words {
+        fn u64_at(&self, address: u64) -> Option<u64> {
+            self.0.get(&address).copied()
+        }
+    }
+
+    /// A goroutine at 0x100 (its stack `[0x1000, 0x2000)`), run by an M at 0x200 whose g0
+    /// is at 0x300 (stack `[0x3000, 0x4000)`).
+    fn memory(words: &[(u64, u64)]) -> Words {
+        let mut memory = Words::default();
+        for (g, low, high) in [(0x100, 0x1000, 0x2000), (0x300, 0x3000, 0x4000)] {
+            memory.0.insert(g + G_STACK_LO, low);
+            memory.0.insert(g + G_STACK_HI, high);
+            memory.0.insert(g + G_M, 0x200);
+        }
+        memory.0.insert(0x200 + M_G0, 0x300);
+        memory.0.insert(0x200 + 136, 0x100);
+        memory.0.extend(words.iter().copied());
+        memory
+    }
+
+    fn walk_from(
+        memory: &Words,
+        g: u64,
+        sp: u64,
+        wasm: WasmFrames<'_>,
+        start: Start,
+    ) -> Option<Vec<u64>> {
+        let mut out = [0usize; 16];
+        let registers = Registers { sp, g };
+        let n = walk(&frames(), memory, registers, wasm, start, &mut out)?;
+        Some(out[..n].iter().map(|&pc| pc as u64).collect())
+    }
+
+    /// A running A (past its prologue: its return PC 16 bytes up), called by B, called by
+    /// `goexit`. The same stack when A is at its entry (SP at its return PC), and when it has
+    /// just returned (its return PC popped, just below SP).
+    #[test]
+    fn a_leaf_set_up_at_entry_or_returned() {
+        let chain = [(0x1000 + 16, B | 3), (0x1000 + 16 + 8 + 8, GOEXIT | 1)];
+        let memory = memory(&chain);
+        let wasm = [(0x1000, 0), (0x1001, 0x5000)];
+        let expected = Some(vec![B | 3, GOEXIT | 1]);
+        assert_eq!(
+            walk_from(&memory, 0x100, 0x1000, &wasm, Start::Leaf),
+            expected
+        );
+        // At entry: SP 16 bytes higher, at the return PC.
+        assert_eq!(
+            walk_from(&memory, 0x100, 0x1010, &wasm, Start::Leaf),
+            expected
+        );
+        // Returned: SP just above the return PC, which is B's resume point.
+        assert_eq!(
+            walk_from(&memory, 0x100, 0x1018, &wasm, Start::Leaf),
+            expected
+        );
+        // A chain that does not end at one of Go's outermost frames does not check out.
+        let cut = self::memory(&[(0x1010, B | 3), (0x1020, A | 1)]);
+        assert_eq!(walk_from(&cut, 0x100, 0x1000, &wasm, Start::Leaf), None);
+        // Nor one whose frames leave the goroutine's stack.
+        assert_eq!(walk_from(&memory, 0x100, 0x2000, &wasm, Start::Leaf), None);
+    }
+
+    /// On g0, C (frameless) runs under `mstart`; the goroutine it works for continues the
+    /// stack from where it was switched out (`sched`): B, under `goexit`.
+    #[test]
+    fn the_scheduler_stack_continues_on_the_goroutine() {
+        let memory = memory(&[
+            (0x3f00, MSTART | 1),
+            (0x100 + G_SCHED_SP, 0x1800),
+            (0x100 + G_SCHED_PC, B | 2),
+            (0x1800 + 8, GOEXIT | 1),
+        ]);
+        let wasm = [(0x1006, 0)];
+        assert_eq!(
+            walk_from(&memory, 0x300, 0x3f00, &wasm, Start::Leaf),
+            Some(vec![MSTART | 1, B | 2, GOEXIT | 1])
+        );
+    }
+
+    /// A write barrier, called as plain Wasm by B, calls A: above the barrier's frame is B's,
+    /// whose PC is in the Wasm frame under the barrier's (its native return address, tagged).
+    #[test]
+    fn a_function_called_as_plain_wasm_is_bridged_by_its_wasm_caller() {
+        let memory = memory(&[
+            // A's return PC into the barrier, then the barrier's 32 bytes, then B's 8 and its
+            // return PC.
+            (0x1000 + 16, BARRIER | 1),
+            (0x1018 + 32 + 8, GOEXIT | 1),
+        ]);
+        let wasm = [(0x1000, 0), (0x1003, 0x7000), (0x1001, 0x7100)];
+        assert_eq!(
+            walk_from(&memory, 0x100, 0x1000, &wasm, Start::Leaf),
+            Some(vec![BARRIER | 1, 0x7100 | NATIVE_RETURN as u64, GOEXIT | 1])
+        );
+    }
+
+    /// From `wasm_pc_f_loop`: the PC resumed is just below SP.
+    #[test]
+    fn the_resume_loop_resumes_the_pc_below_sp() {
+        let memory = memory(&[(0x1008, C | 4), (0x1010, GOEXIT | 1)]);
+        assert_eq!(
+            walk_from(&memory, 0x100, 0x1010, &[(0x1005, 0)], Start::Resume),
+            Some(vec![C | 4, GOEXIT | 1])
+        );
     }
 }

@@ -17,7 +17,7 @@ use crate::capture::go_stack::{Memory, Registers};
 
 /// The address of the `VMContext` of the instance that defines `func`, alive as long as its
 /// store.
-pub fn vmctx_of(mut store: impl wasmtime::AsContextMut, func: wasmtime::Func) -> Result<usize> {
+pub fn vmctx_of(mut store: impl AsContextMut, func: wasmtime::Func) -> Result<usize> {
     let func_ref = func.to_raw(&mut store) as usize;
     let ptr = HostPtr;
     // SAFETY: `to_raw` returns a pointer to the function's `VMFuncRef`, alive as long as the
@@ -87,11 +87,15 @@ impl Offsets {
             bail!("a Go module defines its memory");
         }
         let offsets = VMOffsets::from(fields);
-        Ok(Offsets {
+        let offsets = Offsets {
             sp: offsets.vmctx_vmglobal_definition(DefinedGlobalIndex::from_u32(0)),
             g: offsets.vmctx_vmglobal_definition(DefinedGlobalIndex::from_u32(2)),
             memory: offsets.vmctx_vmmemory_pointer(DefinedMemoryIndex::from_u32(0)),
-        })
+        };
+        if Offsets::unpack(offsets.pack()) != offsets {
+            bail!("a Go instance's layout is larger than expected");
+        }
+        Ok(offsets)
     }
 
     fn pack(self) -> u64 {
@@ -155,8 +159,9 @@ impl GoInstance {
         }
     }
 
-    /// Go's SP and `g`, and the memory as it is now. Only while the instance is published
-    /// (the handler's run, after [`instance_for`] found it).
+    /// Go's SP and `g`, and the memory as it is now. Only while the instance lives: from its
+    /// store's host functions, or in the signal handler while it is published
+    /// ([`crate::capture::signal::go_instances`]).
     pub fn read(&self) -> (Registers, LinearMemory) {
         // SAFETY: the instance is published, so its `VMContext` is alive; the memory
         // definition pointer it holds is valid as long as the instance.
@@ -203,4 +208,54 @@ impl Memory for LinearMemory {
 unsafe fn read<T: Copy>(addr: usize) -> T {
     // SAFETY: the caller's contract.
     unsafe { std::ptr::read_volatile(addr as *const T) }
+}
+
+#[cfg(test)]
+mod tests {
+    use wasmtime::{Engine, Linker, Store, Val};
+
+    use super::*;
+
+    /// A module laid out as a Go module is after the allocator rewrite (imported functions,
+    /// two memories, a table, then Go's globals): SP, `g` and the memory are read where
+    /// Wasmtime keeps them, as its own API reports them.
+    #[test]
+    fn go_registers_and_memory_are_read_where_wasmtime_keeps_them() {
+        let engine = Engine::default();
+        let module = Module::new(
+            &engine,
+            r#"(module
+                (import "env" "f" (func))
+                (import "env" "h" (func (param i32)))
+                (memory (export "memory") 2)
+                (memory 1)
+                (table 3 funcref)
+                (global (export "sp") (mut i32) (i32.const 0))
+                (global (mut i64) (i64.const 0))
+                (global (export "g") (mut i64) (i64.const 0))
+                (func (export "_start")))"#,
+        )
+        .unwrap();
+        let mut store = Store::new(&engine, ());
+        let mut linker = Linker::new(&engine);
+        linker.func_wrap("env", "f", || {}).unwrap();
+        linker.func_wrap("env", "h", |_: i32| {}).unwrap();
+        let instance = linker.instantiate(&mut store, &module).unwrap();
+        for (name, value) in [("sp", Val::I32(0x12340)), ("g", Val::I64(0x5678_9abc))] {
+            let global = instance.get_global(&mut store, name).unwrap();
+            global.set(&mut store, value).unwrap();
+        }
+        let memory = instance.get_memory(&mut store, "memory").unwrap();
+        memory
+            .write(&mut store, 0x100, &0x1122_3344_5566_7788u64.to_le_bytes())
+            .unwrap();
+        let go = GoInstance::of(&mut store, &instance).unwrap();
+        let (registers, linear) = go.read();
+        assert_eq!((registers.sp, registers.g), (0x12340, 0x5678_9abc));
+        assert_eq!(linear.u64_at(0x100), Some(0x1122_3344_5566_7788));
+        let size = memory.data_size(&store) as u64;
+        assert_eq!(linear.u64_at(size - 8), Some(0));
+        assert_eq!(linear.u64_at(size - 7), None);
+        assert_eq!(linear.u64_at(u64::MAX), None);
+    }
 }

@@ -328,7 +328,9 @@ impl Resolver {
     fn go_frames(&mut self, module: ModuleId, pcs: &[usize], frames: &mut Vec<RawFrame>) {
         for &pc in pcs {
             if pc & NATIVE_RETURN != 0 {
-                if let Some((frame, false)) = self.native_frame((pc & !NATIVE_RETURN) - 1) {
+                if let Some((frame, false)) =
+                    self.native_frame((pc & !NATIVE_RETURN).wrapping_sub(1))
+                {
                     frames.push(frame);
                 }
                 continue;

@@ -7,7 +7,9 @@
 //!   preemption; see [`super::timer`]) and reads of memory proven mapped (below). `errno` is
 //!   saved and restored.
 //! - **Bounded**: at most [`MAX_FRAMES`] frame records followed, at most
-//!   [`store_contexts::SLOTS`] store contexts read.
+//!   [`store_contexts::SLOTS`] store contexts read; in a Go module, at most [`MAX_FRAMES`] words
+//!   of Go's stack read per candidate start of its walk (a handful, see
+//!   [`crate::capture::go_stack`]).
 //! - **Reads only mapped memory**: stack reads stay in `[sp, top)` of the stack `sp` is on
 //!   (live frames; the sampled thread is the one the handler runs on): the guest thread's own
 //!   stack, or a fiber stack that [`fiber_stacks`] publishes while it is mapped (guests called
@@ -17,7 +19,9 @@
 //!   (e.g. on Wasmtime's alternate signal stack). The one exception, a guest's fiber suspended in a host call while
 //!   the thread runs its own stack, is read within that fiber's published mapping. Code reads
 //!   (instruction bytes at the PC) happen only for a PC inside a registered module's text.
-//!   Store contexts are read only while [`store_contexts`] publishes them (their stores alive).
+//!   Store contexts are read only while [`store_contexts`] publishes them (their stores alive);
+//!   a Go instance's `VMContext` and linear memory only while [`go_instances`] publishes it,
+//!   its memory within the length Wasmtime records for it at that instant.
 //! - **Lifetime**: the handler reaches a thread's state only through [`THREADS`], after
 //!   counting itself in [`RUNNING`]; [`detach`] clears the state's slot and waits for `RUNNING`
 //!   to drop to zero before the state may be freed. The code ranges ([`CODE`]) only grow while
@@ -508,7 +512,7 @@ fn add_go_stack(s: &mut RawSample, leaf_at: usize) {
     let mut count = 0;
     let mut first = None;
     for (i, &pc) in s.pcs().iter().enumerate().skip(leaf_at) {
-        let Some(pc_f) = code.pc_f_at(if i == 0 { pc } else { pc - 1 }) else {
+        let Some(pc_f) = code.pc_f_at(if i == 0 { pc } else { pc.wrapping_sub(1) }) else {
             continue;
         };
         // A function called as plain Wasm, innermost, has no frame on Go's stack: its caller
@@ -523,10 +527,10 @@ fn add_go_stack(s: &mut RawSample, leaf_at: usize) {
             break;
         }
     }
-    let (Some(at), Some(&(leaf, _))) = (first, wasm.first().filter(|_| count > 0)) else {
+    let Some(at) = first else {
         return;
     };
-    let start = match code.frames.role(leaf) {
+    let start = match code.frames.role(wasm[0].0) {
         Some(Role::ResumeLoop) => Start::Resume,
         _ => Start::Leaf,
     };

@@ -13,6 +13,8 @@
 mod body;
 mod pclntab;
 
+use std::sync::OnceLock;
+
 use wasmparser::{
     DataKind, FunctionBody, KnownCustom, Operator, Parser, Payload, TypeRef, ValType,
 };
@@ -67,10 +69,9 @@ pub struct GoModule {
     /// By `PC_F - FIRST_PC_F` (the index among defined functions).
     functions: Vec<Option<(GoFunction, Func)>>,
     table: Pclntab,
-    /// The defined functions' bodies, by the same index: where each is in the module's bytes.
-    bodies: Vec<std::ops::Range<usize>>,
-    /// The Go release (1.x) that built it, as its `producers` section says.
-    pub go_minor: Option<u32>,
+    /// The defined functions' bodies, by the same index: where each is in the module's bytes,
+    /// and its map of Go's PCs, read once (`None`: unreadable).
+    bodies: Vec<(std::ops::Range<usize>, OnceLock<Option<BodyMap>>)>,
 }
 
 impl GoModule {
@@ -107,8 +108,11 @@ impl GoModule {
             imported_functions: module.imported_functions,
             functions,
             table,
-            bodies: module.bodies,
-            go_minor: module.go_minor,
+            bodies: module
+                .bodies
+                .into_iter()
+                .map(|range| (range, OnceLock::new()))
+                .collect(),
         })
     }
 
@@ -116,6 +120,12 @@ impl GoModule {
     pub fn function(&self, func_index: u32) -> Option<&GoFunction> {
         let defined = func_index.checked_sub(self.imported_functions)?;
         Some(&self.functions.get(defined as usize)?.as_ref()?.0)
+    }
+
+    /// Whether Go's release is before 1.25 (whose runtime structures differ), as its table's
+    /// layout tells.
+    pub fn before_go_1_25(&self) -> bool {
+        self.table.entries_are_pcs()
     }
 
     /// The functions by their index among the defined ones (`PC_F - FIRST_PC_F`).
@@ -146,13 +156,16 @@ impl GoModule {
         self.table.frames_at(*func, pc)
     }
 
-    fn body_map(&self, wasm: &[u8], defined: u32) -> Option<BodyMap> {
-        let range = self.bodies.get(defined as usize)?.clone();
-        let body = FunctionBody::new(wasmparser::BinaryReader::new(
-            wasm.get(range.clone())?,
-            range.start,
-        ));
-        BodyMap::of(&body, FIRST_PC_F + defined)
+    fn body_map(&self, wasm: &[u8], defined: u32) -> Option<&BodyMap> {
+        let (range, map) = self.bodies.get(defined as usize)?;
+        map.get_or_init(|| {
+            let body = FunctionBody::new(wasmparser::BinaryReader::new(
+                wasm.get(range.clone())?,
+                range.start,
+            ));
+            BodyMap::of(&body, FIRST_PC_F + defined)
+        })
+        .as_ref()
     }
 }
 

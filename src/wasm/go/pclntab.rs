@@ -53,7 +53,7 @@ pub struct Pclntab {
 
 impl Pclntab {
     /// `go_minor`: the Go release (1.x) that built the module, which places `gofunc` in the
-    /// module data.
+    /// module data (unknown: taken as before 1.27).
     pub fn find(image: Vec<u8>, go_minor: Option<u32>) -> Option<Self> {
         let header = image
             .windows(HEADER_START.len())
@@ -77,11 +77,21 @@ impl Pclntab {
         let first_entry = u32::from_le_bytes(read(&image, function_table)?);
         table.entries_are_pcs = first_entry >= FIRST_PC_F << 16;
         table.go_func = module_data(&image, header, names).and_then(|data| {
-            let offset = if go_minor? >= 27 { 344 } else { 320 };
+            let offset = if go_minor.unwrap_or(0) >= 27 {
+                344
+            } else {
+                320
+            };
             usize::try_from(u64::from_le_bytes(read(&image, data + offset)?)).ok()
         });
         table.image = image;
         Some(table)
+    }
+
+    /// Whether Go's release is before 1.25, whose table gives function entries as PCs, not
+    /// as function indices.
+    pub fn entries_are_pcs(&self) -> bool {
+        self.entries_are_pcs
     }
 
     /// The functions, each with its `PC_F`, in the table's order.
