@@ -15,7 +15,6 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use wasmtime::WasmBacktrace;
 
 use rustc_hash::FxHashMap;
 
@@ -53,7 +52,7 @@ impl Drop for LabeledStore {
 /// What the guest thread handed over.
 enum Event {
     Sample {
-        backtrace: WasmBacktrace,
+        stack: GuestStack,
         taken: Taken,
         values: SampleValues,
     },
@@ -225,11 +224,11 @@ impl Pipeline {
         let mut recorder = lock(&self.recorder);
         match event {
             Event::Sample {
-                backtrace,
+                stack,
                 taken,
                 values,
             } => {
-                let frames = resolver.backtrace_frames(&backtrace);
+                let frames = resolver.stack_frames(&stack);
                 self.add_sample(&resolver, &mut recorder, &frames, taken, values);
             }
             Event::Allocation {
@@ -308,9 +307,9 @@ impl Sink for Pipeline {
         self.add_sample(&resolver, &mut recorder, &frames, taken, values);
     }
 
-    fn backtrace(&self, backtrace: WasmBacktrace, taken: Taken, values: SampleValues) {
+    fn backtrace(&self, stack: GuestStack, taken: Taken, values: SampleValues) {
         self.enqueue(Event::Sample {
-            backtrace,
+            stack,
             taken,
             values,
         });

@@ -28,10 +28,11 @@ use std::fmt;
 use std::future::Future;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Result};
+use rustc_hash::FxHashMap;
 use wasmtime::{
     AsContextMut, Caller, Config, Engine, Func, Instance, Module, Ref, Store, UpdateDeadline,
     WasmBacktrace,
@@ -39,7 +40,7 @@ use wasmtime::{
 
 use crate::capture::allocations::{Allocations, AllocatorCall, StoreData};
 use crate::capture::epoch::{self, EpochSampler};
-use crate::capture::go_stack::{self, GoCode, GoFrames, Start};
+use crate::capture::go_stack::{self, GoCode, GoFrames};
 use crate::capture::vmctx::GoInstance;
 pub use crate::capture::MAX_STACK_DEPTH;
 use crate::capture::{
@@ -151,6 +152,26 @@ pub struct ProfilerHandle {
     /// The registered Go modules' code, whose instances [`ProfilerHandle::attach_instance`]
     /// shows the sampler.
     go_codes: Arc<Mutex<Vec<Arc<GoCode>>>>,
+    /// With the epoch sampler: per attached store, the Go instance its epoch callback reads the
+    /// goroutine's stack of, once shown.
+    epoch_go: Arc<Mutex<FxHashMap<StoreData, Arc<GoSlot>>>>,
+}
+
+/// A Go instance, with its module's code, once it is shown to the profiler.
+type GoSlot = OnceLock<(GoInstance, Arc<GoCode>)>;
+
+/// Takes a store's [`GoSlot`] out of the profiler's map as the store drops.
+struct EpochGoOfStore {
+    data: StoreData,
+    slots: Weak<Mutex<FxHashMap<StoreData, Arc<GoSlot>>>>,
+}
+
+impl Drop for EpochGoOfStore {
+    fn drop(&mut self) {
+        if let Some(slots) = self.slots.upgrade() {
+            lock(&slots).remove(&self.data);
+        }
+    }
 }
 
 impl Profiler {
@@ -222,6 +243,7 @@ impl Profiler {
                 warnings: Arc::default(),
                 allocations,
                 go_codes: Arc::default(),
+                epoch_go: Arc::default(),
             },
         })
     }
@@ -372,10 +394,7 @@ impl Profiler {
             ALLOCATOR_HOOK,
             move |store: wasmtime::StoreContextMut<'_, T>, call: AllocatorCall| {
                 let data = StoreData::of(store.data());
-                let backtrace = || GuestStack {
-                    backtrace: WasmBacktrace::capture(&store),
-                    go: Vec::new(),
-                };
+                let backtrace = || GuestStack::wasm(WasmBacktrace::capture(&store));
                 let pipeline = pipeline.as_ref();
                 let report =
                     allocator_call(allocations.as_deref(), pipeline, data, call, backtrace);
@@ -428,23 +447,6 @@ impl Drop for MemoryOfStore {
             lock(&allocations).store_dropped(self.data, pipeline.as_ref());
         }
     }
-}
-
-/// The goroutine's stack above a Go allocator that has just returned (its wrapper calls the
-/// hook): its caller's PC is just below Go's SP.
-fn goroutine_above_allocator(go: &GoInstance, code: &GoCode) -> Vec<usize> {
-    let (registers, memory) = go.read();
-    let mut pcs = vec![0; MAX_STACK_DEPTH];
-    let written = go_stack::walk(
-        &code.frames,
-        &memory,
-        registers,
-        &[],
-        Start::Resume,
-        &mut pcs,
-    );
-    pcs.truncate(written.unwrap_or(0));
-    pcs
 }
 
 /// Answers a call of a rewritten allocator (see [`Allocations::on_call`]); without a memory
@@ -627,11 +629,12 @@ impl ProfilerHandle {
                   -> i64 {
                 let call = (allocator, size, freed, allocated, countdown);
                 let data = StoreData::of(caller.data());
-                let backtrace = || GuestStack {
-                    backtrace: WasmBacktrace::capture(&caller),
-                    go: go
-                        .as_ref()
-                        .map_or_else(Vec::new, |(go, code)| goroutine_above_allocator(go, code)),
+                let backtrace = || {
+                    let backtrace = WasmBacktrace::capture(&caller);
+                    match &go {
+                        Some((instance, code)) => go_stack::at_allocator(backtrace, code, instance),
+                        None => GuestStack::wasm(backtrace),
+                    }
                 };
                 allocator_call(
                     allocations.as_deref(),
@@ -668,6 +671,12 @@ impl ProfilerHandle {
         };
         self.install_hook(&mut store, instance, go.clone())
             .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        if let Some(go) = &go {
+            let data = StoreData::of(store.as_context().data());
+            if let Some(slot) = lock(&self.epoch_go).get(&data) {
+                let _ = slot.set(go.clone());
+            }
+        }
         if let (Some((go, code)), true) = (go, self.store_contexts.is_some()) {
             keep_until_dropped(store, publish_go_instance(go, &code)?);
         }
@@ -716,6 +725,13 @@ impl ProfilerHandle {
     ) {
         let pipeline = self.pipeline.clone();
         let interrupt = self.interrupt.clone();
+        let go = Arc::new(GoSlot::new());
+        if samples_at_epochs {
+            let data = StoreData::of(store.data());
+            lock(&self.epoch_go).insert(data, go.clone());
+            let slots = Arc::downgrade(&self.epoch_go);
+            keep_until_dropped(&mut *store, EpochGoOfStore { data, slots });
+        }
         let mut last_thread = epoch::current_thread();
         let mut last_cpu = thread_cpu_ns();
         let mut last_wall = monotonic_ns();
@@ -742,7 +758,7 @@ impl ProfilerHandle {
                     thread,
                     time_ns: wall,
                 };
-                epoch::take_sample(&ctx, taken, pipeline.as_ref(), values);
+                epoch::take_sample(&ctx, go.get(), taken, pipeline.as_ref(), values);
             }
             Ok(UpdateDeadline::Continue(1))
         });

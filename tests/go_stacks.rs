@@ -31,17 +31,26 @@ fn stacks_with_lines(p: &Decoded) -> Vec<(Vec<(String, i64)>, i64)> {
 /// recursion that outgrows its first stack (Go copies it) and hands them to main over a
 /// channel (each value a goroutine switch, `runtime.Gosched` another); main works on each.
 /// Go unwinds the Wasm stack at every switch, so the Wasm stack alone shows neither chain
-/// whole. `main.handle` is inlined into `main.consumer`: Go's inline tree names it. Built by Go 1.27 and by Go 1.21 (another layout of the runtime's structures and of
-/// its symbol table).
+/// whole. `main.handle` is inlined into `main.consumer`: Go's inline tree names it. Built by
+/// Go 1.27 and by Go 1.21 (another layout of the runtime's structures and of its symbol
+/// table). Both samplers: the signal handler walks Go's stack wherever the guest is, the epoch
+/// sampler at function entries and loop headers.
 #[test]
 fn goroutine_stacks_are_whole_across_switches_and_stack_growth() {
-    for (module, wrapper) in [
-        ("go/stacks.wasm", "main.main.gowrap1"),
-        ("go/stacks-go1.21.wasm", "main.main.func1"),
+    for (module, wrapper, sampler) in [
+        ("go/stacks.wasm", "main.main.gowrap1", "signal"),
+        ("go/stacks-go1.21.wasm", "main.main.func1", "signal"),
+        ("go/stacks.wasm", "main.main.gowrap1", "epoch"),
     ] {
         let dir = tempfile::tempdir().unwrap();
-        let (out, path) = record(dir.path(), &[], &fixture(module), &["3000"]);
-        assert_eq!(out.status.code(), Some(0), "{module}: {}", stderr(&out));
+        let args = ["--sampler", sampler];
+        let (out, path) = record(dir.path(), &args, &fixture(module), &["3000"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{module} {sampler}: {}",
+            stderr(&out)
+        );
         let p = Decoded::load(&path);
         let consumer: Vec<(&str, i64)> = vec![
             ("main.spin", 17),
@@ -84,11 +93,14 @@ fn goroutine_stacks_are_whole_across_switches_and_stack_growth() {
             }
         }
         let total = p.total("cpu");
-        assert!(spin * 10 > total * 8, "{module}: main.spin is the hot loop");
+        assert!(
+            spin * 10 > total * 8,
+            "{module} {sampler}: main.spin is the hot loop"
+        );
         let whole = (whole_consumer + whole_producer) as f64 / spin as f64;
         assert!(
             whole >= 0.95,
-            "{module}: {:.1} % of main.spin's CPU has a whole stack ({whole_consumer} ns under \
+            "{module} {sampler}: {:.1} % of main.spin's CPU has a whole stack ({whole_consumer} ns under \
              main.consume, {whole_producer} ns under main.produce)",
             100.0 * whole
         );
@@ -97,7 +109,7 @@ fn goroutine_stacks_are_whole_across_switches_and_stack_growth() {
             let share = cpu as f64 / spin as f64;
             assert!(
                 (0.3..0.7).contains(&share),
-                "{module}: {chain} has {share:.2} of main.spin"
+                "{module} {sampler}: {chain} has {share:.2} of main.spin"
             );
         }
     }

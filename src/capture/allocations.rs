@@ -197,7 +197,7 @@ mod tests {
 
     impl Sink for Seen {
         fn native(&self, _: NativeSample<'_>, _: Taken, _: SampleValues) {}
-        fn backtrace(&self, _: WasmBacktrace, _: Taken, _: SampleValues) {}
+        fn backtrace(&self, _: GuestStack, _: Taken, _: SampleValues) {}
         fn lost(&self, _: u64) {}
         fn allocation(
             &self,
@@ -224,10 +224,7 @@ mod tests {
     #[test]
     fn sampled_blocks_flag_their_slots_until_freed() {
         let store = wasmtime::Store::<()>::default();
-        let backtrace = || GuestStack {
-            backtrace: WasmBacktrace::capture(&store),
-            go: Vec::new(),
-        };
+        let backtrace = || GuestStack::wasm(WasmBacktrace::capture(&store));
         let seen = Seen::default();
         let mut a = Allocations::new(1, 7);
         let malloc = Allocator::Malloc.code();
@@ -248,10 +245,7 @@ mod tests {
     #[test]
     fn each_store_has_its_own_blocks() {
         let store = wasmtime::Store::<()>::default();
-        let backtrace = || GuestStack {
-            backtrace: WasmBacktrace::capture(&store),
-            go: Vec::new(),
-        };
+        let backtrace = || GuestStack::wasm(WasmBacktrace::capture(&store));
         let seen = Seen::default();
         let mut a = Allocations::new(1, 7);
         let (one, two) = (StoreKey(1), StoreKey(2));
@@ -282,10 +276,7 @@ mod tests {
     #[test]
     fn an_instance_is_seeded_at_its_first_call() {
         let store = wasmtime::Store::<()>::default();
-        let backtrace = || GuestStack {
-            backtrace: WasmBacktrace::capture(&store),
-            go: Vec::new(),
-        };
+        let backtrace = || GuestStack::wasm(WasmBacktrace::capture(&store));
         let seen = Seen::default();
         let rate = 1 << 40;
         let mut a = Allocations::new(rate, 7);

@@ -14,6 +14,10 @@
 
 use std::ops::Range;
 
+use wasmtime::WasmBacktrace;
+
+use super::vmctx::GoInstance;
+use super::{GuestStack, MAX_STACK_DEPTH};
 use crate::wasm::go::{GoModule, Role, FIRST_PC_F};
 
 /// `g` fields: `stack.lo`, `stack.hi`, `m`, `sched.sp`, `sched.pc` (the same in Go 1.21 to
@@ -60,6 +64,8 @@ pub struct GoCode {
     /// Each function's native code and `PC_F` (0: not a Go function, e.g. an allocator's
     /// wrapper that the allocator rewrite added), by start.
     functions: Box<[(usize, usize, u32)]>,
+    /// Each function's `PC_F` (0: none), by its index in the compiled module.
+    by_index: Box<[u32]>,
     pub frames: GoFrames,
 }
 
@@ -72,17 +78,22 @@ impl GoCode {
     ) -> Self {
         let text = module.text().as_ptr_range();
         let base = text.start as usize;
-        let mut functions: Vec<(usize, usize, u32)> = module
-            .functions()
-            .map(|f| {
-                let start = base + f.offset;
-                (start, start + f.len, pc_f_of(f.index.as_u32()).unwrap_or(0))
-            })
-            .collect();
+        let mut functions = Vec::new();
+        let mut by_index = Vec::new();
+        for f in module.functions() {
+            let (start, index) = (base + f.offset, f.index.as_u32() as usize);
+            let pc_f = pc_f_of(index as u32).unwrap_or(0);
+            functions.push((start, start + f.len, pc_f));
+            if by_index.len() <= index {
+                by_index.resize(index + 1, 0);
+            }
+            by_index[index] = pc_f;
+        }
         functions.sort_unstable();
         GoCode {
             text: base..text.end as usize,
             functions: functions.into(),
+            by_index: by_index.into(),
             frames,
         }
     }
@@ -323,6 +334,71 @@ impl<M: Memory> Walker<'_, M> {
     fn field(&self, address: u64, offset: u64) -> Option<u64> {
         self.memory.u64_at(address.checked_add(offset)?)
     }
+}
+
+/// Off the signal path, in an epoch callback: the goroutine's stack under the Wasm frames of
+/// `backtrace`, in `instance` of the module whose code is `code`; the backtrace alone where
+/// it shows no Go frame or the stack does not check out.
+pub fn at_epoch(backtrace: WasmBacktrace, code: &GoCode, instance: &GoInstance) -> GuestStack {
+    let text = code.text.start;
+    let mut wasm = Vec::new();
+    let mut first = None;
+    for (i, f) in backtrace.frames().iter().enumerate() {
+        let ours = f.module().text().as_ptr() as usize == text;
+        let pc_f = code.by_index.get(f.func_index() as usize).copied();
+        let Some(pc_f) = pc_f.filter(|&pc_f| ours && pc_f != 0) else {
+            continue;
+        };
+        // As in the handler: a function called as plain Wasm, innermost, has no Go frame.
+        if wasm.is_empty() && code.frames.role(pc_f) == Some(Role::Plain) {
+            continue;
+        }
+        first.get_or_insert(i);
+        // No native return address: a plain call further in cuts the walk short.
+        wasm.push((pc_f, 0));
+    }
+    let start = match wasm.first().and_then(|&(leaf, _)| code.frames.role(leaf)) {
+        Some(Role::ResumeLoop) => Start::Resume,
+        _ => Start::Leaf,
+    };
+    match (first, walked(code, instance, &wasm, start)) {
+        (Some(at), Some(go)) => GuestStack {
+            backtrace,
+            go_at: at + 1,
+            go,
+        },
+        _ => GuestStack::wasm(backtrace),
+    }
+}
+
+/// Off the signal path, in the allocator hook, which the wrapper of a Go allocator calls once
+/// the allocator returned: the allocator's frame (the backtrace's first), then the goroutine's
+/// stack from its caller, whose PC the allocator just popped.
+pub fn at_allocator(backtrace: WasmBacktrace, code: &GoCode, instance: &GoInstance) -> GuestStack {
+    match walked(code, instance, &[], Start::Resume) {
+        Some(go) => GuestStack {
+            backtrace,
+            go_at: 1,
+            go,
+        },
+        None => GuestStack::wasm(backtrace),
+    }
+}
+
+fn walked(
+    code: &GoCode,
+    instance: &GoInstance,
+    wasm: WasmFrames<'_>,
+    start: Start,
+) -> Option<Vec<usize>> {
+    let (registers, memory) = instance.read();
+    if registers.sp == 0 || registers.g == 0 {
+        return None;
+    }
+    let mut pcs = vec![0; MAX_STACK_DEPTH];
+    let written = walk(&code.frames, &memory, registers, wasm, start, &mut pcs)?;
+    pcs.truncate(written);
+    Some(pcs)
 }
 
 #[cfg(test)]

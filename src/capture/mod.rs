@@ -43,12 +43,24 @@ pub struct Pcs<'a> {
     pub go: &'a [usize],
 }
 
-/// The guest stack that made a sampled allocation: Wasmtime's backtrace, and in a Go module's
-/// allocator, the PCs of the goroutine's stack under it (the allocator's caller first, read
-/// from linear memory: see [`go_stack`]), which replace the backtrace's frames under its first.
+/// A guest stack taken on the guest thread (a sample at an epoch, a sampled allocation):
+/// Wasmtime's backtrace, and in a Go module, the PCs of the goroutine's stack in linear memory
+/// (see [`go_stack`]), which replace the backtrace's frames from `go_at` on.
 pub struct GuestStack {
     pub backtrace: WasmBacktrace,
+    pub go_at: usize,
     pub go: Vec<usize>,
+}
+
+impl GuestStack {
+    /// The backtrace alone.
+    pub fn wasm(backtrace: WasmBacktrace) -> Self {
+        GuestStack {
+            backtrace,
+            go_at: 0,
+            go: Vec::new(),
+        }
+    }
 }
 
 /// A store attached to the profiler, as samples name the store they were taken in (whose
@@ -90,8 +102,8 @@ pub struct Taken {
 pub trait Sink: Send + Sync {
     /// A sample of native program counters (the signal sampler's, from its drain thread).
     fn native(&self, sample: NativeSample<'_>, taken: Taken, values: SampleValues);
-    /// A sample Wasmtime's backtrace took (the epoch sampler's, on the guest thread).
-    fn backtrace(&self, backtrace: WasmBacktrace, taken: Taken, values: SampleValues);
+    /// A sample of the stack on the guest thread (the epoch sampler's).
+    fn backtrace(&self, stack: GuestStack, taken: Taken, values: SampleValues);
     /// Samples that never reached the sink (a full ring).
     fn lost(&self, samples: u64);
     /// A sampled allocation of `size` bytes at `address` of `store`'s memory (`None`: a

@@ -13,7 +13,7 @@ use anyhow::Result;
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
-use wasmtime::{Module, WasmBacktrace};
+use wasmtime::{FrameInfo, Module};
 
 use crate::capture::go_stack::NATIVE_RETURN;
 use crate::capture::{GuestStack, NativeSample};
@@ -306,19 +306,19 @@ impl Resolver {
         }
     }
 
-    /// The frames of an allocation's stack, leaf first: in a Go module, the allocator, then
-    /// the goroutine's stack.
+    /// The frames of a stack taken on the guest thread, leaf first: in a Go module, the
+    /// backtrace's frames up to its innermost Go frame, then the goroutine's stack.
     pub fn stack_frames(&mut self, stack: &GuestStack) -> Vec<RawFrame> {
-        let mut frames = self.backtrace_frames(&stack.backtrace);
-        if let (
-            false,
-            Some(&RawFrame::Wasm {
-                module: Some(module),
-                ..
-            }),
-        ) = (stack.go.is_empty(), frames.first())
+        let all = stack.backtrace.frames();
+        if stack.go.is_empty() {
+            return self.backtrace_frames(all);
+        }
+        let mut frames = self.backtrace_frames(&all[..stack.go_at.min(all.len())]);
+        if let Some(&RawFrame::Wasm {
+            module: Some(module),
+            ..
+        }) = frames.last()
         {
-            frames.truncate(1);
             self.go_frames(module, &stack.go, &mut frames);
         }
         frames
@@ -395,10 +395,10 @@ impl Resolver {
         owner
     }
 
-    /// A backtrace Wasmtime captured, as raw frames, leaf first.
-    pub fn backtrace_frames(&mut self, backtrace: &WasmBacktrace) -> Vec<RawFrame> {
-        let mut frames = Vec::with_capacity(backtrace.frames().len());
-        for (depth, f) in backtrace.frames().iter().enumerate() {
+    /// Frames of a backtrace Wasmtime captured, as raw frames, leaf first.
+    fn backtrace_frames(&mut self, backtrace: &[FrameInfo]) -> Vec<RawFrame> {
+        let mut frames = Vec::with_capacity(backtrace.len());
+        for (depth, f) in backtrace.iter().enumerate() {
             let module = match self.owner(f.module()) {
                 Owner::Registered(m) => Some(m),
                 Owner::Unknown => None,
