@@ -25,9 +25,10 @@
 //! time, and the table shows the median of those ratios.
 
 mod common;
+#[path = "../tests/common/gofmt.rs"]
+mod gofmt;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -169,12 +170,10 @@ fn lengthened(program: &Path, scratch: &Path) -> Option<PathBuf> {
 fn go_programs(scratch: &Path) -> Vec<(String, PathBuf, Vec<String>)> {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/go/stacks.wasm");
     let mut programs = vec![("go/stacks.wasm".to_string(), fixture, vec!["20000".into()])];
-    let goroot = Command::new("go").args(["env", "GOROOT"]).output();
-    let Some(goroot) = goroot.ok().filter(|o| o.status.success()) else {
+    let Some(goroot) = gofmt::goroot() else {
         println!("go/gofmt.wasm: no `go` to build it (scripts/test.sh installs it): skipped");
         return programs;
     };
-    let goroot = PathBuf::from(String::from_utf8_lossy(&goroot.stdout).trim());
     let dir = scratch.join("gofmt");
     let http = dir.join("http");
     std::fs::create_dir_all(&http).unwrap();
@@ -186,18 +185,9 @@ fn go_programs(scratch: &Path) -> Vec<(String, PathBuf, Vec<String>)> {
             std::fs::copy(file.path(), http.join(file.file_name())).unwrap();
         }
     }
-    let gofmt = dir.join("gofmt.wasm");
-    let built = Command::new("go")
-        .args(["build", "-trimpath", "-o"])
-        .arg(&gofmt)
-        .arg("cmd/gofmt")
-        .env("GOOS", "wasip1")
-        .env("GOARCH", "wasm")
-        .env("GOTOOLCHAIN", "local")
-        .status()
-        .unwrap();
-    assert!(built.success(), "go build cmd/gofmt");
-    programs.push(("go/gofmt.wasm net/http".into(), gofmt, vec!["/http".into()]));
+    let wasm = dir.join("gofmt.wasm");
+    gofmt::build(&wasm);
+    programs.push(("go/gofmt.wasm net/http".into(), wasm, vec!["/http".into()]));
     programs
 }
 

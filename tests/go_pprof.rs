@@ -141,14 +141,7 @@ fn report_agrees_with_go_tool_pprof() {
     assert_report_agrees(&cpu, &["--lines"], &["-lines"]);
 
     // A heap profile: inlined functions, and a count and byte values.
-    let heap = dir.path().join("heap.pb.gz");
-    let out = wasmspy()
-        .args(["record", "--mem-rate", "1", "--mem-profile"])
-        .arg(&heap)
-        .arg("--")
-        .arg(fixture("rust/alloc.wasm"))
-        .output()
-        .unwrap();
+    let (out, heap) = record_every_allocation(dir.path(), &fixture("rust/alloc.wasm"), &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_report_agrees(&heap, &[], &[]);
     assert_report_agrees(

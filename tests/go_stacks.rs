@@ -4,10 +4,10 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Command;
 
-use common::{fixture, record, skip, stderr, stdout, wasmspy, Decoded};
+use common::{
+    fixture, gofmt, record, record_every_allocation, skip, stderr, stdout, wasmspy, Decoded,
+};
 
 /// Each sample's stack, leaf first, as (function, line) of its outermost frames per location
 /// (the function the code is compiled in), with its CPU.
@@ -124,15 +124,7 @@ fn goroutine_stacks_are_whole_across_switches_and_stack_growth() {
 fn allocations_have_whole_goroutine_stacks() {
     for module in ["go/alloc.wasm", "go/alloc-go1.21.wasm"] {
         let dir = tempfile::tempdir().unwrap();
-        let heap = dir.path().join("heap.pb.gz");
-        let out = wasmspy()
-            .args(["record", "--mem-rate", "1", "--mem-profile"])
-            .arg(&heap)
-            .arg("--")
-            .arg(fixture(module))
-            .arg("10")
-            .output()
-            .unwrap();
+        let (out, heap) = record_every_allocation(dir.path(), &fixture(module), &["10"]);
         assert!(out.status.success(), "{module}: {}", stderr(&out));
         assert_eq!(stdout(&out), "2047 100\n");
         let p = Decoded::load(&heap);
@@ -179,39 +171,22 @@ fn allocations_have_whole_goroutine_stacks() {
     }
 }
 
-/// The Go toolchain the test command installs (`go` on PATH), or `None` with a visible skip.
-fn go(test: &str) -> Option<PathBuf> {
-    let root = Command::new("go").args(["env", "GOROOT"]).output();
-    match root {
-        Ok(out) if out.status.success() => Some(PathBuf::from(stdout(&out).trim())),
-        _ => {
-            skip(test, "no `go` (scripts/test.sh installs it)");
-            None
-        }
-    }
-}
-
 /// gofmt, built by the Go toolchain at hand for WASI, formatting `net/http` (the issue's
 /// example: with the Wasm stack alone, 99 % of the samples had `wasm_pc_f_loop` right above
 /// `go/parser.(*parser).parseFile`). Targets: ≥ 95 % of the samples in `parseFile` have
 /// `main.processFile` above it; ≥ 80 % of the CPU has a `.go` file and line at its leaf.
 #[test]
 fn gofmt_stacks_reach_main_and_have_lines() {
-    let Some(goroot) = go("gofmt_stacks_reach_main_and_have_lines") else {
+    let Some(goroot) = gofmt::goroot() else {
+        skip(
+            "gofmt_stacks_reach_main_and_have_lines",
+            "no `go` (scripts/test.sh installs it)",
+        );
         return;
     };
     let dir = tempfile::tempdir().unwrap();
     let gofmt = dir.path().join("gofmt.wasm");
-    let built = Command::new("go")
-        .args(["build", "-trimpath", "-o"])
-        .arg(&gofmt)
-        .arg("cmd/gofmt")
-        .env("GOOS", "wasip1")
-        .env("GOARCH", "wasm")
-        .env("GOTOOLCHAIN", "local")
-        .output()
-        .unwrap();
-    assert!(built.status.success(), "{}", stderr(&built));
+    gofmt::build(&gofmt);
     let profile = dir.path().join("gofmt.pb.gz");
     let out = wasmspy()
         .args(["record", "-o"])

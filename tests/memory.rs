@@ -229,15 +229,7 @@ fn ctrl_c_writes_both_profiles() {
 #[test]
 fn go_allocations_are_attributed_to_go_functions() {
     let dir = tempfile::tempdir().unwrap();
-    let heap = dir.path().join("heap.pb.gz");
-    let out = wasmspy()
-        .args(["record", "--mem-rate", "1", "--mem-profile"])
-        .arg(&heap)
-        .arg("--")
-        .arg(fixture("go/alloc.wasm"))
-        .arg("10")
-        .output()
-        .unwrap();
+    let (out, heap) = record_every_allocation(dir.path(), &fixture("go/alloc.wasm"), &["10"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), "2047 100\n");
     let p = Decoded::load(&heap);

@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each test crate uses its own subset
 
 pub mod child;
+pub mod gofmt;
 pub mod lines_input;
 
 use std::collections::HashMap;
@@ -46,6 +47,21 @@ pub fn record(dir: &Path, extra: &[&str], module: &Path, args: &[&str]) -> (Outp
         .output()
         .expect("run wasmspy");
     (output, out)
+}
+
+/// Runs `wasmspy record --mem-rate 1 --mem-profile DIR/heap.pb.gz -- MODULE ARGS...`: every
+/// allocation sampled.
+pub fn record_every_allocation(dir: &Path, module: &Path, args: &[&str]) -> (Output, PathBuf) {
+    let heap = dir.join("heap.pb.gz");
+    let output = wasmspy()
+        .args(["record", "--mem-rate", "1", "--mem-profile"])
+        .arg(&heap)
+        .arg("--")
+        .arg(module)
+        .args(args)
+        .output()
+        .expect("run wasmspy");
+    (output, heap)
 }
 
 /// Sends Ctrl-C (SIGINT) to a running `wasmspy`.
