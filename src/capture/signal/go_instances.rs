@@ -103,7 +103,7 @@ impl Drop for Publication {
 /// the instance of its store (as attached: [`super::store_contexts`]). The publication lasts
 /// as long as the value returned, which the store must own or outlive.
 pub fn publish(instance: GoInstance, code: &Arc<GoCode>) -> Result<Publication> {
-    // An instance of a store not attached is found only when the sample's store is unknown.
+    // The instance of a store not attached is never walked: no sample names its store.
     let key = store_contexts::key_of(context_of_instance(instance.vmctx()));
     let Some(slot) = INSTANCES.iter().position(|slot| {
         slot.taken
@@ -122,23 +122,21 @@ pub fn publish(instance: GoInstance, code: &Arc<GoCode>) -> Result<Publication> 
     Ok(Publication { slot })
 }
 
-/// The instance of `code` in the store `store` (0: unknown store, then the only instance of
-/// `code`, if there is one). Async-signal-safe.
+/// The instance of `code` in the store whose key is `store`, the store whose Wasm the sampled
+/// thread runs: its memory cannot move under the handler, as another thread's could (a
+/// dynamic memory grows by moving). None for an unknown store. Async-signal-safe.
 pub fn instance_for(code: &GoCode, store: u64) -> Option<GoInstance> {
-    let code = code as *const GoCode as *mut GoCode;
-    let mut found = None;
-    let mut count = 0;
-    for slot in &INSTANCES[..USED.load(Ordering::Acquire).min(MAX_INSTANCES)] {
-        let vmctx = slot.vmctx.load(Ordering::Acquire);
-        if vmctx == 0 || slot.code.load(Ordering::Relaxed) != code {
-            continue;
-        }
-        let instance = GoInstance::unpack(vmctx, slot.offsets.load(Ordering::Relaxed));
-        if store != 0 && slot.key.load(Ordering::Relaxed) == store {
-            return Some(instance);
-        }
-        count += 1;
-        found = Some(instance);
+    if store == 0 {
+        return None;
     }
-    found.filter(|_| store == 0 && count == 1)
+    let code = code as *const GoCode as *mut GoCode;
+    INSTANCES[..USED.load(Ordering::Acquire).min(MAX_INSTANCES)]
+        .iter()
+        .find_map(|slot| {
+            let vmctx = slot.vmctx.load(Ordering::Acquire);
+            let ours = vmctx != 0
+                && slot.code.load(Ordering::Relaxed) == code
+                && slot.key.load(Ordering::Relaxed) == store;
+            ours.then(|| GoInstance::unpack(vmctx, slot.offsets.load(Ordering::Relaxed)))
+        })
 }
