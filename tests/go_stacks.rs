@@ -171,6 +171,80 @@ fn allocations_have_whole_goroutine_stacks() {
     }
 }
 
+/// Each `main.*` caller's frames above the hot loop, the first six, with their lines, for the
+/// chains that have a tenth of the loop's samples at least.
+fn chains_above_spin(p: &Decoded) -> BTreeMap<Vec<(String, i64)>, i64> {
+    let samples = p.value_index("samples");
+    let mut chains: BTreeMap<Vec<(String, i64)>, i64> = BTreeMap::new();
+    let mut spin = 0;
+    for s in &p.0.sample {
+        let frames: Vec<(String, i64)> = s
+            .location_id
+            .iter()
+            .flat_map(|&l| p.source_frames(l))
+            .map(|(name, _, line, _)| (name, line))
+            .collect();
+        if frames.first().is_none_or(|(name, _)| name != "main.spin") {
+            continue;
+        }
+        spin += s.value[samples];
+        let chain = frames[1..]
+            .iter()
+            .take_while(|(name, _)| name.starts_with("main."))
+            .take(6)
+            .cloned()
+            .collect();
+        *chains.entry(chain).or_default() += s.value[samples];
+    }
+    chains.retain(|_, n| *n * 10 >= spin);
+    chains
+}
+
+/// As `go tool pprof -lines` shows the same program built natively, profiled by Go's own
+/// `runtime/pprof` (`tests/fixtures/go/stacks_native.go`, built by the Go at hand): the same
+/// chains of Go functions, inlined ones included, at the same lines, above the hot loop. (The
+/// hot loop's own line differs: Go's table for Wasm gives the loop's body the line of its
+/// `for`, where the native table tells the two apart.)
+#[test]
+fn stacks_are_those_of_the_native_build() {
+    if gofmt::goroot().is_none() {
+        skip(
+            "stacks_are_those_of_the_native_build",
+            "no `go` (scripts/test.sh installs it)",
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let native = dir.path().join("stacks");
+    let go = fixture("go");
+    let built = std::process::Command::new("go")
+        .args(["build", "-trimpath", "-o"])
+        .arg(&native)
+        .args([go.join("stacks.go"), go.join("stacks_native.go")])
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", stderr(&built));
+    let native_profile = dir.path().join("native.pb.gz");
+    // Go's own profiler samples at 100 Hz: a longer run for as many samples.
+    let ran = std::process::Command::new(&native)
+        .arg("10000")
+        .env("STACKS_CPU_PROFILE", &native_profile)
+        .output()
+        .unwrap();
+    assert!(ran.status.success(), "{}", stderr(&ran));
+    let (out, ours) = record(dir.path(), &[], &fixture("go/stacks.wasm"), &["3000"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let native = chains_above_spin(&Decoded::load(&native_profile));
+    let wasm = chains_above_spin(&Decoded::load(&ours));
+    assert_eq!(
+        native.keys().collect::<Vec<_>>(),
+        wasm.keys().collect::<Vec<_>>(),
+        "native {native:#?}, Wasm {wasm:#?}"
+    );
+    assert_eq!(native.len(), 2, "{native:#?}");
+}
+
 /// gofmt, built by the Go toolchain at hand for WASI, formatting `net/http` (the issue's
 /// example: with the Wasm stack alone, 99 % of the samples had `wasm_pc_f_loop` right above
 /// `go/parser.(*parser).parseFile`). Targets: ≥ 95 % of the samples in `parseFile` have
