@@ -237,11 +237,7 @@ fn type_size(unit: &gimli::Unit<Reader<'_>>, mut ty: UnitOffset, depth: usize) -
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn fixture(name: &str) -> Vec<u8> {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-        std::fs::read(path.join(name)).unwrap()
-    }
+    use crate::wasm::tests::fixture;
 
     /// `tests/fixtures/c/layout.c` on wasm32: members through typedefs, a named nested struct,
     /// an anonymous union, a pointer; the global's address is its data's.

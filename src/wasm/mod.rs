@@ -8,3 +8,12 @@ pub mod component;
 pub mod demangle;
 pub mod dwarf_layout;
 pub mod go;
+
+#[cfg(test)]
+pub(crate) mod tests {
+    /// A committed test fixture's bytes (`tests/fixtures/NAME`).
+    pub fn fixture(name: &str) -> Vec<u8> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        std::fs::read(path.join(name)).unwrap()
+    }
+}

@@ -283,11 +283,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-
-    fn fixture(name: &str) -> Vec<u8> {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-        std::fs::read(path.join(name)).unwrap()
-    }
+    use crate::wasm::tests::fixture;
 
     /// The Go functions of `wasm` by function index.
     fn functions(wasm: &[u8]) -> Option<HashMap<u32, GoFunction>> {
