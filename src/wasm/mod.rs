@@ -8,6 +8,7 @@ pub mod component;
 pub mod demangle;
 pub mod dwarf_layout;
 pub mod go;
+pub mod python;
 
 #[cfg(test)]
 pub(crate) mod tests {
