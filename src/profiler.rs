@@ -669,8 +669,7 @@ impl ProfilerHandle {
             Some(code) => Some((GoInstance::of(&mut store, instance)?, code)),
             None => None,
         };
-        self.install_hook(&mut store, instance, go.clone())
-            .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        self.install_hook(&mut store, instance, go.clone())?;
         if let Some(go) = &go {
             let data = StoreData::of(store.as_context().data());
             if let Some(slot) = lock(&self.epoch_go).get(&data) {

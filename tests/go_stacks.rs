@@ -9,10 +9,10 @@ use common::{
     fixture, gofmt, record, record_every_allocation, skip, stderr, stdout, wasmspy, Decoded,
 };
 
-/// Each sample's stack, leaf first, as (function, line) of its outermost frames per location
-/// (the function the code is compiled in), with its CPU.
-fn stacks_with_lines(p: &Decoded) -> Vec<(Vec<(String, i64)>, i64)> {
-    let cpu = p.value_index("cpu");
+/// Each sample's stack, leaf first, as (function, line) of every source frame (inlined calls
+/// included), with its value of `kind`.
+fn stacks_with_lines(p: &Decoded, kind: &str) -> Vec<(Vec<(String, i64)>, i64)> {
+    let value = p.value_index(kind);
     p.0.sample
         .iter()
         .map(|s| {
@@ -22,7 +22,7 @@ fn stacks_with_lines(p: &Decoded) -> Vec<(Vec<(String, i64)>, i64)> {
                 .flat_map(|&l| p.source_frames(l))
                 .map(|(name, _, line, _)| (name, line))
                 .collect();
-            (frames, s.value[cpu])
+            (frames, s.value[value])
         })
         .collect()
 }
@@ -81,7 +81,7 @@ fn goroutine_stacks_are_whole_across_switches_and_stack_growth() {
                     })
         };
         let (mut spin, mut whole_consumer, mut whole_producer) = (0, 0, 0);
-        for (stack, cpu) in stacks_with_lines(&p) {
+        for (stack, cpu) in stacks_with_lines(&p, "cpu") {
             if stack.first().is_none_or(|(name, _)| name != "main.spin") {
                 continue;
             }
@@ -128,16 +128,9 @@ fn allocations_have_whole_goroutine_stacks() {
         assert!(out.status.success(), "{module}: {}", stderr(&out));
         assert_eq!(stdout(&out), "2047 100\n");
         let p = Decoded::load(&heap);
-        let objects = p.value_index("alloc_objects");
         // (depth, line of the innermost main.build) → objects.
         let mut by_depth: BTreeMap<(usize, i64), i64> = BTreeMap::new();
-        for sample in &p.0.sample {
-            let frames: Vec<(String, i64)> = sample
-                .location_id
-                .iter()
-                .flat_map(|&l| p.source_frames(l))
-                .map(|(name, _, line, _)| (name, line))
-                .collect();
+        for (frames, objects) in stacks_with_lines(&p, "alloc_objects") {
             let Some(first) = frames.iter().position(|(n, _)| n == "main.build") else {
                 continue;
             };
@@ -160,7 +153,7 @@ fn allocations_have_whole_goroutine_stacks() {
                     .all(|(_, line)| *line == 21),
                 "{module}: {frames:?}"
             );
-            *by_depth.entry((builds, frames[first].1)).or_default() += sample.value[objects];
+            *by_depth.entry((builds, frames[first].1)).or_default() += objects;
         }
         let mut expected = BTreeMap::new();
         for k in 1..=10 {
@@ -174,27 +167,20 @@ fn allocations_have_whole_goroutine_stacks() {
 /// Each `main.*` caller's frames above the hot loop, the first six, with their lines, for the
 /// chains that have a tenth of the loop's samples at least.
 fn chains_above_spin(p: &Decoded) -> BTreeMap<Vec<(String, i64)>, i64> {
-    let samples = p.value_index("samples");
     let mut chains: BTreeMap<Vec<(String, i64)>, i64> = BTreeMap::new();
     let mut spin = 0;
-    for s in &p.0.sample {
-        let frames: Vec<(String, i64)> = s
-            .location_id
-            .iter()
-            .flat_map(|&l| p.source_frames(l))
-            .map(|(name, _, line, _)| (name, line))
-            .collect();
+    for (frames, samples) in stacks_with_lines(p, "samples") {
         if frames.first().is_none_or(|(name, _)| name != "main.spin") {
             continue;
         }
-        spin += s.value[samples];
+        spin += samples;
         let chain = frames[1..]
             .iter()
             .take_while(|(name, _)| name.starts_with("main."))
             .take(6)
             .cloned()
             .collect();
-        *chains.entry(chain).or_default() += s.value[samples];
+        *chains.entry(chain).or_default() += samples;
     }
     chains.retain(|_, n| *n * 10 >= spin);
     chains
@@ -275,7 +261,7 @@ fn gofmt_stacks_reach_main_and_have_lines() {
     assert!(out.status.success(), "{}", stderr(&out));
     let p = Decoded::load(&profile);
     let (mut parse, mut parse_under_main) = (0, 0);
-    for (stack, cpu) in stacks_with_lines(&p) {
+    for (stack, cpu) in stacks_with_lines(&p, "cpu") {
         if let Some(at) = stack
             .iter()
             .rposition(|(name, _)| name == "go/parser.(*parser).parseFile")

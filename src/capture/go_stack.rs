@@ -31,7 +31,8 @@ const M_G0: u64 = 0;
 
 /// What a walk needs of a Go module: each function's frame size and role, by `PC_F`.
 pub struct GoFrames {
-    frames: Box<[(u32, Role)]>,
+    /// `None` for a function Go's table does not describe.
+    frames: Box<[Option<(u32, Role)>]>,
     /// `m.curg`: 144 before Go 1.25 (which dropped `gobuf.ret`), 136 since.
     m_curg: u64,
 }
@@ -40,7 +41,7 @@ impl GoFrames {
     pub fn of(module: &GoModule) -> Self {
         let frames = module
             .defined_functions()
-            .map(|f| f.map_or((0, Role::Plain), |f| (f.frame_size, f.role)))
+            .map(|f| f.map(|f| (f.frame_size, f.role)))
             .collect();
         let m_curg = if module.before_go_1_25() { 144 } else { 136 };
         GoFrames { frames, m_curg }
@@ -49,7 +50,7 @@ impl GoFrames {
     /// The frame size and role of the function of Go PC `pc`.
     fn frame(&self, pc: u64) -> Option<(u32, Role)> {
         let defined = (pc >> 16).checked_sub(u64::from(FIRST_PC_F))?;
-        self.frames.get(usize::try_from(defined).ok()?).copied()
+        *self.frames.get(usize::try_from(defined).ok()?)?
     }
 
     /// The role of the function whose `PC_F` is `pc_f`.
@@ -165,6 +166,10 @@ pub fn walk(
     start: Start,
     out: &mut [usize],
 ) -> Option<usize> {
+    // SP and `g` start at 0: Go's runtime has not started.
+    if registers.sp == 0 || registers.g == 0 {
+        return None;
+    }
     let walker = Walker {
         frames,
         memory,
@@ -392,9 +397,6 @@ fn walked(
     start: Start,
 ) -> Option<Vec<usize>> {
     let (registers, memory) = instance.read();
-    if registers.sp == 0 || registers.g == 0 {
-        return None;
-    }
     let mut pcs = vec![0; MAX_STACK_DEPTH];
     let written = walk(&code.frames, &memory, registers, wasm, start, &mut pcs)?;
     pcs.truncate(written);
@@ -421,7 +423,9 @@ mod tests {
                 (0, Role::ResumeLoop),
                 (0, Role::Go),
             ]
-            .into(),
+            .into_iter()
+            .map(Some)
+            .collect(),
             m_curg: 136,
         }
     }

@@ -299,8 +299,22 @@ impl Resolver {
                 frames.push(frame);
             }
         }
+        // The goroutine's stack goes on from the innermost Go frame, the last native one (its
+        // frame looked up above, so cached).
         if let (Some(&innermost), false) = (go.native.last(), go.go.is_empty()) {
-            if let CodeLocation::Wasm { module, .. } = self.code_map.lookup(innermost) {
+            let pc = if go.native.len() == 1 {
+                innermost
+            } else {
+                innermost - 1
+            };
+            if let Some((
+                RawFrame::Wasm {
+                    module: Some(module),
+                    ..
+                },
+                _,
+            )) = self.native_frame(pc)
+            {
                 self.go_frames(module, go.go, frames);
             }
         }

@@ -57,13 +57,16 @@ pub fn clear() {
 
 /// The Go code holding `pc`, if any. Async-signal-safe.
 pub fn code_at(pc: usize) -> Option<&'static GoCode> {
-    CODES.iter().find_map(|slot| {
-        let code = slot.load(Ordering::Acquire);
-        // SAFETY: a published code stays allocated until `clear`, called only while no thread
-        // is attached, when no handler samples.
-        let code = unsafe { code.as_ref() }?;
-        code.text().contains(&pc).then_some(code)
-    })
+    // Slots fill from the first and are cleared all at once: the first empty one ends them
+    // (a program without Go costs the handler one load).
+    CODES
+        .iter()
+        .map_while(|slot| {
+            // SAFETY: a published code stays allocated until `clear`, called only while no
+            // thread is attached, when no handler samples.
+            unsafe { slot.load(Ordering::Acquire).as_ref() }
+        })
+        .find(|code| code.text().contains(&pc))
 }
 
 struct Slot {

@@ -503,7 +503,7 @@ fn add_go_stack(s: &mut RawSample, leaf_at: usize) {
     };
     let (registers, memory) = instance.read();
     if registers.sp == 0 || registers.g == 0 {
-        // Go's runtime has not started.
+        // Go's runtime has not started: the Wasm stack is all there is, left as it is.
         return;
     }
     // The Go function of each Wasm frame, with its return address: the leaf at its PC,

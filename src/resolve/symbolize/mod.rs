@@ -335,7 +335,7 @@ impl ModuleSymbolizer {
         if let DwarfState::Absent = self.dwarf {
             self.warnings.push(match self.go {
                 Some(_) => format!(
-                    "{} is Go's, without DWARF: the profile names functions as Go's symbol table does, with the file and line where each starts",
+                    "{} is Go's, without DWARF: names, files, lines and inlined calls come from Go's symbol table",
                     self.file_name
                 ),
                 None => format!(

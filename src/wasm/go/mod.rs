@@ -96,7 +96,7 @@ impl GoModule {
                 _ => Role::Go,
             };
             let function = GoFunction {
-                file: table.start_file(func)?,
+                file: table.start_file(func),
                 start_line: table.start_line(func)?,
                 frame_size: table.frame_size(func)?,
                 name,

@@ -120,8 +120,8 @@ impl Pclntab {
     }
 
     /// The file `func` starts in; empty when the table names none.
-    pub fn start_file(&self, func: Func) -> Option<String> {
-        Some(self.file_at(func, 0).unwrap_or_default())
+    pub fn start_file(&self, func: Func) -> String {
+        self.file_at(func, 0).unwrap_or_default()
     }
 
     /// The frame size: the SP delta past the prologue, the largest its `pcsp` table gives.
