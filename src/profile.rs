@@ -356,13 +356,24 @@ impl ProfileBuilder {
         mapping: Option<MappingId>,
         address: u64,
     ) -> FrameId {
+        self.line_frame(function, 0, mapping, address)
+    }
+
+    /// A frame at `line` of `function` (0: unknown).
+    pub fn line_frame(
+        &mut self,
+        function: &Function,
+        line: u32,
+        mapping: Option<MappingId>,
+        address: u64,
+    ) -> FrameId {
         let function = self.function(function);
         self.frame(&Frame {
             mapping,
             address,
             lines: vec![Line {
                 function,
-                line: 0,
+                line,
                 column: 0,
             }],
         })

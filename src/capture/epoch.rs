@@ -7,16 +7,13 @@
 //! charged to the guest frame that runs next.
 
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use wasmtime::{AsContext, Engine, WasmBacktrace};
 
-use super::go_stack::{self, GoCode};
-use super::vmctx::GoInstance;
-use super::{GuestStack, SampleValues, Sampler, Sink, Taken};
+use super::{GuestStack, SampleValues, Sampler, Sink, StackReader, Taken};
 use crate::clock::{clock_ns, current_thread_cpu_clock, sampling_period, Clock};
 use crate::profile::ThreadId;
 
@@ -102,18 +99,18 @@ impl Drop for EpochSampler {
     }
 }
 
-/// Takes the store's current guest stack, with the goroutine's of `go`'s instance in it. Runs
-/// on the guest thread.
+/// Takes the store's current guest stack, with the language's own stack `reader` reads in
+/// it (a goroutine's, Python's). Runs on the guest thread.
 pub fn take_sample(
     store: impl AsContext,
-    go: Option<&(GoInstance, Arc<GoCode>)>,
+    reader: Option<&StackReader>,
     taken: Taken,
     sink: &dyn Sink,
     values: SampleValues,
 ) {
     let backtrace = WasmBacktrace::capture(store);
-    let stack = match go {
-        Some((instance, code)) => go_stack::at_epoch(backtrace, code, instance),
+    let stack = match reader {
+        Some(reader) => reader.at_epoch(backtrace),
         None => GuestStack::wasm(backtrace),
     };
     sink.backtrace(stack, taken, values);

@@ -16,7 +16,7 @@ use std::ops::Range;
 
 use wasmtime::WasmBacktrace;
 
-use super::vmctx::GoInstance;
+use super::vmctx::{GoInstance, Memory};
 use super::{GuestStack, MAX_STACK_DEPTH};
 use crate::wasm::go::{GoModule, Role, FIRST_PC_F};
 
@@ -113,12 +113,6 @@ impl GoCode {
         let (_, end, pc_f) = self.functions[i.checked_sub(1)?];
         (pc < end && pc_f != 0).then_some(pc_f)
     }
-}
-
-/// Linear memory as a walk reads it.
-pub trait Memory {
-    /// The little-endian word at `address`, if all of it is in the memory.
-    fn u64_at(&self, address: u64) -> Option<u64>;
 }
 
 /// Go's registers at the sample: global 0 (SP) and global 2 (`g`).
@@ -371,6 +365,7 @@ pub fn at_epoch(backtrace: WasmBacktrace, code: &GoCode, instance: &GoInstance) 
             backtrace,
             go_at: at + 1,
             go,
+            python: None,
         },
         _ => GuestStack::wasm(backtrace),
     }
@@ -385,6 +380,7 @@ pub fn at_allocator(backtrace: WasmBacktrace, code: &GoCode, instance: &GoInstan
             backtrace,
             go_at: 1,
             go,
+            python: None,
         },
         None => GuestStack::wasm(backtrace),
     }
@@ -442,8 +438,10 @@ mod tests {
     struct Words(HashMap<u64, u64>);
 
     impl Memory for Words {
-        fn u64_at(&self, address: u64) -> Option<u64> {
-            self.0.get(&address).copied()
+        fn read(&self, address: u64, out: &mut [u8]) -> Option<()> {
+            let word = self.0.get(&address)?.to_le_bytes();
+            out.copy_from_slice(word.get(..out.len())?);
+            Some(())
         }
     }
 

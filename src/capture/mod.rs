@@ -8,6 +8,7 @@
 pub mod allocations;
 pub mod epoch;
 pub mod go_stack;
+pub mod python_stack;
 #[cfg(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
@@ -41,6 +42,16 @@ pub struct Pcs<'a> {
     /// When the innermost Wasm frame (the last of `native`) is a Go module's: the rest of the
     /// goroutine's stack, Go's PCs read from linear memory (see [`go_stack`]).
     pub go: &'a [usize],
+    pub python: Option<PythonStack<&'a [usize]>>,
+}
+
+/// In a CPython instance, its Python stack (see [`python_stack`]): `frames` (packed
+/// [`python_stack::PyFrame`]s, innermost first) named by the [`python_stack::PythonCode`] at
+/// address `code`.
+#[derive(Clone, Copy, Debug)]
+pub struct PythonStack<F> {
+    pub code: usize,
+    pub frames: F,
 }
 
 /// A guest stack taken on the guest thread (a sample at an epoch, a sampled allocation):
@@ -50,6 +61,7 @@ pub struct GuestStack {
     pub backtrace: WasmBacktrace,
     pub go_at: usize,
     pub go: Vec<usize>,
+    pub python: Option<PythonStack<Vec<usize>>>,
 }
 
 impl GuestStack {
@@ -59,6 +71,33 @@ impl GuestStack {
             backtrace,
             go_at: 0,
             go: Vec::new(),
+            python: None,
+        }
+    }
+}
+
+/// An instance whose language's own stack samples read from its memory: a Go module's
+/// (goroutine stacks, [`go_stack`]) or CPython's (Python frames, [`python_stack`]).
+#[derive(Clone)]
+pub enum StackReader {
+    Go(vmctx::GoInstance, std::sync::Arc<go_stack::GoCode>),
+    Python(vmctx::MemoryOf, std::sync::Arc<python_stack::PythonCode>),
+}
+
+impl StackReader {
+    /// Off the signal path, at an epoch: the guest stack with `backtrace`'s frames.
+    pub fn at_epoch(&self, backtrace: WasmBacktrace) -> GuestStack {
+        match self {
+            StackReader::Go(instance, code) => go_stack::at_epoch(backtrace, code, instance),
+            StackReader::Python(instance, code) => code.at_guest_thread(backtrace, instance),
+        }
+    }
+
+    /// Off the signal path, in the allocator hook (see [`go_stack::at_allocator`]).
+    pub fn at_allocator(&self, backtrace: WasmBacktrace) -> GuestStack {
+        match self {
+            StackReader::Go(instance, code) => go_stack::at_allocator(backtrace, code, instance),
+            StackReader::Python(instance, code) => code.at_guest_thread(backtrace, instance),
         }
     }
 }

@@ -1,8 +1,8 @@
 //! What wasmspy reads of an instance's `VMContext`, Wasmtime's record of an instance, which
 //! has no public accessor for it: its store's context (see
-//! [`crate::capture::signal::store_contexts`]), and for an instance of a Go module, Go's
-//! registers (its SP in global 0, `g` in global 2) and its memory (a pointer to its base and
-//! current length). The offsets are `wasmtime-environ`'s, the crate from which Wasmtime's
+//! [`crate::capture::signal::store_contexts`]), its memory (a pointer to its base and current
+//! length), and for an instance of a Go module, Go's registers (its SP in global 0, `g` in
+//! global 2). The offsets are `wasmtime-environ`'s, the crate from which Wasmtime's
 //! compiler takes them (the exact version Wasmtime depends on), computed from the module's
 //! counts of imports and definitions, and checked against what Wasmtime reports.
 
@@ -13,7 +13,7 @@ use wasmtime_environ::{
     VMCONTEXT_MAGIC,
 };
 
-use crate::capture::go_stack::{Memory, Registers};
+use crate::capture::go_stack::Registers;
 
 /// The address of the `VMContext` of the instance that defines `func`, alive as long as its
 /// store.
@@ -48,43 +48,53 @@ struct Offsets {
     memory: u32,
 }
 
+/// The counts of `module`'s imports and definitions that place the fields of its instances'
+/// `VMContext`, with `globals` defined globals.
+fn fields_of(module: &Module, globals: u32) -> Result<VMOffsetsFields<HostPtr>> {
+    let mut fields = VMOffsetsFields {
+        ptr: HostPtr,
+        num_imported_functions: 0,
+        num_imported_tables: 0,
+        num_imported_memories: 0,
+        num_imported_globals: 0,
+        num_imported_tags: 0,
+        num_defined_tables: 0,
+        num_defined_memories: 0,
+        num_owned_memories: 0,
+        num_defined_globals: globals,
+        num_defined_tags: 0,
+        num_escaped_funcs: 0,
+        num_runtime_data: 0,
+        has_startup_func: false,
+    };
+    for import in module.imports() {
+        match import.ty() {
+            ExternType::Func(_) => fields.num_imported_functions += 1,
+            ExternType::Table(_) => fields.num_imported_tables += 1,
+            ExternType::Memory(_) => fields.num_imported_memories += 1,
+            ExternType::Global(_) => fields.num_imported_globals += 1,
+            ExternType::Tag(_) => fields.num_imported_tags += 1,
+        }
+    }
+    if fields.num_imported_memories != 0 {
+        bail!("the module imports its memory");
+    }
+    let resources = module.resources_required();
+    fields.num_defined_tables = resources.num_tables;
+    fields.num_defined_memories = resources.num_memories;
+    // Neither Go's memory, CPython's nor the allocator rewrite's is shared.
+    fields.num_owned_memories = resources.num_memories;
+    if resources.num_memories == 0 {
+        bail!("the module defines no memory");
+    }
+    Ok(fields)
+}
+
 impl Offsets {
     fn of(module: &Module) -> Result<Self> {
-        let mut fields = VMOffsetsFields {
-            ptr: HostPtr,
-            num_imported_functions: 0,
-            num_imported_tables: 0,
-            num_imported_memories: 0,
-            num_imported_globals: 0,
-            num_imported_tags: 0,
-            num_defined_tables: 0,
-            num_defined_memories: 0,
-            num_owned_memories: 0,
-            num_defined_globals: 3,
-            num_defined_tags: 0,
-            num_escaped_funcs: 0,
-            num_runtime_data: 0,
-            has_startup_func: false,
-        };
-        for import in module.imports() {
-            match import.ty() {
-                ExternType::Func(_) => fields.num_imported_functions += 1,
-                ExternType::Table(_) => fields.num_imported_tables += 1,
-                ExternType::Memory(_) => fields.num_imported_memories += 1,
-                ExternType::Global(_) => fields.num_imported_globals += 1,
-                ExternType::Tag(_) => fields.num_imported_tags += 1,
-            }
-        }
-        if fields.num_imported_globals != 0 || fields.num_imported_memories != 0 {
-            bail!("a Go module imports no globals and no memory");
-        }
-        let resources = module.resources_required();
-        fields.num_defined_tables = resources.num_tables;
-        fields.num_defined_memories = resources.num_memories;
-        // Go's memory, and the allocator rewrite's, are not shared.
-        fields.num_owned_memories = resources.num_memories;
-        if resources.num_memories == 0 {
-            bail!("a Go module defines its memory");
+        let fields = fields_of(module, 3)?;
+        if fields.num_imported_globals != 0 {
+            bail!("a Go module imports no globals");
         }
         let offsets = VMOffsets::from(fields);
         let offsets = Offsets {
@@ -134,11 +144,7 @@ impl GoInstance {
             .find_map(|e| e.into_memory())
             .context("a Go module exports its memory")?;
         let go = GoInstance { vmctx, offsets };
-        let (_, read) = go.read();
-        if read.base != memory.data_ptr(&store) as usize || read.length != memory.data_size(&store)
-        {
-            bail!("Wasmtime's instance layout is not the one wasmspy was built for");
-        }
+        go.read().1.check(&store, memory)?;
         Ok(go)
     }
 
@@ -161,19 +167,14 @@ impl GoInstance {
 
     /// Go's SP and `g`, and the memory as it is now. Only while the instance lives: from its
     /// store's host functions, or in the signal handler while it is published
-    /// ([`crate::capture::signal::go_instances`]).
+    /// ([`crate::capture::signal::guest_instances`]).
     pub fn read(&self) -> (Registers, LinearMemory) {
         // SAFETY: the instance is published, so its `VMContext` is alive; the memory
         // definition pointer it holds is valid as long as the instance.
         unsafe {
             let sp = read::<u32>(self.vmctx + self.offsets.sp as usize);
             let g = read::<u64>(self.vmctx + self.offsets.g as usize);
-            let definition = read::<usize>(self.vmctx + self.offsets.memory as usize);
-            let layout = HostPtr.vm_memory_definition();
-            let memory = LinearMemory {
-                base: read::<usize>(definition + usize::from(layout.base())),
-                length: read::<usize>(definition + usize::from(layout.current_length())),
-            };
+            let memory = LinearMemory::of(self.vmctx, self.offsets.memory);
             (
                 Registers {
                     sp: u64::from(sp),
@@ -185,21 +186,131 @@ impl GoInstance {
     }
 }
 
+/// An instance of a module whose memory a walk reads (CPython's): its `VMContext` and where
+/// the pointer to its memory's definition is in it.
+#[derive(Clone, Copy)]
+pub struct MemoryOf {
+    vmctx: usize,
+    memory: u32,
+}
+
+impl MemoryOf {
+    /// `instance`'s memory, checked against what Wasmtime reports.
+    pub fn of(mut store: impl AsContextMut, instance: &Instance) -> Result<Self> {
+        let module = instance.module(&mut store).clone();
+        let offsets = VMOffsets::from(fields_of(&module, 0)?);
+        let memory = offsets.vmctx_vmmemory_pointer(DefinedMemoryIndex::from_u32(0));
+        let func = instance
+            .exports(&mut store)
+            .find_map(|e| e.into_func())
+            .context("the module exports no function")?;
+        let vmctx = vmctx_of(&mut store, func)?;
+        let exported = instance
+            .exports(&mut store)
+            .find_map(|e| e.into_memory())
+            .context("the module exports no memory")?;
+        let of = MemoryOf { vmctx, memory };
+        of.read().check(&store, exported)?;
+        Ok(of)
+    }
+
+    pub fn vmctx(&self) -> usize {
+        self.vmctx
+    }
+
+    /// For the handler's table: the offset in one word.
+    pub fn pack(&self) -> u64 {
+        u64::from(self.memory)
+    }
+
+    pub fn unpack(vmctx: usize, packed: u64) -> Self {
+        MemoryOf {
+            vmctx,
+            memory: packed as u32,
+        }
+    }
+
+    /// The memory as it is now. Only while the instance lives: from its store's host
+    /// functions, or in the signal handler while it is published
+    /// ([`crate::capture::signal::guest_instances`]).
+    pub fn read(&self) -> LinearMemory {
+        // SAFETY: the instance is alive (the caller's contract).
+        unsafe { LinearMemory::of(self.vmctx, self.memory) }
+    }
+}
+
+/// Linear memory as a walk reads it: every read within its bounds.
+pub trait Memory {
+    /// Fills `out` with the bytes at `address`, if all of them are in the memory.
+    fn read(&self, address: u64, out: &mut [u8]) -> Option<()>;
+
+    fn u8_at(&self, address: u64) -> Option<u8> {
+        let mut b = [0; 1];
+        self.read(address, &mut b)?;
+        Some(b[0])
+    }
+
+    fn u32_at(&self, address: u64) -> Option<u32> {
+        let mut b = [0; 4];
+        self.read(address, &mut b)?;
+        Some(u32::from_le_bytes(b))
+    }
+
+    fn u64_at(&self, address: u64) -> Option<u64> {
+        let mut b = [0; 8];
+        self.read(address, &mut b)?;
+        Some(u64::from_le_bytes(b))
+    }
+}
+
 /// An instance's linear memory, `[base, base + length)`, mapped while the instance lives.
 pub struct LinearMemory {
     base: usize,
     length: usize,
 }
 
+impl LinearMemory {
+    /// # Safety
+    /// `vmctx` must be a live instance's `VMContext`, holding at `offset` the pointer to its
+    /// memory's definition.
+    unsafe fn of(vmctx: usize, offset: u32) -> Self {
+        // SAFETY: the caller's contract; the definition lives as long as the instance.
+        unsafe {
+            let definition = read::<usize>(vmctx + offset as usize);
+            let layout = HostPtr.vm_memory_definition();
+            LinearMemory {
+                base: read::<usize>(definition + usize::from(layout.base())),
+                length: read::<usize>(definition + usize::from(layout.current_length())),
+            }
+        }
+    }
+
+    /// Whether this is `memory` as Wasmtime reports it.
+    fn check(&self, store: impl wasmtime::AsContext, memory: wasmtime::Memory) -> Result<()> {
+        if self.base != memory.data_ptr(&store) as usize || self.length != memory.data_size(&store)
+        {
+            bail!("Wasmtime's instance layout is not the one wasmspy was built for");
+        }
+        Ok(())
+    }
+}
+
 impl Memory for LinearMemory {
-    fn u64_at(&self, address: u64) -> Option<u64> {
+    fn read(&self, address: u64, out: &mut [u8]) -> Option<()> {
         let address = usize::try_from(address).ok()?;
-        if address.checked_add(8)? > self.length {
+        if address.checked_add(out.len())? > self.length {
             return None;
         }
         // SAFETY: within the memory's accessible length (checked above), which is mapped
-        // while the instance lives; Go's words are aligned, but nothing here relies on it.
-        Some(unsafe { std::ptr::read_unaligned((self.base + address) as *const u64) })
+        // while the instance lives; `out` is ours, not in it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (self.base + address) as *const u8,
+                out.as_mut_ptr(),
+                out.len(),
+            );
+        }
+        Some(())
     }
 }
 

@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rustc_hash::FxHashMap;
 
+use crate::capture::python_stack::CodeName;
 use crate::capture::{SampleValues, StoreKey};
 use crate::clock::{monotonic_ns, sampling_period, Clock};
 use crate::profile::{
@@ -29,6 +30,9 @@ use timeline::{Tally, Timeline};
 pub const SAMPLES: usize = 0;
 pub const CPU: usize = 1;
 pub const WALL: usize = 2;
+
+/// A Python frame whose code object's names did not fit the table of names.
+const PYTHON_UNKNOWN: &str = "<python>";
 
 /// Value indices of a heap profile's samples, as Go's.
 pub const ALLOC_OBJECTS: usize = 0;
@@ -134,7 +138,7 @@ impl Recorder {
     ) {
         let labels = labels.map_or(LabelsId::NONE, |l| self.label_sets.intern(l));
         match frames.first() {
-            Some(RawFrame::Wasm { .. }) => self.counts.guest += 1,
+            Some(RawFrame::Wasm { .. } | RawFrame::Python { .. }) => self.counts.guest += 1,
             Some(RawFrame::Runtime) | None => self.counts.runtime += 1,
             Some(_) => self.counts.host_call += 1,
         }
@@ -262,6 +266,19 @@ impl Recorder {
                         .unwrap_or_default(),
                 );
                 self.named_frame(Some(self.mappings[module]), 0, name)
+            }
+            RawFrame::Python { module, code, line } => {
+                let function = match resolver.python_name(module, code) {
+                    Some(name) => python_function(name),
+                    None => Function {
+                        name: PYTHON_UNKNOWN.to_string(),
+                        system_name: String::new(),
+                        file: String::new(),
+                        start_line: 0,
+                    },
+                };
+                let mapping = self.mappings.get(module).copied();
+                self.builder.line_frame(&function, line, mapping, 0)
             }
             RawFrame::Runtime => self.named_frame(None, 0, plain_name(RUNTIME_FRAME)),
             RawFrame::UnknownHostCall => {
@@ -559,6 +576,19 @@ impl Recorder {
 pub struct Mark {
     elapsed_ns: u64,
     totals: Table<KeyId, Tally>,
+}
+
+/// A Python function as profiles name it: qualified names repeat across files (`<module>`,
+/// `main`, `__init__`), and pprof's views merge functions by name, so the name says the file
+/// too, as py-spy's does (`main (app.py)`); the qualified name alone is its system name.
+fn python_function(name: CodeName) -> Function {
+    let base = name.filename.rsplit('/').next().unwrap_or_default();
+    Function {
+        name: format!("{} ({base})", name.qualname),
+        system_name: name.qualname,
+        file: name.filename,
+        start_line: name.first_line,
+    }
 }
 
 fn plain_name(name: &str) -> FunctionName {

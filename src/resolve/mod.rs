@@ -16,7 +16,8 @@ use wasmtime::component::Component;
 use wasmtime::{FrameInfo, Module};
 
 use crate::capture::go_stack::NATIVE_RETURN;
-use crate::capture::{GuestStack, NativeSample};
+use crate::capture::python_stack::{CodeId, CodeName, PyFrame, PythonCode};
+use crate::capture::{GuestStack, NativeSample, PythonStack};
 use crate::memory::component::RewrittenComponent;
 use crate::memory::rewrite::Rewritten;
 use crate::profile::{Id, Mapping, Table};
@@ -54,6 +55,13 @@ pub enum RawFrame {
     UnknownHostCall,
     /// Inside Wasmtime's own code: trampolines, libcalls such as `memory.grow`.
     Runtime,
+    /// A Python frame of CPython module `module`: its code object's entry in the module's
+    /// names (see [`crate::capture::python_stack`]) and its line (0: unknown).
+    Python {
+        module: ModuleId,
+        code: CodeId,
+        line: u32,
+    },
 }
 
 struct RegisteredModule {
@@ -135,6 +143,16 @@ impl Resolver {
         let symbolizer = ModuleSymbolizer::new(file_name, wasm, self.use_dwarf)?;
         self.register(file_name, compiled, 0, symbolizer, rewritten);
         Ok(id)
+    }
+
+    /// What registered module `module`'s Python stacks are read with, if it is CPython.
+    pub fn python_code(&self, module: ModuleId) -> Option<Arc<PythonCode>> {
+        self.modules[module].symbolizer.python().cloned()
+    }
+
+    /// The names of a Python frame's code object (see [`RawFrame::Python`]).
+    pub fn python_name(&self, module: ModuleId, code: CodeId) -> Option<CodeName> {
+        self.modules[module].symbolizer.python()?.names().get(code)
     }
 
     /// The Go view of registered module `module`, if Go built it.
@@ -318,12 +336,24 @@ impl Resolver {
                 self.go_frames(module, go.go, frames);
             }
         }
+        if let Some(python) = go.python {
+            self.python_frames(python, frames);
+        }
     }
 
     /// The frames of a stack taken on the guest thread, leaf first: in a Go module, the
     /// backtrace's frames up to its innermost Go frame, then the goroutine's stack.
     pub fn stack_frames(&mut self, stack: &GuestStack) -> Vec<RawFrame> {
         let all = stack.backtrace.frames();
+        if let Some(python) = &stack.python {
+            let mut frames = self.backtrace_frames(all);
+            let python = PythonStack {
+                code: python.code,
+                frames: &python.frames[..],
+            };
+            self.python_frames(python, &mut frames);
+            return frames;
+        }
         if stack.go.is_empty() {
             return self.backtrace_frames(all);
         }
@@ -336,6 +366,36 @@ impl Resolver {
             self.go_frames(module, &stack.go, &mut frames);
         }
         frames
+    }
+
+    /// Replaces CPython's frames (`frames`, leaf first) by its Python stack: the leaf stays
+    /// when it is not Wasm (a host call, the runtime), as py-spy shows Python frames alone.
+    fn python_frames(&mut self, python: PythonStack<&[usize]>, frames: &mut Vec<RawFrame>) {
+        let module = self.modules.iter_ids().find_map(|(id, m)| {
+            let code = m.symbolizer.python()?;
+            (Arc::as_ptr(code) as usize == python.code).then_some(id)
+        });
+        let Some(module) = module else {
+            return;
+        };
+        let keep = usize::from(!matches!(
+            frames.first(),
+            Some(RawFrame::Wasm { .. }) | None
+        ));
+        frames.truncate(keep);
+        frames.extend(
+            python
+                .frames
+                .iter()
+                .filter_map(|&word| match PyFrame::unpack(word) {
+                    PyFrame::Code { id, line } => Some(RawFrame::Python {
+                        module,
+                        code: id,
+                        line,
+                    }),
+                    PyFrame::Activation => None,
+                }),
+        );
     }
 
     /// The frames of the PCs `pcs` of a goroutine's stack in registered module `module`.

@@ -6,36 +6,42 @@
 //! `_PyRuntime.interpreters.main` → `PyInterpreterState.threads.head` (WASI runs one
 //! thread) → the thread's current frame, `tstate->cframe->current_frame` before 3.13,
 //! `tstate->current_frame` since → `_PyInterpreterFrame.previous` … Each frame names its code
-//! object (`f_code`; `f_executable` in 3.13) and its instruction (`prev_instr`, the code unit
-//! before the next one, before 3.13; `instr_ptr`, the current one, since), relative to the
-//! code object's bytecode (`co_code_adaptive`). Frames the interpreter pushes for a call from
-//! C (entry frames: `is_entry` in 3.11, `owner == FRAME_OWNED_BY_CSTACK` since) run no code
-//! of their own.
+//! object (`f_code`; `f_executable` in 3.13) and its instruction (`prev_instr` before 3.13,
+//! which CPython sets as it starts an instruction; `instr_ptr` since), relative to the code
+//! object's bytecode (`co_code_adaptive`). Each activation of the eval loop (a call from C)
+//! is marked: 3.11 sets `is_entry` on its first frame; 3.12 and 3.13 push an entry frame of
+//! their own (`owner == FRAME_OWNED_BY_CSTACK`), which runs no code.
 
 use anyhow::Result;
 
 use super::dwarf_layout::{self, Layout, Member};
 
-/// How a frame's instruction pointer is meant.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Instruction {
-    /// `prev_instr` (3.11, 3.12): the code unit before the next instruction.
-    Previous,
-    /// `instr_ptr` (3.13): the instruction running or about to.
-    Current,
-}
-
-/// How an entry frame (pushed for a call from C) is marked.
+/// How the first frame of an activation of the eval loop is marked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EntryMark {
-    /// `is_entry`, a bool at this offset (3.11).
+    /// `is_entry`, a bool at this offset, set on the activation's first frame (3.11).
     IsEntry(u32),
-    /// `owner`, a char at this offset, equal to `FRAME_OWNED_BY_CSTACK` (3) (3.12, 3.13).
+    /// `owner`, a char at this offset, equal to `FRAME_OWNED_BY_CSTACK` (3) in an entry frame
+    /// pushed under the activation's first frame (3.12, 3.13).
     Owner(u32),
 }
 
+/// From a thread state to its current frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameChain {
+    /// 3.11, 3.12: `tstate->cframe`, one `_PyCFrame` per activation of the eval loop (on the
+    /// C stack), its `current_frame` and `previous` (the activation that called it).
+    CFrames {
+        cframe: u32,
+        current_frame: u32,
+        previous: u32,
+    },
+    /// 3.13: `tstate->current_frame`.
+    Direct { current_frame: u32 },
+}
+
 /// Where CPython keeps its state and what its structures look like, in a module's memory.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PythonLayout {
     /// `_PyRuntime`'s address.
     pub runtime: u32,
@@ -43,14 +49,17 @@ pub struct PythonLayout {
     pub main_interpreter: u32,
     /// `PyInterpreterState.threads.head`.
     pub threads_head: u32,
-    /// From a thread state to its current frame: `cframe` then `current_frame` before 3.13,
-    /// `current_frame` alone since.
-    pub current_frame: Vec<u32>,
+    pub chain: FrameChain,
+    /// `PyObject.ob_type`, and the address of `PyCode_Type`: what a code object's type is.
+    pub object_type: u32,
+    pub code_type: u32,
     /// `_PyInterpreterFrame` members.
     pub frame_code: u32,
     pub frame_previous: u32,
+    /// `prev_instr` (3.11, 3.12), `instr_ptr` (3.13): the instruction running, or the call
+    /// a caller waits in (both name it so; before its code's first instruction runs, the
+    /// code unit before it).
     pub frame_instruction: u32,
-    pub instruction: Instruction,
     pub entry: EntryMark,
     /// `PyCodeObject` members: `co_qualname`, `co_filename`, `co_linetable`,
     /// `co_firstlineno`, and where its bytecode starts (`co_code_adaptive`).
@@ -76,6 +85,8 @@ const PATHS: &[&str] = &[
     "PyInterpreterState.threads.head",
     "PyThreadState.cframe",
     "_PyCFrame.current_frame",
+    "_PyCFrame.previous",
+    "PyObject.ob_type",
     "PyThreadState.current_frame",
     "_PyInterpreterFrame.f_code",
     "_PyInterpreterFrame.f_executable",
@@ -100,16 +111,20 @@ impl PythonLayout {
     /// CPython's layout in `wasm`, if its DWARF describes CPython (`_PyRuntime` and the
     /// structures above); `None` otherwise, with what is missing.
     pub fn read(wasm: &[u8]) -> Result<std::result::Result<Self, String>> {
-        let layout = dwarf_layout::read(wasm, &["_PyRuntime"], PATHS)?;
+        let layout = dwarf_layout::read(wasm, &["_PyRuntime", "PyCode_Type"], PATHS)?;
         Ok(Self::of(&layout))
     }
 
     fn of(layout: &Layout) -> std::result::Result<Self, String> {
-        let runtime = layout
-            .variables
-            .get("_PyRuntime")
-            .copied()
-            .ok_or("no `_PyRuntime` in its DWARF: not CPython")?;
+        let variable = |name: &str| -> std::result::Result<u32, String> {
+            let address = layout
+                .variables
+                .get(name)
+                .copied()
+                .ok_or_else(|| format!("its DWARF does not locate `{name}`"))?;
+            u32::try_from(address).map_err(|_| format!("`{name}` beyond 4 GiB"))
+        };
+        let runtime = variable("_PyRuntime")?;
         let member = |path: &str| -> std::result::Result<Member, String> {
             layout
                 .members
@@ -119,19 +134,13 @@ impl PythonLayout {
         };
         let offset = |path: &str| member(path).map(|m| m.offset as u32);
         let either = |newer: &str, older: &str| offset(newer).or_else(|_| offset(older));
-        let current_frame = match offset("PyThreadState.current_frame") {
-            Ok(direct) => vec![direct],
-            Err(_) => vec![
-                offset("PyThreadState.cframe")?,
-                offset("_PyCFrame.current_frame")?,
-            ],
-        };
-        let (frame_instruction, instruction) = match offset("_PyInterpreterFrame.instr_ptr") {
-            Ok(at) => (at, Instruction::Current),
-            Err(_) => (
-                offset("_PyInterpreterFrame.prev_instr")?,
-                Instruction::Previous,
-            ),
+        let chain = match offset("PyThreadState.current_frame") {
+            Ok(current_frame) => FrameChain::Direct { current_frame },
+            Err(_) => FrameChain::CFrames {
+                cframe: offset("PyThreadState.cframe")?,
+                current_frame: offset("_PyCFrame.current_frame")?,
+                previous: offset("_PyCFrame.previous")?,
+            },
         };
         let entry = match offset("_PyInterpreterFrame.is_entry") {
             Ok(at) => EntryMark::IsEntry(at),
@@ -145,17 +154,21 @@ impl PythonLayout {
                 .ok_or_else(|| format!("its DWARF does not describe `{name}`"))
         };
         Ok(PythonLayout {
-            runtime: u32::try_from(runtime).map_err(|_| "`_PyRuntime` beyond 4 GiB")?,
+            runtime,
             main_interpreter: offset("_PyRuntimeState.interpreters.main")?,
             threads_head: offset("PyInterpreterState.threads.head")?,
-            current_frame,
+            chain,
+            object_type: offset("PyObject.ob_type")?,
+            code_type: variable("PyCode_Type")?,
             frame_code: either(
                 "_PyInterpreterFrame.f_executable",
                 "_PyInterpreterFrame.f_code",
             )?,
             frame_previous: offset("_PyInterpreterFrame.previous")?,
-            frame_instruction,
-            instruction,
+            frame_instruction: either(
+                "_PyInterpreterFrame.instr_ptr",
+                "_PyInterpreterFrame.prev_instr",
+            )?,
             entry,
             code_qualname: offset("PyCodeObject.co_qualname")?,
             code_filename: offset("PyCodeObject.co_filename")?,
@@ -177,8 +190,8 @@ impl PythonLayout {
 /// `Objects/locations.md`): entries of a header byte (`0x80 | code << 3 | length − 1`,
 /// the length in 2-byte code units) and the line change its code says; `None` where the table
 /// says the instruction has no location, or does not reach it.
-pub fn line_at(table: &[u8], first_line: i32, offset: u32) -> Option<u32> {
-    let mut bytes = table.iter().copied().peekable();
+pub fn line_at(table: impl IntoIterator<Item = u8>, first_line: i32, offset: u32) -> Option<u32> {
+    let mut bytes = table.into_iter().peekable();
     let (mut line, mut start) = (first_line, 0u32);
     while let Some(header) = bytes.next() {
         if header & 0x80 == 0 {
@@ -242,14 +255,14 @@ mod tests {
         for &(start, end, line) in ranges {
             for offset in (start..end).step_by(2) {
                 assert_eq!(
-                    line_at(table, first_line, offset),
+                    line_at(table.iter().copied(), first_line, offset),
                     Some(line),
                     "at {offset}"
                 );
             }
         }
         let end = ranges.last().unwrap().1;
-        assert_eq!(line_at(table, first_line, end), None);
+        assert_eq!(line_at(table.iter().copied(), first_line, end), None);
     }
 
     /// Tables CPython 3.11 compiled (`code.co_linetable`, `co_lines()`): a loop with a branch,
@@ -301,7 +314,7 @@ mod tests {
     #[test]
     fn an_instruction_without_a_location_has_no_line() {
         let table = [0x80 | 15 << 3, 0x80 | 11 << 3, 0, 1];
-        assert_eq!(line_at(&table, 7, 0), None);
-        assert_eq!(line_at(&table, 7, 2), Some(8));
+        assert_eq!(line_at(table, 7, 0), None);
+        assert_eq!(line_at(table, 7, 2), Some(8));
     }
 }

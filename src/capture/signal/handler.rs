@@ -9,7 +9,9 @@
 //! - **Bounded**: at most [`MAX_FRAMES`] frame records followed, at most
 //!   [`store_contexts::SLOTS`] store contexts read; in a Go module, at most [`MAX_FRAMES`] words
 //!   of Go's stack read per candidate start of its walk (a handful, see
-//!   [`crate::capture::go_stack`]).
+//!   [`crate::capture::go_stack`]); in CPython, at most
+//!   [`python_stack::MAX_STEPS`](crate::capture::python_stack::MAX_STEPS) Python frames, and of
+//!   each frame's line table the part before its instruction.
 //! - **Reads only mapped memory**: stack reads stay in `[sp, top)` of the stack `sp` is on
 //!   (live frames; the sampled thread is the one the handler runs on): the guest thread's own
 //!   stack, or a fiber stack that [`fiber_stacks`] publishes while it is mapped (guests called
@@ -20,8 +22,8 @@
 //!   the thread runs its own stack, is read within that fiber's published mapping. Code reads
 //!   (instruction bytes at the PC) happen only for a PC inside a registered module's text.
 //!   Store contexts are read only while [`store_contexts`] publishes them (their stores alive);
-//!   a Go instance's `VMContext` and linear memory only while [`go_instances`] publishes it,
-//!   its memory within the length Wasmtime records for it at that instant.
+//!   a Go or CPython instance's `VMContext` and linear memory only while [`guest_instances`]
+//!   publishes it, its memory within the length Wasmtime records for it at that instant.
 //! - **Lifetime**: the handler reaches a thread's state only through [`THREADS`], after
 //!   counting itself in [`RUNNING`]; [`detach`] clears the state's slot and waits for `RUNNING`
 //!   to drop to zero before the state may be freed. The code ranges ([`CODE`]) only grow while
@@ -45,11 +47,12 @@
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use super::fiber_stacks;
-use super::go_instances;
+use super::guest_instances;
 use super::ring::Ring;
 use super::store_contexts::{self, Offsets};
 use super::timer::SignalTimer;
 use crate::capture::go_stack::{self, Start};
+use crate::capture::python_stack::PythonCode;
 use crate::clock::clock_ns;
 use crate::wasm::go::Role;
 
@@ -89,6 +92,10 @@ pub struct RawSample {
     /// PCs of a goroutine's stack in linear memory (see [`crate::capture::go_stack`]).
     pub pcs: [usize; MAX_FRAMES],
     pub go_at: Option<usize>,
+    /// In a CPython instance: where its Python stack starts in `pcs` (after the native and Go
+    /// ones), and the address of its module's [`PythonCode`] (see
+    /// [`crate::capture::python_stack`]).
+    pub python_at: Option<(usize, usize)>,
 }
 
 impl RawSample {
@@ -102,6 +109,7 @@ impl RawSample {
             time_ns: 0,
             pcs: [0; MAX_FRAMES],
             go_at: None,
+            python_at: None,
         }
     }
 
@@ -321,6 +329,7 @@ impl ThreadState {
             s.depth = 1;
             s.store = 0;
             s.go_at = None;
+            s.python_at = None;
             let stack = self.stack_at(regs.sp);
             if self.in_code(regs.pc) {
                 s.kind = Kind::Guest;
@@ -342,6 +351,7 @@ impl ThreadState {
                     add_go_stack(s, 1);
                 }
             }
+            add_python_stack(s);
         });
         if !pushed {
             self.lost.fetch_add(1, Ordering::Relaxed);
@@ -494,11 +504,11 @@ fn add_go_stack(s: &mut RawSample, leaf_at: usize) {
     let Some(code) = s
         .pcs()
         .get(leaf_at)
-        .and_then(|&pc| go_instances::code_at(pc))
+        .and_then(|&pc| guest_instances::code_at(pc))
     else {
         return;
     };
-    let Some(instance) = go_instances::instance_for(code, s.store) else {
+    let Some(instance) = guest_instances::go_instance_for(code, s.store) else {
         return;
     };
     let (registers, memory) = instance.read();
@@ -556,6 +566,24 @@ fn add_go_stack(s: &mut RawSample, leaf_at: usize) {
         }
     }
 }
+
+/// When the sample's store runs CPython: appends its Python stack, at most
+/// [`MAX_FRAMES`] − [`MAX_WASM_UNDER_PYTHON`] frames, after at most [`MAX_WASM_UNDER_PYTHON`]
+/// of the sample's own (the innermost).
+fn add_python_stack(s: &mut RawSample) {
+    let Some((instance, code)) = guest_instances::python_instance_for(s.store) else {
+        return;
+    };
+    let at = s.depth.min(MAX_WASM_UNDER_PYTHON);
+    let written = code.walk(&instance.read(), &mut s.pcs[at..]);
+    if written > 0 {
+        s.depth = at + written;
+        s.python_at = Some((at, code as *const PythonCode as usize));
+    }
+}
+
+/// The native frames a sample of CPython keeps under its Python stack.
+const MAX_WASM_UNDER_PYTHON: usize = MAX_FRAMES / 4;
 
 /// The Wasm frames of a Go module a sample keeps for its walk of Go's stack.
 const MAX_GO_WASM_FRAMES: usize = 64;
@@ -758,7 +786,7 @@ pub fn clear_code() {
         .all(|slot| slot.load(Ordering::SeqCst).is_null())
     {
         CODE_LEN.store(0, Ordering::SeqCst);
-        go_instances::clear();
+        guest_instances::clear();
     }
 }
 

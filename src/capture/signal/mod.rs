@@ -6,7 +6,7 @@
 //! sample lands wherever the guest is: in loop-free code, in a host call, in Wasmtime itself.
 
 pub mod fiber_stacks;
-pub mod go_instances;
+pub mod guest_instances;
 pub mod handler;
 mod ring;
 pub mod store_contexts;
@@ -22,7 +22,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use super::go_stack::GoCode;
-use super::{NativeSample, Pcs, SampleValues, Sampler, Sink, StoreKey, Taken};
+use super::{NativeSample, Pcs, PythonStack, SampleValues, Sampler, Sink, StoreKey, Taken};
 use crate::clock::{current_thread_cpu_clock, sampling_period, Clock};
 use crate::profile::ThreadId;
 use crate::sync::lock;
@@ -152,7 +152,7 @@ impl Sampler for SignalSampler {
         handler::clear_code();
         add_code(code);
         for go in lock(&self.go_codes).iter() {
-            go_instances::add_code(go.clone());
+            guest_instances::add_code(go.clone());
         }
         let states = Arc::new(Mutex::new(Vec::new()));
         let (stop_drain, stopped) = mpsc::channel::<()>();
@@ -238,7 +238,7 @@ impl Sampler for SignalSampler {
 
     fn add_go_code(&self, code: Arc<GoCode>) {
         if self.running.is_some() {
-            go_instances::add_code(code.clone());
+            guest_instances::add_code(code.clone());
         }
         lock(&self.go_codes).push(code);
     }
@@ -279,8 +279,15 @@ fn drain_state(state: &ThreadState, sink: &dyn Sink) {
             cpu_ns: s.cpu_delta_ns,
             wall_ns: s.wall_delta_ns,
         };
-        let (native, go) = s.pcs().split_at(s.go_at.unwrap_or(s.depth));
-        let pcs = Pcs { native, go };
+        let (pcs, python) = match s.python_at {
+            Some((at, code)) => {
+                let (pcs, frames) = s.pcs().split_at(at);
+                (pcs, Some(PythonStack { code, frames }))
+            }
+            None => (s.pcs(), None),
+        };
+        let (native, go) = pcs.split_at(s.go_at.unwrap_or(pcs.len()).min(pcs.len()));
+        let pcs = Pcs { native, go, python };
         let sample = match s.kind {
             Kind::Guest => NativeSample::Guest(pcs),
             Kind::Host => NativeSample::Host(pcs),

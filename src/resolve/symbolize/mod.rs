@@ -16,8 +16,10 @@ use wasmparser::{KnownCustom, Parser, Payload, TypeRef};
 
 use self::dwarf::{Dwarf, DwarfFrame, DwarfSections};
 use self::names::Names;
+use crate::capture::python_stack::PythonCode;
 use crate::wasm::demangle::demangle;
 use crate::wasm::go::{self, GoFunction, GoModule};
+use crate::wasm::python::PythonLayout;
 
 /// A function's names as a profile shows them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,6 +89,8 @@ pub struct ModuleSymbolizer {
     names: Names,
     /// Go's own table of the functions, in a module built by Go (which has no DWARF).
     go: Option<Arc<GoModule>>,
+    /// CPython's layout, and the names of the code objects walks met, in a CPython module.
+    python: Option<Arc<PythonCode>>,
     dwarf: DwarfState,
     /// Module offset → its source frames, innermost first.
     frames: FxHashMap<u32, Arc<[SourceFrame]>>,
@@ -170,6 +174,7 @@ impl ModuleSymbolizer {
                 _ => {}
             }
         }
+        let python = python_of(file_name, &wasm, &sections, &mut warnings);
         let dwarf = if !use_dwarf {
             DwarfState::Unavailable
         } else if sections.present() {
@@ -190,6 +195,7 @@ impl ModuleSymbolizer {
             wasm,
             names,
             go,
+            python,
             dwarf,
             frames: FxHashMap::default(),
             lowered_indirect_calls: HashMap::new(),
@@ -227,6 +233,11 @@ impl ModuleSymbolizer {
     /// The Go view of a module built by Go.
     pub fn go(&self) -> Option<&Arc<GoModule>> {
         self.go.as_ref()
+    }
+
+    /// The Python view of CPython.
+    pub fn python(&self) -> Option<&Arc<PythonCode>> {
+        self.python.as_ref()
     }
 
     /// The source frames of the instruction at `offset` (in the module's bytes) of function
@@ -384,6 +395,43 @@ impl ModuleSymbolizer {
     /// Warnings not taken yet.
     pub fn take_warnings(&mut self) -> Vec<String> {
         std::mem::take(&mut self.warnings)
+    }
+}
+
+/// In CPython, what its Python stacks are read with, from its DWARF; a warning where it is
+/// CPython but the Python view is unavailable.
+fn python_of(
+    file_name: &str,
+    wasm: &[u8],
+    sections: &DwarfSections,
+    warnings: &mut Vec<String>,
+) -> Option<Arc<PythonCode>> {
+    let strings = sections
+        .sections
+        .iter()
+        .find(|(name, _)| name == ".debug_str")
+        .map_or(&[][..], |(_, range)| &wasm[range.clone()]);
+    let unavailable = |why: &str| {
+        format!("{file_name}: CPython, but {why}: samples show its C functions, not Python frames")
+    };
+    if memchr::memmem::find(strings, b"_PyRuntime\0").is_none() {
+        if memchr::memmem::find(wasm, b"_PyEval_EvalFrameDefault").is_some() {
+            warnings.push(unavailable(
+                "without DWARF debug info (no `_PyRuntime` and interpreter structures to read its frames by; build it with -g)",
+            ));
+        }
+        return None;
+    }
+    match PythonLayout::read(wasm) {
+        Ok(Ok(layout)) => Some(Arc::new(PythonCode::new(layout))),
+        Ok(Err(why)) => {
+            warnings.push(unavailable(&why));
+            None
+        }
+        Err(e) => {
+            warnings.push(unavailable(&format!("its DWARF is unreadable ({e:#})")));
+            None
+        }
     }
 }
 
