@@ -14,6 +14,9 @@
 //! count (the last number in it: iterations) is ten times larger. Programs built by Go (whose
 //! goroutine stacks the signal sampler reads from linear memory) follow: the test fixture
 //! `go/stacks.wasm`, and gofmt formatting a copy of `net/http` when `go` is at hand to build it.
+//! Then CPython (whose Python stacks it reads), 3.12 and 3.11 as `tests/fixtures/cpython/fetch.sh`
+//! fetches them, running the test script `python/timed.py` (mounted at `/app`; 3.11's standard
+//! library at `/usr`).
 //!
 //! `cargo bench --profile dev --bench overhead [-- --reps N] [-- NAME-FILTER]`
 //!
@@ -83,6 +86,7 @@ fn main() {
         }
     }
     programs.extend(go_programs(scratch.path()));
+    programs.extend(python_programs());
     programs.retain(|(name, _, _)| filter.as_ref().is_none_or(|f| name.contains(f.as_str())));
 
     println!("sampling overhead: median over {reps} repetitions of the time as a ratio to a default engine's (no profiler)");
@@ -191,6 +195,38 @@ fn go_programs(scratch: &Path) -> Vec<(String, PathBuf, Vec<String>)> {
     programs
 }
 
+/// CPython 3.12 and 3.11 running `tests/fixtures/python/timed.py`, where fetched.
+fn python_programs() -> Vec<(String, PathBuf, Vec<String>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut programs = Vec::new();
+    for version in ["3.12.0", "3.11.1"] {
+        let wasm = root.join(format!("target/cpython/python-{version}.wasm"));
+        let name = format!("python-{version} timed.py");
+        if !wasm.exists() {
+            println!("{name}: not fetched (tests/fixtures/cpython/fetch.sh): skipped");
+            continue;
+        }
+        let args = vec!["/app/timed.py".into(), "150".into()];
+        programs.push((name, wasm, args));
+    }
+    programs
+}
+
+/// What a program gets mounted besides the working directory: CPython's test scripts, and the
+/// standard library of CPython 3.11 (beside its module) where there is one.
+fn python_mounts(module: &Path) -> Vec<DirMount> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut mounts = vec![format!(
+        "{}::/app",
+        root.join("tests/fixtures/python").display()
+    )];
+    let usr = module.with_file_name("python-3.11/usr");
+    if usr.exists() {
+        mounts.push(format!("{}::/usr", usr.display()));
+    }
+    mounts.iter().map(|m| m.parse().unwrap()).collect()
+}
+
 fn corpus_modules(root: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     for dir in std::fs::read_dir(root).unwrap().flatten() {
@@ -244,7 +280,10 @@ fn run_one(config: &str, module_path: &Path, args: &[String]) -> f64 {
             .collect(),
         env: Vec::new(),
         // Go resolves relative paths from `/`: the directory is there too.
-        dirs: vec![".".parse::<DirMount>().unwrap(), ".::/".parse().unwrap()],
+        dirs: [".".parse::<DirMount>().unwrap(), ".::/".parse().unwrap()]
+            .into_iter()
+            .chain(python_mounts(module_path))
+            .collect(),
         unknown_imports: UnknownImports::DefaultValues,
         ..Default::default()
     };

@@ -192,6 +192,11 @@ pub struct ProfilingArgs {
     #[arg(long)]
     pub no_dwarf: bool,
 
+    /// CPython guests: show CPython's C (Wasm) frames too, each call of its eval loop replaced
+    /// by the Python frames it runs, as py-spy's `--native`; by default, Python frames alone.
+    #[arg(long)]
+    pub native: bool,
+
     /// Print where the samples landed (guest code, host calls, the runtime, lost), and how long
     /// compiling and writing the profile took.
     #[arg(short, long)]
@@ -241,6 +246,7 @@ impl ProfilingArgs {
             sampler: self.sampler,
             clock: self.clock,
             dwarf: !self.no_dwarf,
+            python_native: self.native,
             mem_rate: self.mem_profile.as_ref().map(|_| self.mem_rate),
             timeline,
         }

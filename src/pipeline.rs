@@ -353,7 +353,7 @@ mod tests {
     #[test]
     fn a_dropped_stores_labels_outlive_its_last_samples_then_go() {
         let pipeline = Arc::new(Pipeline::new(
-            Resolver::new(false),
+            Resolver::new(false, false),
             Recorder::new(1000, Clock::Cpu, "signal"),
         ));
         let store = StoreKey::unique();

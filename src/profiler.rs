@@ -98,6 +98,10 @@ pub struct ProfilerOptions {
     /// Profile memory too: sample allocations every this many bytes on average (1: every
     /// allocation). Allocations reach the profiler through [`Profiler::install_allocator_hook`].
     pub mem_rate: Option<u64>,
+    /// CPython guests: Python frames interleaved with CPython's C (Wasm) frames, each
+    /// activation of its eval loop replaced by the Python frames it runs, as py-spy's
+    /// `--native`; when false, Python frames alone, as py-spy shows them by default.
+    pub python_native: bool,
     /// Keep the samples in time order, for the formats that show a timeline (Firefox
     /// Profiler, speedscope), within a fixed budget ([`crate::record::timeline`]). Without it a CPU
     /// profile has one sample per distinct stack, and memory grows with those alone.
@@ -112,6 +116,7 @@ impl Default for ProfilerOptions {
             clock: Clock::Cpu,
             dwarf: true,
             mem_rate: None,
+            python_native: false,
             timeline: true,
         }
     }
@@ -229,7 +234,10 @@ impl Profiler {
         if options.timeline {
             recorder.keep_timeline();
         }
-        let pipeline = Arc::new(Pipeline::new(Resolver::new(options.dwarf), recorder));
+        let pipeline = Arc::new(Pipeline::new(
+            Resolver::new(options.dwarf, options.python_native),
+            recorder,
+        ));
         let (sampler, store_contexts): (Box<dyn Sampler>, _) = if use_signals {
             (
                 new_signal_sampler(&options, pipeline.clone()),

@@ -14,6 +14,9 @@ struct Build {
     name: &'static str,
     wasm: PathBuf,
     dirs: Vec<String>,
+    /// `_PyEval_EvalFrameDefault`'s function index (found by hand: its DWARF parameter
+    /// offsets, the code that spills them, and a live run stopped in it).
+    eval_loop: u32,
 }
 
 /// The builds fetched: 3.12 with its standard library inside, 3.11 with it mounted at /usr.
@@ -24,11 +27,13 @@ fn builds(test: &str) -> Vec<Build> {
             name: "3.12",
             wasm: dir.join("python-3.12.0.wasm"),
             dirs: Vec::new(),
+            eval_loop: 3283,
         },
         Build {
             name: "3.11",
             wasm: dir.join("python-3.11.1.wasm"),
             dirs: vec![format!("{}::/usr", dir.join("python-3.11/usr").display())],
+            eval_loop: 3008,
         },
     ];
     builds
@@ -114,8 +119,7 @@ fn cpython_312_layout_from_its_dwarf() {
 /// `tests/fixtures/python/timed.py` times its two loops itself, called in alternation from
 /// `main`: each loop's share of the CPU in the profile is within 5 points of the share the
 /// script measured, and every sample in them has the Python stack `<module>` → `main` (at the
-/// line of the call) → the loop (at its `for` or body line, or its `def` line as it starts),
-/// with nothing of CPython's C in
+/// line of the call) → the loop (at one of its lines), with nothing of CPython's C in
 /// between (the Python view). CPython 3.12 and 3.11 (other layouts, another frame chain),
 /// both samplers.
 #[test]
@@ -155,15 +159,15 @@ fn python_stacks_split_as_the_script_timed_itself() {
                     continue;
                 };
                 in_loops[i] += s.value[cpu];
-                // The `def` line: called, its first instruction not run yet.
-                let (loop_lines, call_line) = match i {
-                    0 => ([8, 10, 11], 26),
-                    _ => ([15, 17, 18], 28),
+                // From the `def` line (called, its first instruction not run yet) to `return`.
+                let (lines, call_line) = match i {
+                    0 => (8..=12, 26),
+                    _ => (15..=19, 28),
                 };
                 let file = "/app/timed.py".to_string();
                 assert!(
                     frames.len() == 3
-                        && loop_lines.contains(&frames[0].2)
+                        && lines.contains(&frames[0].2)
                         && frames[1] == ("main (timed.py)".into(), file.clone(), call_line)
                         && frames[2] == ("<module> (timed.py)".into(), file, 36),
                     "{what}: {frames:?}"
@@ -181,6 +185,75 @@ fn python_stacks_split_as_the_script_timed_itself() {
                     "{what}: {name}: {profiled:.3} of the loops' CPU in the profile, {share} timed by the script"
                 );
             }
+        }
+    }
+}
+
+/// `tests/fixtures/python/nested.py`: `main` calls `sorted` (C), which calls `key` (Python)
+/// in a second activation of the eval loop. By default the stack is Python's alone:
+/// `<module>` → `main` → `key`. With `--native`, CPython's C frames are there too, each eval
+/// loop activation replaced by its Python frames: `key`, then C frames (`sorted`'s), then
+/// `main` and `<module>`, then C frames down to `_start`; the eval loop itself never shows.
+/// (These builds name no C function: the eval loop is found by its DWARF.)
+#[test]
+fn python_frames_interleave_with_c_frames_with_native() {
+    let test = "python_frames_interleave_with_c_frames_with_native";
+    for build in builds(test) {
+        for native in [false, true] {
+            let what = format!("CPython {} native {native}", build.name);
+            let dir = tempfile::tempdir().unwrap();
+            let app = format!("{}::/app", fixture("python").display());
+            let mut args = vec!["--dir", &app];
+            for d in &build.dirs {
+                args.extend(["--dir", d]);
+            }
+            if native {
+                args.push("--native");
+            }
+            let (out, path) = record(dir.path(), &args, &build.wasm, &["/app/nested.py"]);
+            assert_eq!(out.status.code(), Some(0), "{what}: {}", stderr(&out));
+            let p = Decoded::load(&path);
+            let cpu = p.value_index("cpu");
+            let (mut in_key, mut total) = (0, 0);
+            for (names, values) in p.stacks() {
+                total += values[cpu];
+                let Some(key) = names.iter().position(|n| n == "key (nested.py)") else {
+                    continue;
+                };
+                in_key += values[cpu];
+                let python: Vec<usize> = names
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| n.ends_with("(nested.py)"))
+                    .map(|(i, _)| i)
+                    .collect();
+                let shown: Vec<&str> = python.iter().map(|&i| names[i].as_str()).collect();
+                assert_eq!(
+                    shown,
+                    [
+                        "key (nested.py)",
+                        "main (nested.py)",
+                        "<module> (nested.py)"
+                    ],
+                    "{what}: {names:?}"
+                );
+                let (main, module) = (python[1], python[2]);
+                if !native {
+                    assert_eq!((key, main, module), (0, 1, 2), "{what}: {names:?}");
+                    assert_eq!(names.len(), 3, "{what}: {names:?}");
+                    continue;
+                }
+                // C between `key` and `main` (sorted's), and under `<module>` (down to `_start`).
+                assert!(main > key + 1, "{what}: {names:?}");
+                assert_eq!(module, main + 1, "{what}: {names:?}");
+                assert!(names.len() > module + 1, "{what}: {names:?}");
+                let eval_loop = format!("wasm-function[{}]", build.eval_loop);
+                assert!(!names.contains(&eval_loop), "{what}: {names:?}");
+            }
+            assert!(
+                in_key * 10 >= total * 7,
+                "{what}: {in_key} of {total} in key"
+            );
         }
     }
 }

@@ -512,3 +512,257 @@ impl CodeNames {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Linear memory of 64 KiB.
+    struct Image(Vec<u8>);
+
+    impl Memory for Image {
+        fn read(&self, address: u64, out: &mut [u8]) -> Option<()> {
+            let start = usize::try_from(address).ok()?;
+            out.copy_from_slice(self.0.get(start..start.checked_add(out.len())?)?);
+            Some(())
+        }
+    }
+
+    const CODE_TYPE: u32 = 0x50;
+    const RUNTIME: u32 = 0x100;
+    const TSTATE: u32 = 0x300;
+
+    /// CPython 3.12's layout on wasm32 (as `tests/python.rs` reads it from its DWARF).
+    fn layout_312() -> PythonLayout {
+        PythonLayout {
+            runtime: RUNTIME,
+            main_interpreter: 32,
+            threads_head: 64,
+            chain: FrameChain::CFrames {
+                cframe: 40,
+                current_frame: 0,
+                previous: 4,
+            },
+            object_type: 4,
+            code_type: CODE_TYPE,
+            frame_code: 0,
+            frame_previous: 4,
+            frame_instruction: 28,
+            entry: EntryMark::Owner(38),
+            code_qualname: 88,
+            code_filename: 80,
+            code_linetable: 92,
+            code_first_line: 44,
+            code_bytecode: 124,
+            str_length: 8,
+            str_state: 16,
+            str_ascii_data: 20,
+            str_compact_data: 28,
+            bytes_size: 8,
+            bytes_data: 16,
+        }
+    }
+
+    impl Image {
+        fn new() -> Self {
+            let mut image = Image(vec![0; 1 << 16]);
+            image.put(RUNTIME + 32, 0x200);
+            image.put(0x200 + 64, TSTATE);
+            image
+        }
+
+        fn put(&mut self, address: u32, value: u32) {
+            let a = address as usize;
+            self.0[a..a + 4].copy_from_slice(&value.to_le_bytes());
+        }
+
+        /// A compact `str` at `address` of `kind` (1, 2, 4) holding `text`.
+        fn str(&mut self, address: u32, text: &str, kind: u32) {
+            let ascii = text.is_ascii();
+            self.put(address + 8, text.chars().count() as u32);
+            self.put(address + 16, kind << 2 | 1 << 5 | u32::from(ascii) << 6);
+            let mut at = (address + if ascii { 20 } else { 28 }) as usize;
+            for c in text.chars() {
+                let bytes = (c as u32).to_le_bytes();
+                self.0[at..at + kind as usize].copy_from_slice(&bytes[..kind as usize]);
+                at += kind as usize;
+            }
+        }
+
+        /// A code object at `code` named `name`, in file "app.py", starting at line 10; its
+        /// first three code units on lines 11, 12, 13. Its strings and line table follow it.
+        fn code(&mut self, code: u32, name: &str) {
+            self.put(code + 4, CODE_TYPE);
+            self.put(code + 44, 10);
+            self.put(code + 88, code + 0x100);
+            self.str(code + 0x100, name, if name.is_ascii() { 1 } else { 2 });
+            self.put(code + 80, 0x8000);
+            self.str(0x8000, "app.py", 1);
+            // Bytes: each entry one code unit, no columns, the line one further.
+            self.put(code + 92, code + 0x400);
+            self.put(code + 0x400 + 8, 6);
+            let table = [0xe8, 2, 0xe8, 2, 0xe8, 2];
+            let at = (code + 0x400 + 16) as usize;
+            self.0[at..at + 6].copy_from_slice(&table);
+        }
+
+        /// A frame at `frame` running `code` at code unit `unit` (−1: not started).
+        fn frame(&mut self, frame: u32, code: u32, unit: i32, previous: u32, owner: u8) {
+            self.put(frame, code);
+            self.put(frame + 4, previous);
+            self.put(frame + 28, (code as i32 + 124 + 2 * unit) as u32);
+            self.0[(frame + 38) as usize] = owner;
+        }
+    }
+
+    const INNER: u32 = 0x1000;
+    const MIDDLE: u32 = 0x2000;
+    const MODULE: u32 = 0x3000;
+    const TRAMPOLINE: u32 = 0x4000;
+    const ROOT_CFRAME: u32 = 0x500;
+    const OUTER_CFRAME: u32 = 0x510;
+    const INNER_CFRAME: u32 = 0x520;
+
+    /// `<module>` calls `middle`, which calls `inner` through C (a second activation of the
+    /// eval loop): 3.12's frames, entry frames and `_PyCFrame`s.
+    fn two_activations() -> Image {
+        let mut m = Image::new();
+        for (code, name) in [
+            (INNER, "inner"),
+            (MIDDLE, "middle"),
+            (MODULE, "<module>"),
+            (TRAMPOLINE, "<interpreter trampoline>"),
+        ] {
+            m.code(code, name);
+        }
+        let (f_inner, entry_inner, f_middle, f_module, entry_outer) =
+            (0x6000, 0x6100, 0x6200, 0x6300, 0x6400);
+        m.frame(f_inner, INNER, 1, entry_inner, 0);
+        m.frame(entry_inner, TRAMPOLINE, 0, f_middle, 3);
+        m.frame(f_middle, MIDDLE, 2, f_module, 0);
+        m.frame(f_module, MODULE, 0, entry_outer, 0);
+        m.frame(entry_outer, TRAMPOLINE, 0, 0, 3);
+        m.put(ROOT_CFRAME, 0);
+        m.put(OUTER_CFRAME, f_middle);
+        m.put(OUTER_CFRAME + 4, ROOT_CFRAME);
+        m.put(INNER_CFRAME, f_inner);
+        m.put(INNER_CFRAME + 4, OUTER_CFRAME);
+        m.put(TSTATE + 40, INNER_CFRAME);
+        m
+    }
+
+    /// The walk's output as (name, line), `None` for an activation's end.
+    fn walked(code: &PythonCode, memory: &Image, room: usize) -> Vec<Option<(String, u32)>> {
+        let mut out = vec![0; room];
+        let written = code.walk(memory, &mut out);
+        out[..written]
+            .iter()
+            .map(|&word| match PyFrame::unpack(word) {
+                PyFrame::Code { id, line } => Some((code.names().get(id).unwrap().qualname, line)),
+                PyFrame::Activation => None,
+            })
+            .collect()
+    }
+
+    fn frame(name: &str, line: u32) -> Option<(String, u32)> {
+        Some((name.to_string(), line))
+    }
+
+    /// What a walk of [`two_activations`] gives.
+    fn two_activations_walked() -> Vec<Option<(String, u32)>> {
+        vec![
+            frame("inner", 12),
+            None,
+            frame("middle", 13),
+            frame("<module>", 11),
+            None,
+        ]
+    }
+
+    #[test]
+    fn frames_of_two_activations_with_their_lines() {
+        let code = PythonCode::new(layout_312());
+        let expected = two_activations_walked();
+        assert_eq!(walked(&code, &two_activations(), 64), expected);
+        // Met again: the same entries, one per code object that ran.
+        assert_eq!(walked(&code, &two_activations(), 64), expected);
+        let entries: Vec<CodeName> = (0..CODE_SLOTS as u32)
+            .filter_map(|i| code.names().get(CodeId(i)))
+            .collect();
+        assert_eq!(entries.len(), 3);
+        assert!(entries
+            .iter()
+            .all(|e| e.filename == "app.py" && e.first_line == 10));
+        // As much as fits, innermost first.
+        assert_eq!(walked(&code, &two_activations(), 2), expected[..2]);
+    }
+
+    /// Stopped as the interpreter enters a new activation: `tstate->cframe` names it, its
+    /// `current_frame` not yet set (a stale value on the C stack). The walk goes on from the
+    /// activation that called it, whether the stale value is garbage or a real frame.
+    #[test]
+    fn an_activation_being_entered_is_passed_over() {
+        let code = PythonCode::new(layout_312());
+        let expected = two_activations_walked();
+        let new_cframe = 0x530;
+        for stale in [0x7777, 0x6200] {
+            let mut m = two_activations();
+            m.put(new_cframe, stale);
+            m.put(new_cframe + 4, INNER_CFRAME);
+            m.put(TSTATE + 40, new_cframe);
+            assert_eq!(walked(&code, &m, 64), expected, "stale {stale:#x}");
+        }
+    }
+
+    #[test]
+    fn a_frame_before_its_first_instruction_is_at_its_first_line() {
+        let code = PythonCode::new(layout_312());
+        let mut m = two_activations();
+        m.frame(0x6000, INNER, -1, 0x6100, 0);
+        assert_eq!(walked(&code, &m, 64)[0], frame("inner", 10));
+    }
+
+    /// A chain that leaves memory, or loops, gives no stack rather than a wrong one.
+    #[test]
+    fn chains_that_do_not_check_out_give_nothing() {
+        let code = PythonCode::new(layout_312());
+        let mut m = two_activations();
+        m.put(0x6200 + 4, 0xffff_fff0);
+        assert_eq!(walked(&code, &m, 64), []);
+        let mut m = two_activations();
+        m.put(0x6300 + 4, 0x6200);
+        assert_eq!(walked(&code, &m, 64), []);
+    }
+
+    /// Non-ASCII names (Latin-1, UCS-2) are decoded; long ones cut.
+    #[test]
+    fn names_in_every_kind_of_str() {
+        let code = PythonCode::new(layout_312());
+        let mut m = two_activations();
+        m.str(INNER + 0x100, "café", 1);
+        m.str(MIDDLE + 0x100, "λx", 2);
+        let long = "a".repeat(300);
+        m.str(MODULE + 0x100, &long, 1);
+        let names: Vec<String> = walked(&code, &m, 64)
+            .into_iter()
+            .flatten()
+            .map(|(name, _)| name)
+            .collect();
+        assert_eq!(names[..2], ["café", "λx"]);
+        assert_eq!(names[2], format!("{}…", "a".repeat(RAW_STR_BYTES)));
+    }
+
+    /// 3.11: no entry frames; an activation's first frame says `is_entry`.
+    #[test]
+    fn frames_of_311_marked_by_is_entry() {
+        let mut layout = layout_312();
+        layout.entry = EntryMark::IsEntry(38);
+        let code = PythonCode::new(layout);
+        let mut m = two_activations();
+        // inner (entry) → middle → <module> (entry) → end.
+        m.frame(0x6000, INNER, 1, 0x6200, 1);
+        m.frame(0x6300, MODULE, 0, 0, 1);
+        let expected = two_activations_walked();
+        assert_eq!(walked(&code, &m, 64), expected);
+    }
+}

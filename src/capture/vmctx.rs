@@ -32,6 +32,23 @@ pub fn vmctx_of(mut store: impl AsContextMut, func: wasmtime::Func) -> Result<us
     }
 }
 
+/// `instance`'s `VMContext` (through a function it exports) and the memory it exports.
+fn vmctx_and_memory(
+    mut store: impl AsContextMut,
+    instance: &Instance,
+) -> Result<(usize, wasmtime::Memory)> {
+    let func = instance
+        .exports(&mut store)
+        .find_map(|e| e.into_func())
+        .context("the module exports no function")?;
+    let vmctx = vmctx_of(&mut store, func)?;
+    let memory = instance
+        .exports(&mut store)
+        .find_map(|e| e.into_memory())
+        .context("the module exports no memory")?;
+    Ok((vmctx, memory))
+}
+
 /// The address of the `VMStoreContext` of the store of the instance whose `VMContext` is at
 /// `vmctx` (see [`vmctx_of`]).
 pub fn context_of_instance(vmctx: usize) -> usize {
@@ -134,15 +151,7 @@ impl GoInstance {
     pub fn of(mut store: impl AsContextMut, instance: &Instance) -> Result<Self> {
         let module = instance.module(&mut store).clone();
         let offsets = Offsets::of(&module)?;
-        let func = instance
-            .exports(&mut store)
-            .find_map(|e| e.into_func())
-            .context("a Go module exports a function")?;
-        let vmctx = vmctx_of(&mut store, func)?;
-        let memory = instance
-            .exports(&mut store)
-            .find_map(|e| e.into_memory())
-            .context("a Go module exports its memory")?;
+        let (vmctx, memory) = vmctx_and_memory(&mut store, instance)?;
         let go = GoInstance { vmctx, offsets };
         go.read().1.check(&store, memory)?;
         Ok(go)
@@ -200,15 +209,7 @@ impl MemoryOf {
         let module = instance.module(&mut store).clone();
         let offsets = VMOffsets::from(fields_of(&module, 0)?);
         let memory = offsets.vmctx_vmmemory_pointer(DefinedMemoryIndex::from_u32(0));
-        let func = instance
-            .exports(&mut store)
-            .find_map(|e| e.into_func())
-            .context("the module exports no function")?;
-        let vmctx = vmctx_of(&mut store, func)?;
-        let exported = instance
-            .exports(&mut store)
-            .find_map(|e| e.into_memory())
-            .context("the module exports no memory")?;
+        let (vmctx, exported) = vmctx_and_memory(&mut store, instance)?;
         let of = MemoryOf { vmctx, memory };
         of.read().check(&store, exported)?;
         Ok(of)

@@ -111,11 +111,16 @@ pub struct Resolver {
     /// A Go module's PC → its frame.
     go_frames: FxHashMap<(ModuleId, u64), Option<RawFrame>>,
     use_dwarf: bool,
+    /// CPython's samples: Python frames interleaved with its C frames (else Python's alone).
+    python_native: bool,
+    /// CPython's eval loop, by module, once looked for (see [`crate::wasm::python::eval_loop`]).
+    eval_loops: FxHashMap<ModuleId, Option<u32>>,
 }
 
 impl Resolver {
-    /// `use_dwarf`: map code to source lines with the modules' DWARF, not only to functions.
-    pub fn new(use_dwarf: bool) -> Self {
+    /// `use_dwarf`: map code to source lines with the modules' DWARF, not only to functions;
+    /// `python_native`: show CPython's C frames with its Python frames.
+    pub fn new(use_dwarf: bool, python_native: bool) -> Self {
         Resolver {
             modules: Table::default(),
             component_modules: Vec::new(),
@@ -124,6 +129,8 @@ impl Resolver {
             exit_frames: FxHashMap::default(),
             go_frames: FxHashMap::default(),
             use_dwarf,
+            python_native,
+            eval_loops: FxHashMap::default(),
         }
     }
 
@@ -368,8 +375,10 @@ impl Resolver {
         frames
     }
 
-    /// Replaces CPython's frames (`frames`, leaf first) by its Python stack: the leaf stays
-    /// when it is not Wasm (a host call, the runtime), as py-spy shows Python frames alone.
+    /// Puts CPython's Python stack into its frames (`frames`, leaf first): by default in place
+    /// of its C frames (the leaf stays when it is not Wasm: a host call, the runtime), as
+    /// py-spy shows Python frames alone; with `python_native`, each activation's Python frames
+    /// in place of the eval loop's frame that runs them.
     fn python_frames(&mut self, python: PythonStack<&[usize]>, frames: &mut Vec<RawFrame>) {
         let module = self.modules.iter_ids().find_map(|(id, m)| {
             let code = m.symbolizer.python()?;
@@ -378,24 +387,65 @@ impl Resolver {
         let Some(module) = module else {
             return;
         };
-        let keep = usize::from(!matches!(
-            frames.first(),
-            Some(RawFrame::Wasm { .. }) | None
-        ));
-        frames.truncate(keep);
-        frames.extend(
-            python
-                .frames
-                .iter()
-                .filter_map(|&word| match PyFrame::unpack(word) {
-                    PyFrame::Code { id, line } => Some(RawFrame::Python {
+        // Innermost first, each ending with its entry.
+        let mut activations: Vec<Vec<RawFrame>> = vec![Vec::new()];
+        for &word in python.frames {
+            match PyFrame::unpack(word) {
+                PyFrame::Code { id, line } => {
+                    activations.last_mut().unwrap().push(RawFrame::Python {
                         module,
                         code: id,
                         line,
-                    }),
-                    PyFrame::Activation => None,
-                }),
-        );
+                    })
+                }
+                PyFrame::Activation => activations.push(Vec::new()),
+            }
+        }
+        if activations.last().is_some_and(Vec::is_empty) {
+            activations.pop();
+        }
+        if !self.python_native {
+            let keep = usize::from(!matches!(
+                frames.first(),
+                Some(RawFrame::Wasm { .. }) | None
+            ));
+            frames.truncate(keep);
+            frames.extend(activations.into_iter().flatten());
+            return;
+        }
+        let eval = *self.eval_loops.entry(module).or_insert_with(|| {
+            crate::wasm::python::eval_loop(self.modules[module].symbolizer.wasm())
+                .ok()
+                .flatten()
+        });
+        let is_eval = |f: &RawFrame| {
+            matches!(f, RawFrame::Wasm { module: Some(m), func_index, .. }
+                if *m == module && Some(*func_index) == eval)
+        };
+        // Paired from the outermost: an activation being entered or left has its eval frame
+        // on the Wasm stack but is not in the Python chain.
+        let evals = frames.iter().filter(|f| is_eval(f)).count();
+        let unpaired = activations.len().saturating_sub(evals);
+        let mut pending = activations.into_iter();
+        // Activations no eval frame runs (none found): above the C frames.
+        let mut inner: Vec<RawFrame> = pending.by_ref().take(unpaired).flatten().collect();
+        let mut merged = Vec::with_capacity(frames.len() + inner.len());
+        let mut unmatched = evals.saturating_sub(pending.len());
+        for f in frames.drain(..) {
+            if !is_eval(&f) {
+                merged.push(f);
+                continue;
+            }
+            if unmatched > 0 {
+                unmatched -= 1;
+                merged.push(f);
+                continue;
+            }
+            merged.append(&mut inner);
+            merged.extend(pending.next().into_iter().flatten());
+        }
+        merged.append(&mut inner);
+        *frames = merged;
     }
 
     /// The frames of the PCs `pcs` of a goroutine's stack in registered module `module`.

@@ -77,6 +77,58 @@ pub fn read(wasm: &[u8], variables: &[&str], paths: &[&str]) -> Result<Layout> {
     Ok(layout)
 }
 
+/// Where function `function` (a definition with parameters) keeps its parameters in its
+/// frame, in order: their `DW_OP_fbreg` offsets, as unoptimized code spills them. `None`
+/// when no definition of it says so.
+pub fn parameter_offsets(wasm: &[u8], function: &str) -> Result<Option<Vec<i64>>> {
+    let dwarf = sections(wasm)?;
+    let mut units = dwarf.units();
+    while let Some(header) = units.next().context("malformed DWARF unit header")? {
+        let unit = dwarf.unit(header).context("malformed DWARF unit")?;
+        let mut entries = unit.entries();
+        while let Some(entry) = entries.next_dfs().context("malformed DWARF entry")? {
+            if entry.tag() != gimli::DW_TAG_subprogram
+                || declaration(entry)
+                || name_of(&dwarf, &unit, entry) != Some(function)
+            {
+                continue;
+            }
+            let mut tree = unit
+                .entries_tree(Some(entry.offset()))
+                .context("malformed DWARF entry")?;
+            let mut children = tree.root().context("malformed DWARF entry")?.children();
+            let mut offsets = Vec::new();
+            while let Some(child) = children.next().context("malformed DWARF entry")? {
+                let child = child.entry();
+                if child.tag() != gimli::DW_TAG_formal_parameter {
+                    continue;
+                }
+                match frame_offset(child) {
+                    Some(offset) => offsets.push(offset),
+                    None => break,
+                }
+            }
+            if !offsets.is_empty() {
+                return Ok(Some(offsets));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// A location of one `DW_OP_fbreg`: the offset from the frame base.
+fn frame_offset(entry: &gimli::DebuggingInformationEntry<Reader<'_>>) -> Option<i64> {
+    let Some(AttributeValue::Exprloc(expression)) = entry.attr_value(gimli::DW_AT_location) else {
+        return None;
+    };
+    let mut bytes = expression.0;
+    if gimli::Reader::read_u8(&mut bytes).ok()? != gimli::DW_OP_fbreg.0 {
+        return None;
+    }
+    let offset = gimli::Reader::read_sleb128(&mut bytes).ok()?;
+    bytes.is_empty().then_some(offset)
+}
+
 /// The module's DWARF sections, in place.
 fn sections(wasm: &[u8]) -> Result<gimli::Dwarf<Reader<'_>>> {
     let mut found: HashMap<&str, &[u8]> = HashMap::new();

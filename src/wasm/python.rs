@@ -185,6 +185,86 @@ impl PythonLayout {
     }
 }
 
+/// The function index of the eval loop, `_PyEval_EvalFrameDefault`, whose each activation runs
+/// the Python frames of one call from C: by the `name` section's name, else by its DWARF
+/// (whose code addresses a post-link rewrite may have zeroed, as in VMware's builds): the one
+/// function that spills each parameter where the DWARF says it lives in its frame
+/// (`local.get FP; local.get PARAM; i32.store offset=OFFSET`, as unoptimized code does).
+pub fn eval_loop(wasm: &[u8]) -> Result<Option<u32>> {
+    const NAME: &str = "_PyEval_EvalFrameDefault";
+    let mut imported = 0;
+    let mut bodies = Vec::new();
+    for payload in wasmparser::Parser::new(0).parse_all(wasm) {
+        match payload? {
+            wasmparser::Payload::ImportSection(reader) => {
+                for import in reader.into_imports() {
+                    if matches!(
+                        import?.ty,
+                        wasmparser::TypeRef::Func(_) | wasmparser::TypeRef::FuncExact(_)
+                    ) {
+                        imported += 1;
+                    }
+                }
+            }
+            wasmparser::Payload::CodeSectionEntry(body) => bodies.push(body),
+            wasmparser::Payload::CustomSection(reader) => {
+                if let wasmparser::KnownCustom::Name(names) = reader.as_known() {
+                    for name in names {
+                        if let Ok(wasmparser::Name::Function(map)) = name {
+                            for naming in map.into_iter().flatten() {
+                                if naming.name == NAME {
+                                    return Ok(Some(naming.index));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let Some(offsets) = dwarf_layout::parameter_offsets(wasm, NAME)? else {
+        return Ok(None);
+    };
+    let mut found = None;
+    for (i, body) in bodies.iter().enumerate() {
+        if spills_parameters(body, &offsets).unwrap_or(false) {
+            if found.is_some() {
+                return Ok(None);
+            }
+            found = Some(imported + i as u32);
+        }
+    }
+    Ok(found)
+}
+
+/// Whether `body` stores each parameter `p` at `offsets[p]` from a local (its frame base).
+fn spills_parameters(body: &wasmparser::FunctionBody<'_>, offsets: &[i64]) -> Result<bool> {
+    use wasmparser::Operator;
+    let mut spilled = vec![false; offsets.len()];
+    let mut ops = body.get_operators_reader()?;
+    let (mut before, mut last) = (None, None);
+    while !ops.eof() {
+        let op = ops.read()?;
+        if let (
+            Some(Operator::LocalGet { .. }),
+            Some(Operator::LocalGet { local_index }),
+            Operator::I32Store { memarg } | Operator::I64Store { memarg },
+        ) = (&before, &last, &op)
+        {
+            let p = *local_index as usize;
+            if offsets
+                .get(p)
+                .is_some_and(|&o| u64::try_from(o) == Ok(memarg.offset))
+            {
+                spilled[p] = true;
+            }
+        }
+        (before, last) = (last, Some(op));
+    }
+    Ok(spilled.iter().all(|&s| s))
+}
+
 /// The line of the instruction at byte offset `offset` of a code object's bytecode, from its
 /// location table (`co_linetable`, the format of CPython 3.11 to 3.13,
 /// `Objects/locations.md`): entries of a header byte (`0x80 | code << 3 | length − 1`,
