@@ -31,8 +31,13 @@ fn component(name: &str) -> Option<PathBuf> {
 }
 
 /// Records `component` with `flags`, checks its stdout and exit code against `wasmtime run`'s
-/// and `expected`, and returns its profile.
-fn recorded(component: &PathBuf, flags: &[&str], args: &[&str], expected: &str) -> Decoded {
+/// and `expected`, and returns its profile and what wasmspy said on stderr.
+fn recorded(
+    component: &PathBuf,
+    flags: &[&str],
+    args: &[&str],
+    expected: &str,
+) -> (Decoded, String) {
     let dir = tempfile::tempdir().unwrap();
     let (ours, profile) = record(dir.path(), flags, component, args);
     let theirs = Command::new(wasmtime_cli())
@@ -46,7 +51,7 @@ fn recorded(component: &PathBuf, flags: &[&str], args: &[&str], expected: &str) 
     assert_eq!(theirs.status.code(), Some(0), "{}", stderr(&theirs));
     assert_eq!(stdout(&ours), expected);
     assert_eq!(stdout(&theirs), expected);
-    Decoded::load(&profile)
+    (Decoded::load(&profile), stderr(&ours))
 }
 
 /// The share of samples whose stack has `function` in it.
@@ -66,7 +71,7 @@ fn a_javascript_component_shows_spidermonkey() {
         return;
     };
     // StarlingMonkey imports `wasi:http` for `fetch`.
-    let p = recorded(&js, &["-S", "http"], &[], "fib(27) = 196418\n");
+    let (p, _) = recorded(&js, &["-S", "http"], &[], "fib(27) = 196418\n");
     let interpret = "js::Interpret(JSContext*, js::RunState&)";
     let share = inclusive_share(&p, interpret);
     assert!(
@@ -91,7 +96,10 @@ fn a_python_component_shows_cpython() {
     let Some(py) = component("fib-py.wasm") else {
         return;
     };
-    let p = recorded(&py, &[], &["27"], "fib(27) = 196418\n");
+    let (p, said) = recorded(&py, &[], &["27"], "fib(27) = 196418\n");
+    // componentize-py's CPython has no DWARF: no Python frames, and wasmspy says why, once.
+    let why = "libpython3.14.so: CPython, but without DWARF debug info";
+    assert_eq!(said.matches(why).count(), 1, "{said}");
     let eval = "_PyEval_EvalFrameDefault";
     let share = inclusive_share(&p, eval);
     assert!(

@@ -174,7 +174,7 @@ impl ModuleSymbolizer {
                 _ => {}
             }
         }
-        let python = python_of(file_name, &wasm, &sections, &mut warnings);
+        let python = python_of(file_name, &wasm, &sections, &names, &mut warnings);
         let dwarf = if !use_dwarf {
             DwarfState::Unavailable
         } else if sections.present() {
@@ -404,6 +404,7 @@ fn python_of(
     file_name: &str,
     wasm: &[u8],
     sections: &DwarfSections,
+    names: &Names,
     warnings: &mut Vec<String>,
 ) -> Option<Arc<PythonCode>> {
     let strings = sections
@@ -415,7 +416,7 @@ fn python_of(
         format!("{file_name}: CPython, but {why}: samples show its C functions, not Python frames")
     };
     if memchr::memmem::find(strings, b"_PyRuntime\0").is_none() {
-        if memchr::memmem::find(wasm, b"_PyEval_EvalFrameDefault").is_some() {
+        if names.defines("_PyEval_EvalFrameDefault") {
             warnings.push(unavailable(
                 "without DWARF debug info (no `_PyRuntime` and interpreter structures to read its frames by; build it with -g)",
             ));

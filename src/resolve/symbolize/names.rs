@@ -60,6 +60,12 @@ impl Names {
         result
     }
 
+    /// Whether the module defines (not imports) a function named `name`.
+    pub fn defines(&self, name: &str) -> bool {
+        let imported = self.imported_function_count();
+        self.names.iter().any(|(&i, n)| i >= imported && n == name)
+    }
+
     pub fn imported_function_count(&self) -> u32 {
         self.imports.len() as u32
     }
