@@ -675,7 +675,8 @@ fn every_thread_that_attaches_a_store_is_sampled() {
         let expected = cpu as f64 / total_cpu as f64;
         assert!(
             (share - expected).abs() < 0.03,
-            "hot{i}: {share:.3} of the profile, {expected:.3} of the threads' CPU time"
+            "hot{i}: {share:.3} of the profile, {expected:.3} of the threads' CPU time; threads' CPU {cpu_ns:?} ns, profiled {profiled} ns, samples {:?}",
+            handle.counts()
         );
     }
     // Nearly all the CPU the threads used is in the profile.
