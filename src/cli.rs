@@ -192,6 +192,16 @@ pub struct ProfilingArgs {
     #[arg(long)]
     pub no_dwarf: bool,
 
+    /// Write a jitdump file (`jit-PID.dump`) of the guest's compiled functions with their
+    /// source lines, for Linux perf: `perf record -k 1 -- wasmspy record --jitdump …`, then
+    /// `perf inject -j`, and `perf report --sort srcline` shows the guest's file:line.
+    #[arg(long)]
+    pub jitdump: bool,
+
+    /// Write a perf map (`/tmp/perf-PID.map`) of the guest's compiled functions, for Linux perf.
+    #[arg(long)]
+    pub perfmap: bool,
+
     /// CPython guests: show CPython's C (Wasm) frames too, each call of its eval loop replaced
     /// by the Python frames it runs, as py-spy's `--native`; by default, Python frames alone.
     #[arg(long)]

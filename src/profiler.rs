@@ -55,7 +55,7 @@ use crate::memory::rewrite::{report, Rewritten, HOOK_TABLE, SAMPLE_COUNTDOWN};
 use crate::pipeline::Pipeline;
 use crate::profile::{Labels, Profile};
 use crate::record::{KindCounts, Mark, Recorder};
-use crate::resolve::{ModuleId, Resolver};
+use crate::resolve::{ListedFunction, ModuleId, Resolver};
 use crate::sync::lock;
 use crate::wasm::go::FIRST_PC_F;
 
@@ -797,6 +797,12 @@ impl ProfilerHandle {
             }
             Ok(UpdateDeadline::Continue(1))
         });
+    }
+
+    /// The registered modules' compiled functions, named, with their source lines: what Linux
+    /// perf is told of JIT code ([`crate::perf`]).
+    pub fn code_listing(&self) -> Vec<ListedFunction> {
+        self.resolver().code_listing()
     }
 
     fn resolver(&self) -> std::sync::MutexGuard<'_, Resolver> {

@@ -1,11 +1,12 @@
 //! The subcommands: `record` runs and profiles a guest, `serve` serves and profiles a
 //! `wasi:http` component (both with [`interrupt`] handling Ctrl-C and SIGTERM, and
 //! [`outputs`] writing what they recorded, [`profiled`] setting up the profiler, and
-//! [`rewrite`] instrumenting the allocators for a memory profile), `report` and `convert` read
-//! profiles back.
+//! [`rewrite`] instrumenting the allocators for a memory profile, [`perf_files`] telling Linux
+//! perf of the guest's code), `report` and `convert` read profiles back.
 
 pub mod interrupt;
 pub mod outputs;
+pub mod perf_files;
 pub mod profiled;
 pub mod record;
 pub mod report;

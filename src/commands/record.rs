@@ -13,6 +13,7 @@ use crate::commands::interrupt::{self, GuestEnded};
 use crate::commands::outputs::{
     file_name, flush_periodically, print_warnings, start_server, write_on_signals, Outputs,
 };
+use crate::commands::perf_files;
 use crate::commands::profiled::Profiled;
 use crate::commands::rewrite::Rewrite;
 
@@ -63,6 +64,7 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         (Program::Component(component), _) => profiler.add_component(&name, component, &wasm)?,
     }
     print_warnings(&profiler.handle());
+    let _perf_files = perf_files::write(&args.profiling, &profiler.handle())?;
     let wasi = args.guest.wasi_config(
         std::iter::once(name.clone())
             .chain(args.args.iter().cloned())

@@ -20,6 +20,7 @@ use crate::commands::interrupt::GuestEnded;
 use crate::commands::outputs::{
     file_name, flush_periodically, print_warnings, start_server, write_on_signals, Outputs,
 };
+use crate::commands::perf_files;
 use crate::commands::profiled::Profiled;
 use crate::commands::rewrite::Rewrite;
 
@@ -58,6 +59,7 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
         _ => profiler.add_component(&name, &component, &wasm)?,
     }
     print_warnings(&profiler.handle());
+    let _perf_files = perf_files::write(&args.profiling, &profiler.handle())?;
     let argv = vec![name.clone()];
     // As `wasmtime serve`: the proxy world's interfaces unless `-S cli` asks for all of WASI.
     let mut wasi = args.guest.wasi_config(argv.clone());

@@ -42,6 +42,16 @@ struct TextCode {
     address_map: Vec<(u32, u32)>,
 }
 
+/// A compiled Wasm function: its native code and, for each instruction the address map
+/// names, where its code starts and its offset in its module's binary (as compiled), by
+/// address.
+pub struct CompiledFunction {
+    pub code: Range<usize>,
+    pub module: ModuleId,
+    pub func_index: u32,
+    pub instructions: Vec<(usize, u32)>,
+}
+
 #[derive(Default)]
 pub struct CodeMap {
     texts: Vec<TextCode>,
@@ -104,6 +114,34 @@ impl CodeMap {
     /// The executable text of every registered module and component.
     pub fn text_ranges(&self) -> impl Iterator<Item = Range<usize>> + '_ {
         self.texts.iter().map(|m| m.text.clone())
+    }
+
+    /// Every function of every registered text.
+    pub fn functions(&self) -> impl Iterator<Item = CompiledFunction> + '_ {
+        self.texts.iter().flat_map(|m| {
+            m.functions
+                .iter()
+                .map(move |&(start, end, func_index, owner)| {
+                    let owner = m.owners[owner as usize];
+                    let first = m.address_map.partition_point(|&(text, _)| text < start);
+                    let instructions = m.address_map[first..]
+                        .iter()
+                        .take_while(|&&(text, _)| text < end)
+                        .map(|&(text, wasm)| {
+                            (
+                                m.text.start + text as usize,
+                                wasm.saturating_sub(owner.start),
+                            )
+                        })
+                        .collect();
+                    CompiledFunction {
+                        code: m.text.start + start as usize..m.text.start + end as usize,
+                        module: owner.module,
+                        func_index,
+                        instructions,
+                    }
+                })
+        })
     }
 
     pub fn lookup(&self, pc: usize) -> CodeLocation {
@@ -177,5 +215,20 @@ mod tests {
         assert_eq!(funcs[0].index.as_u32(), 1, "index space counts the import");
         assert_eq!(map.lookup(text.wrapping_sub(1)), CodeLocation::Elsewhere);
         assert_eq!(map.text_ranges().count(), 1);
+        // Listed: each function's code, its instructions within it, mapped as `lookup` maps.
+        let listed: Vec<CompiledFunction> = map.functions().collect();
+        assert_eq!(listed.len(), 2);
+        for (f, listed) in funcs.iter().zip(&listed) {
+            assert_eq!(listed.code, text + f.offset..text + f.offset + f.len);
+            assert_eq!(listed.func_index, f.index.as_u32());
+            assert!(!listed.instructions.is_empty());
+            for &(address, offset) in &listed.instructions {
+                assert!(listed.code.contains(&address));
+                match map.lookup(address) {
+                    CodeLocation::Wasm { offset: o, .. } => assert_eq!(o, offset),
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
     }
 }

@@ -22,13 +22,27 @@ use crate::memory::component::RewrittenComponent;
 use crate::memory::rewrite::Rewritten;
 use crate::profile::{Id, Mapping, Table};
 use crate::wasm::component::core_modules;
-use code_map::{CodeLocation, CodeMap, CodeOwner};
+use code_map::{CodeLocation, CodeMap, CodeOwner, CompiledFunction};
 use symbolize::{FunctionName, ModuleSymbolizer, SourceFrame};
 
 crate::profile::ids! {
     /// A module registered with the [`Resolver`], in the order of registration (each core
     /// module of a component is one).
     ModuleId;
+}
+
+/// A compiled function as [`Resolver::code_listing`] lists it.
+pub struct ListedFunction {
+    pub code: Range<usize>,
+    pub name: String,
+    /// Where each stretch of code of one source line starts, by address.
+    pub lines: Vec<SourceLine>,
+}
+
+pub struct SourceLine {
+    pub address: usize,
+    pub file: String,
+    pub line: u32,
 }
 
 /// A frame of a sample, resolved to a registered module's code, before symbolization.
@@ -562,6 +576,68 @@ impl Resolver {
             .as_ref()
             .and_then(|r| r.original(func_index, offset))
             .unwrap_or((func_index, offset, false))
+    }
+
+    /// Every compiled function of the registered modules, named, with the source line of
+    /// each stretch of its code where DWARF (or Go's table) gives one: what Linux perf is told
+    /// of JIT code (see [`crate::perf`]).
+    pub fn code_listing(&mut self) -> Vec<ListedFunction> {
+        let functions: Vec<CompiledFunction> = self.code_map.functions().collect();
+        // Each instruction as its original module's (function index, offset).
+        let originals: Vec<Vec<(u32, u32)>> = functions
+            .iter()
+            .map(|f| {
+                f.instructions
+                    .iter()
+                    .map(|&(_, offset)| {
+                        let (index, offset, _) = self.original(f.module, f.func_index, offset);
+                        (index, offset)
+                    })
+                    .collect()
+            })
+            .collect();
+        // Symbolized a module at a time: one pass over its DWARF.
+        for module in self.modules.ids().collect::<Vec<_>>() {
+            let addresses: Vec<(u32, u32)> = functions
+                .iter()
+                .zip(&originals)
+                .filter(|(f, _)| f.module == module)
+                .flat_map(|(_, a)| a.iter().copied())
+                .collect();
+            self.symbolize(module, &addresses);
+        }
+        let mut listing = Vec::with_capacity(functions.len());
+        for (f, originals) in functions.into_iter().zip(originals) {
+            let Some(&(func_index, _)) = originals.first() else {
+                continue;
+            };
+            let name = self.function_name(f.module, func_index).name;
+            let mut lines: Vec<SourceLine> = Vec::new();
+            for (&(address, _), &(index, offset)) in f.instructions.iter().zip(&originals) {
+                let source = self.source_frames(f.module, index, offset);
+                // The innermost frame's: perf shows no inlined calls of JIT code.
+                let Some(s) = source.first().filter(|s| s.line > 0 && !s.file.is_empty()) else {
+                    continue;
+                };
+                if lines
+                    .last()
+                    .is_some_and(|l| l.line == s.line && l.file == s.file)
+                {
+                    continue;
+                }
+                lines.push(SourceLine {
+                    address,
+                    file: s.file.clone(),
+                    line: s.line,
+                });
+            }
+            listing.push(ListedFunction {
+                code: f.code,
+                name,
+                lines,
+            });
+        }
+        listing
     }
 
     /// The native code of every registered module.
