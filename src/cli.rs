@@ -188,6 +188,11 @@ pub struct ProfilingArgs {
     #[arg(long, value_name = "CLOCK", default_value = "cpu")]
     pub clock: Clock,
 
+    /// Compile for this target, as `wasmtime run --target` does: `pulley64` (or `pulley32`)
+    /// runs the guest on Wasmtime's Pulley interpreter, sampled with the epoch sampler.
+    #[arg(long, value_name = "TARGET")]
+    pub target: Option<String>,
+
     /// Name functions only: skip the module's DWARF debug info (file:line, inlined frames).
     #[arg(long)]
     pub no_dwarf: bool,

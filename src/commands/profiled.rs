@@ -1,7 +1,8 @@
 //! What `record` and `serve` set up before the guest runs: an engine configured for the
 //! profiler's options, the profiler, and the allocator rewrite when memory is profiled.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+use wasmspy::capture::SamplerKind;
 use wasmspy::Profiler;
 use wasmtime::{Config, Engine};
 
@@ -29,8 +30,19 @@ impl Profiled {
         name: &str,
     ) -> Result<Self> {
         let timeline = outputs.cpu.iter().any(|o| o.format.shows_time());
-        let options = args.options(default_rate, timeline);
+        let mut options = args.options(default_rate, timeline);
         let mut config = config(outputs.memory.is_some());
+        if let Some(target) = &args.target {
+            config
+                .target(target)
+                .map_err(anyhow::Error::from)
+                .with_context(|| format!("cannot compile for `--target {target}`"))?;
+            // The signal sampler cannot read an interpreter's stack: Pulley's code is not the
+            // code the CPU runs.
+            if target.starts_with("pulley") && options.sampler == SamplerKind::Auto {
+                options.sampler = SamplerKind::Epoch;
+            }
+        }
         Profiler::configure(&mut config, &options);
         let engine = Engine::new(&config)?;
         let profiler = Profiler::new(&engine, options.clone())?;
