@@ -78,3 +78,19 @@ fn the_signal_sampler_is_refused_for_pulley() {
         &"--target pulley64 --sampler signal",
     );
 }
+
+/// perf's files describe compiled code: under Pulley the CPU runs the interpreter, so they are
+/// refused in one line rather than written to name bytecode perf never samples.
+#[test]
+fn perf_files_are_refused_for_pulley() {
+    for flag in ["--jitdump", "--perfmap"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (out, _) = record(
+            dir.path(),
+            &["--target", "pulley64", flag],
+            &fixture("c/cprog.wasm"),
+            &["spin", "1"],
+        );
+        assert_one_line_error(&out, "under Pulley perf sees only the interpreter", &flag);
+    }
+}

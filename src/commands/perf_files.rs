@@ -20,6 +20,15 @@ pub fn write(args: &ProfilingArgs, profiler: &ProfilerHandle) -> Result<PerfFile
             _jitdump: None,
         });
     }
+    if args
+        .target
+        .as_deref()
+        .is_some_and(|t| t.starts_with("pulley"))
+    {
+        anyhow::bail!(
+            "--jitdump and --perfmap describe compiled code; under Pulley perf sees only the interpreter"
+        );
+    }
     let listing = profiler.code_listing();
     if args.perfmap {
         let path = wasmspy::perf::perfmap::write(&listing)?;
