@@ -369,10 +369,14 @@ impl ModuleSymbolizer {
                     DwarfState::Ready(Box::new(dwarf))
                 }
                 Err(e) => {
-                    self.warnings.push(format!(
-                        "{}: {e:#}: the profile names functions, without file:line",
-                        self.file_name
-                    ));
+                    // CPython's Python frames do not come from this DWARF: only its C frames
+                    // (before Python runs, with `--native`) lack their lines.
+                    let names = match self.python {
+                        Some(_) => "its C functions are named, without file:line (its Python frames come from the interpreter's state)",
+                        None => "the profile names functions, without file:line",
+                    };
+                    self.warnings
+                        .push(format!("{}: {e:#}: {names}", self.file_name));
                     DwarfState::Unavailable
                 }
             };
