@@ -267,6 +267,13 @@ impl ProfilingArgs {
         }
     }
 
+    /// Whether `--target` is Pulley's: the interpreter runs the guest, not compiled code.
+    pub fn on_pulley(&self) -> bool {
+        self.target
+            .as_deref()
+            .is_some_and(|t| t.starts_with("pulley"))
+    }
+
     /// The CPU profile's outputs: those `given`, else `wasmspy.pb.gz` unless a memory profile
     /// or the live server is asked for.
     fn default_output(&self, given: &[PathBuf]) -> Vec<PathBuf> {

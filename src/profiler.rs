@@ -163,7 +163,7 @@ pub struct ProfilerHandle {
     python_codes: Arc<Mutex<Vec<PythonText>>>,
     /// With the epoch sampler: per attached store, the instance its epoch callback reads the
     /// language's own stack of (Go's, Python's), once shown.
-    epoch_go: Arc<Mutex<FxHashMap<StoreData, Arc<ReaderSlot>>>>,
+    epoch_readers: Arc<Mutex<FxHashMap<StoreData, Arc<ReaderSlot>>>>,
 }
 
 /// A CPython module's text, with what its Python stacks are read with.
@@ -173,12 +173,12 @@ type PythonText = (Range<usize>, Arc<PythonCode>);
 type ReaderSlot = OnceLock<StackReader>;
 
 /// Takes a store's [`ReaderSlot`] out of the profiler's map as the store drops.
-struct EpochGoOfStore {
+struct EpochReaderOfStore {
     data: StoreData,
     slots: Weak<Mutex<FxHashMap<StoreData, Arc<ReaderSlot>>>>,
 }
 
-impl Drop for EpochGoOfStore {
+impl Drop for EpochReaderOfStore {
     fn drop(&mut self) {
         if let Some(slots) = self.slots.upgrade() {
             lock(&slots).remove(&self.data);
@@ -259,7 +259,7 @@ impl Profiler {
                 allocations,
                 go_codes: Arc::default(),
                 python_codes: Arc::default(),
-                epoch_go: Arc::default(),
+                epoch_readers: Arc::default(),
             },
         })
     }
@@ -708,7 +708,7 @@ impl ProfilerHandle {
         self.install_hook(&mut store, instance, reader.clone())?;
         if let Some(reader) = &reader {
             let data = StoreData::of(store.as_context().data());
-            if let Some(slot) = lock(&self.epoch_go).get(&data) {
+            if let Some(slot) = lock(&self.epoch_readers).get(&data) {
                 let _ = slot.set(reader.clone());
             }
         }
@@ -760,12 +760,12 @@ impl ProfilerHandle {
     ) {
         let pipeline = self.pipeline.clone();
         let interrupt = self.interrupt.clone();
-        let go = Arc::new(ReaderSlot::new());
+        let reader = Arc::new(ReaderSlot::new());
         if samples_at_epochs {
             let data = StoreData::of(store.data());
-            lock(&self.epoch_go).insert(data, go.clone());
-            let slots = Arc::downgrade(&self.epoch_go);
-            keep_until_dropped(&mut *store, EpochGoOfStore { data, slots });
+            lock(&self.epoch_readers).insert(data, reader.clone());
+            let slots = Arc::downgrade(&self.epoch_readers);
+            keep_until_dropped(&mut *store, EpochReaderOfStore { data, slots });
         }
         let mut last_thread = epoch::current_thread();
         let mut last_cpu = thread_cpu_ns();
@@ -793,7 +793,7 @@ impl ProfilerHandle {
                     thread,
                     time_ns: wall,
                 };
-                epoch::take_sample(&ctx, go.get(), taken, pipeline.as_ref(), values);
+                epoch::take_sample(&ctx, reader.get(), taken, pipeline.as_ref(), values);
             }
             Ok(UpdateDeadline::Continue(1))
         });

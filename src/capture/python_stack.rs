@@ -178,17 +178,11 @@ impl<M: Memory> Walk<'_, M> {
     /// checked against the chain of `_PyCFrame`s. None when the chain does not check out.
     fn frames(&self, mut frame: u32, mut cframe: Option<u32>, out: &mut [usize]) -> Option<usize> {
         let l = &self.code.layout;
-        let room = out.len();
-        let mut written = 0;
-        let mut push = |frame: PyFrame, written: &mut usize| {
-            if let Some(slot) = out.get_mut(*written) {
-                *slot = frame.pack();
-                *written += 1;
-            }
-        };
+        let (mut written, mut named) = (0, 0);
         for _ in 0..MAX_STEPS {
             if frame == 0 {
-                return Some(written);
+                // Entry frames alone (the interpreter between calls) are no Python stack.
+                return Some(if named == 0 { 0 } else { written });
             }
             let code = self.u32(frame, l.frame_code)?;
             if self.u32(code, l.object_type)? != l.code_type {
@@ -203,13 +197,18 @@ impl<M: Memory> Walk<'_, M> {
                 }
             };
             // Named only while the output has room; the rest of the chain is still checked.
-            if runs_code && written < room {
+            if let (true, Some(slot)) = (runs_code, out.get_mut(written)) {
                 let instruction = self.u32(frame, l.frame_instruction)?;
-                let frame = PyFrame::Code {
-                    id: self.id_of(code),
-                    line: self.line_of(code, instruction).unwrap_or(0),
-                };
-                push(frame, &mut written);
+                let key = self.key_of(code);
+                *slot = PyFrame::Code {
+                    id: key.map_or(CodeId::UNKNOWN, |key| self.id_of(key)),
+                    line: key
+                        .and_then(|key| self.line_of(key, instruction))
+                        .unwrap_or(0),
+                }
+                .pack();
+                written += 1;
+                named += 1;
             }
             if first {
                 if let (
@@ -231,27 +230,29 @@ impl<M: Memory> Walk<'_, M> {
                     }
                     cframe = Some(outer);
                 }
-                push(PyFrame::Activation, &mut written);
+                if let Some(slot) = out.get_mut(written) {
+                    *slot = PyFrame::Activation.pack();
+                    written += 1;
+                }
             }
             frame = previous;
         }
         None
     }
 
-    /// The entry of `code`'s names, made on first sight.
-    fn id_of(&self, code: u32) -> CodeId {
+    /// What identifies code object `code` (see [`CodeKey`]).
+    fn key_of(&self, code: u32) -> Option<CodeKey> {
         let l = &self.code.layout;
-        let key = (|| {
-            Some(CodeKey {
-                code,
-                qualname: self.u32(code, l.code_qualname)?,
-                filename: self.u32(code, l.code_filename)?,
-                first_line: self.u32(code, l.code_first_line)?,
-            })
-        })();
-        let Some(key) = key else {
-            return CodeId::UNKNOWN;
-        };
+        Some(CodeKey {
+            code,
+            qualname: self.u32(code, l.code_qualname)?,
+            filename: self.u32(code, l.code_filename)?,
+            first_line: self.u32(code, l.code_first_line)?,
+        })
+    }
+
+    /// The entry of the code object `key` names, made on first sight.
+    fn id_of(&self, key: CodeKey) -> CodeId {
         self.code.names.id_of(key, |text| {
             text.qualname = self.raw_str(key.qualname);
             text.filename = self.raw_str(key.filename);
@@ -297,11 +298,11 @@ impl<M: Memory> Walk<'_, M> {
         raw
     }
 
-    /// The line of the instruction at `instruction` in `code`; its first line before its
-    /// first instruction.
-    fn line_of(&self, code: u32, instruction: u32) -> Option<u32> {
+    /// The line of the instruction at `instruction` in the code object of `key`; its first
+    /// line before its first instruction.
+    fn line_of(&self, key: CodeKey, instruction: u32) -> Option<u32> {
         let l = &self.code.layout;
-        let first_line = self.u32(code, l.code_first_line)? as i32;
+        let (code, first_line) = (key.code, key.first_line as i32);
         let Some(offset) = instruction.checked_sub(code.checked_add(l.code_bytecode)?) else {
             return u32::try_from(first_line).ok();
         };
@@ -712,6 +713,17 @@ mod tests {
             m.put(TSTATE + 40, new_cframe);
             assert_eq!(walked(&code, &m, 64), expected, "stale {stale:#x}");
         }
+    }
+
+    /// The interpreter between calls from C (an activation's entry frame and nothing else):
+    /// no Python stack, so the sample keeps its Wasm frames.
+    #[test]
+    fn entry_frames_alone_are_no_stack() {
+        let code = PythonCode::new(layout_312());
+        let mut m = two_activations();
+        m.put(OUTER_CFRAME, 0x6400);
+        m.put(TSTATE + 40, OUTER_CFRAME);
+        assert_eq!(walked(&code, &m, 64), []);
     }
 
     #[test]

@@ -39,7 +39,7 @@ impl Profiled {
                 .with_context(|| format!("cannot compile for `--target {target}`"))?;
             // The signal sampler cannot read an interpreter's stack: Pulley's code is not the
             // code the CPU runs.
-            if target.starts_with("pulley") && options.sampler == SamplerKind::Auto {
+            if args.on_pulley() && options.sampler == SamplerKind::Auto {
                 options.sampler = SamplerKind::Epoch;
             }
         }

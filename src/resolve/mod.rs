@@ -401,31 +401,30 @@ impl Resolver {
         let Some(module) = module else {
             return;
         };
-        // Innermost first, each ending with its entry.
-        let mut activations: Vec<Vec<RawFrame>> = vec![Vec::new()];
-        for &word in python.frames {
-            match PyFrame::unpack(word) {
-                PyFrame::Code { id, line } => {
-                    activations.last_mut().unwrap().push(RawFrame::Python {
-                        module,
-                        code: id,
-                        line,
-                    })
-                }
-                PyFrame::Activation => activations.push(Vec::new()),
-            }
-        }
-        if activations.last().is_some_and(Vec::is_empty) {
-            activations.pop();
-        }
+        let frame_of = |word: &usize| match PyFrame::unpack(*word) {
+            PyFrame::Code { id, line } => Some(RawFrame::Python {
+                module,
+                code: id,
+                line,
+            }),
+            PyFrame::Activation => None,
+        };
         if !self.python_native {
             let keep = usize::from(!matches!(
                 frames.first(),
                 Some(RawFrame::Wasm { .. }) | None
             ));
             frames.truncate(keep);
-            frames.extend(activations.into_iter().flatten());
+            frames.extend(python.frames.iter().filter_map(frame_of));
             return;
+        }
+        // Innermost first; the walk ends each with its entry's marker.
+        let mut activations: Vec<&[usize]> = python
+            .frames
+            .split(|&word| PyFrame::unpack(word) == PyFrame::Activation)
+            .collect();
+        if activations.last().is_some_and(|a| a.is_empty()) {
+            activations.pop();
         }
         let eval = *self.eval_loops.entry(module).or_insert_with(|| {
             crate::wasm::python::eval_loop(self.modules[module].symbolizer.wasm())
@@ -442,7 +441,12 @@ impl Resolver {
         let unpaired = activations.len().saturating_sub(evals);
         let mut pending = activations.into_iter();
         // Activations no eval frame runs (none found): above the C frames.
-        let mut inner: Vec<RawFrame> = pending.by_ref().take(unpaired).flatten().collect();
+        let mut inner: Vec<RawFrame> = pending
+            .by_ref()
+            .take(unpaired)
+            .flatten()
+            .filter_map(frame_of)
+            .collect();
         let mut merged = Vec::with_capacity(frames.len() + inner.len());
         let mut unmatched = evals.saturating_sub(pending.len());
         for f in frames.drain(..) {
@@ -456,7 +460,7 @@ impl Resolver {
                 continue;
             }
             merged.append(&mut inner);
-            merged.extend(pending.next().into_iter().flatten());
+            merged.extend(pending.next().into_iter().flatten().filter_map(frame_of));
         }
         merged.append(&mut inner);
         *frames = merged;
