@@ -48,6 +48,11 @@ pub struct ReportArgs {
     #[arg(long)]
     pub lines: bool,
 
+    /// Self time per Pulley opcode and per adjacent opcode pair (a profile recorded with
+    /// `--target pulley64`), rather than per function.
+    #[arg(long, conflicts_with = "lines")]
+    pub opcodes: bool,
+
     /// Print only the first N rows.
     #[arg(long, value_name = "N")]
     pub top: Option<usize>,
@@ -189,7 +194,7 @@ pub struct ProfilingArgs {
     pub clock: Clock,
 
     /// Compile for this target, as `wasmtime run --target` does: `pulley64` (or `pulley32`)
-    /// runs the guest on Wasmtime's Pulley interpreter, sampled with the epoch sampler.
+    /// runs the guest on Wasmtime's Pulley interpreter.
     #[arg(long, value_name = "TARGET")]
     pub target: Option<String>,
 

@@ -23,6 +23,7 @@ pub mod capture;
 pub mod clock;
 pub mod export;
 pub mod memory;
+pub mod opcodes;
 pub mod perf;
 mod pipeline;
 pub mod profile;

@@ -20,10 +20,10 @@ use rustc_hash::FxHashMap;
 
 use crate::capture::{GuestStack, NativeSample, SampleValues, Sink, StoreKey, Taken};
 use crate::clock::monotonic_ns;
-use crate::profile::Labels;
-use crate::profile::Profile;
+use crate::profile::{Labels, Profile, PULLEY_NEXT_LABEL, PULLEY_OP_LABEL, PULLEY_PREV_LABEL};
 use crate::record::heap::Block;
 use crate::record::{KindCounts, Mark, Recorder};
+use crate::resolve::pulley_ops::OpcodeAt;
 use crate::resolve::{RawFrame, Resolver};
 use crate::sync::lock;
 
@@ -155,10 +155,10 @@ impl Pipeline {
         resolver: &Resolver,
         recorder: &mut Recorder,
         frames: &[RawFrame],
+        labels: Option<Labels>,
         taken: Taken,
         values: SampleValues,
     ) {
-        let labels = self.labels_of(taken.store);
         let thread = Some(taken.thread);
         recorder.add_sample(
             resolver,
@@ -229,7 +229,8 @@ impl Pipeline {
                 values,
             } => {
                 let frames = resolver.stack_frames(&stack);
-                self.add_sample(&resolver, &mut recorder, &frames, taken, values);
+                let labels = self.labels_of(taken.store);
+                self.add_sample(&resolver, &mut recorder, &frames, labels, taken, values);
             }
             Event::Allocation {
                 stack,
@@ -298,13 +299,33 @@ impl Pipeline {
     }
 }
 
+/// `labels` and those of a sample of Pulley's `opcode`.
+fn with_opcode(labels: Option<Labels>, opcode: OpcodeAt) -> Labels {
+    let mut all: Vec<(String, String)> = labels.as_deref().unwrap_or_default().to_vec();
+    all.push((PULLEY_OP_LABEL.to_string(), opcode.op.to_string()));
+    for (key, op) in [
+        (PULLEY_PREV_LABEL, opcode.prev),
+        (PULLEY_NEXT_LABEL, opcode.next),
+    ] {
+        if let Some(op) = op {
+            all.push((key.to_string(), op.to_string()));
+        }
+    }
+    all.into()
+}
+
 impl Sink for Pipeline {
     fn native(&self, sample: NativeSample<'_>, taken: Taken, values: SampleValues) {
         let mut resolver = self.resolver();
         let mut frames = lock(&self.frames);
         resolver.native_frames(sample, &mut frames);
+        let opcode = resolver.pulley_opcode(sample);
         let mut recorder = lock(&self.recorder);
-        self.add_sample(&resolver, &mut recorder, &frames, taken, values);
+        let mut labels = self.labels_of(taken.store);
+        if let Some(opcode) = opcode {
+            labels = Some(with_opcode(labels, opcode));
+        }
+        self.add_sample(&resolver, &mut recorder, &frames, labels, taken, values);
     }
 
     fn backtrace(&self, stack: GuestStack, taken: Taken, values: SampleValues) {

@@ -201,6 +201,12 @@ pub struct Frame {
 /// taken in; empty for none.
 pub type Labels = Arc<[(String, String)]>;
 
+/// The labels of a sample of Pulley's bytecode: the opcode of the instruction sampled, and of
+/// the instructions before and after it in its function's bytecode (see `report --opcodes`).
+pub const PULLEY_OP_LABEL: &str = "pulley_op";
+pub const PULLEY_PREV_LABEL: &str = "pulley_prev";
+pub const PULLEY_NEXT_LABEL: &str = "pulley_next";
+
 /// The operating system's id of the thread a sample was taken on (Linux's `gettid`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ThreadId(pub u32);

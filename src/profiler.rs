@@ -212,11 +212,9 @@ impl Profiler {
 
     /// `engine` must have been configured with [`Profiler::configure`] for the same options.
     pub fn new(engine: &Engine, options: ProfilerOptions) -> Result<Self> {
-        let signals = SIGNALS_AVAILABLE && !engine.is_pulley();
+        let signals = SIGNALS_AVAILABLE;
         if options.sampler == SamplerKind::Signal && !signals {
-            bail!(
-                "the signal sampler needs Linux on x86_64 or aarch64 and natively compiled code; use the epoch sampler"
-            );
+            bail!("the signal sampler needs Linux on x86_64 or aarch64; use the epoch sampler");
         }
         let use_signals = signals && options.sampler.resolve() == SamplerKind::Signal;
         if !use_signals && !engine.get_epoch_interruption() {

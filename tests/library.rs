@@ -812,3 +812,52 @@ fn a_module_registered_while_running_is_sampled() {
     assert!(share > 0.9, "busy has {share:.3} of the CPU time");
     assert_eq!(profile.mappings.first().unwrap().file_name, "late.wasm");
 }
+
+/// An embedder's engine compiling for Pulley, its store called synchronously on its own
+/// thread: the signal sampler walks the interpreter's stack (`busy` under `run`).
+#[test]
+fn an_embedders_pulley_store_is_profiled() {
+    let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
+    let options = ProfilerOptions {
+        sampler: SamplerKind::Signal,
+        ..Default::default()
+    };
+    let mut config = Config::new();
+    config.target("pulley64").unwrap();
+    Profiler::configure(&mut config, &options);
+    let engine = Engine::new(&config).unwrap();
+    let wasm = wat::parse_str(guest()).unwrap();
+    let module = Module::new(&engine, &wasm).unwrap();
+    let mut profiler = Profiler::new(&engine, options).unwrap();
+    profiler
+        .add_module("guest.wasm", &module, wasm.as_slice())
+        .unwrap();
+    let mut store = Store::new(&engine, ());
+    profiler.attach(&mut store).unwrap();
+    let instance = Instance::new(&mut store, &module, &[]).unwrap();
+    let run = instance
+        .get_typed_func::<i32, i32>(&mut store, "run")
+        .unwrap();
+    profiler.start().unwrap();
+    run.call(&mut store, 20_000_000).unwrap();
+    let profile = profiler.stop();
+    let share = leaf_share(&profile, "busy");
+    assert!(share > 0.9, "busy has {share:.3} of the CPU time");
+    let under_run = profile
+        .samples
+        .iter()
+        .filter(|s| {
+            let names: Vec<&str> = profile.stacks[s.stack]
+                .iter()
+                .map(|&f| profile.frame_name(f))
+                .collect();
+            names[..] == ["busy", "run"]
+        })
+        .map(|s| s.values[CPU])
+        .sum::<i64>();
+    assert!(
+        under_run as f64 > 0.9 * profile.total(CPU) as f64,
+        "{under_run} of {}",
+        profile.total(CPU)
+    );
+}

@@ -23,35 +23,9 @@ fn counts(err: &str) -> [u64; 4] {
     numbers.try_into().unwrap()
 }
 
-/// (the program's own straight_line fraction, the profile's, the profile's small_after share).
-fn split_shares(sampler: &str) -> (f64, f64, f64) {
-    let dir = tempfile::tempdir().unwrap();
-    let (out, path) = record(
-        dir.path(),
-        &["--sampler", sampler, "--rate", "2000"],
-        &fixture("c/split.wasm"),
-        &["6000"],
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let own: f64 = stdout(&out)
-        .strip_prefix("straight_line ")
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{}", stdout(&out)));
-    let p = Decoded::load(&path);
-    let self_of = |f: &str| p.self_share("cpu", f);
-    let (straight, after, looping) = (
-        self_of("straight_line"),
-        self_of("small_after"),
-        self_of("looping"),
-    );
-    let measured = straight / (straight + after + looping);
-    let after_share = after / (straight + after + looping);
-    (own, measured, after_share)
-}
-
 #[test]
 fn signal_sampler_matches_the_programs_own_time_split() {
-    let (own, signal, after) = split_shares("signal");
+    let (own, signal, after) = split_shares(&["--sampler", "signal"], "6000");
     eprintln!(
         "straight_line: program {own:.4}, signal sampler {signal:.4} (small_after {after:.4})"
     );
@@ -61,7 +35,7 @@ fn signal_sampler_matches_the_programs_own_time_split() {
     );
 
     // The epoch sampler cannot sample inside the loop-free body: it charges it to small_after.
-    let (own, epoch, after) = split_shares("epoch");
+    let (own, epoch, after) = split_shares(&["--sampler", "epoch"], "6000");
     eprintln!("straight_line: program {own:.4}, epoch sampler {epoch:.4} (small_after {after:.4})");
     assert!(
         epoch < 0.05 && after > own - 0.1,

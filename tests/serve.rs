@@ -463,3 +463,48 @@ fn what_is_not_a_proxy_component_is_refused() {
         .unwrap();
     assert_one_line_error(&out, &format!("cannot listen at {addr}"), &addr);
 }
+
+/// `serve --target pulley64`: requests run on Pulley on the runtime's workers, on fibers of
+/// Wasmtime's pooling allocator, and the signal sampler walks them: hot_handler does four times
+/// cold_handler's rounds, and each request's samples carry its label.
+#[test]
+fn pulley_requests_are_sampled_with_their_stacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("serve.pb.gz");
+    let server = Server::start(&[
+        "--target",
+        "pulley64",
+        "--rate",
+        "1000",
+        "-v",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    requests(&server, "/spin?rounds=20", 8);
+    let (code, err) = server.stop(libc::SIGINT);
+    assert_eq!(code, Some(130), "{err}");
+    assert!(err.contains("signal sampler"), "{err}");
+    let p = Decoded::load(&out);
+    let (hot, cold) = (
+        cumulative(&p, "cpu", "hot_handler"),
+        cumulative(&p, "cpu", "cold_handler"),
+    );
+    let ratio = hot as f64 / cold as f64;
+    eprintln!(
+        "hot/cold {ratio:.2}, {} of {} ns in the two",
+        hot + cold,
+        p.total("cpu")
+    );
+    assert!((3.2..4.8).contains(&ratio), "hot/cold {ratio}");
+    assert!(
+        (hot + cold) as f64 > 0.8 * p.total("cpu") as f64,
+        "{} of {}",
+        hot + cold,
+        p.total("cpu")
+    );
+    let requests = by_label(&p, "cpu", "request");
+    assert!(
+        requests.keys().filter(|r| !r.is_empty()).count() >= 8,
+        "{requests:?}"
+    );
+}

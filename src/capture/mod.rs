@@ -24,6 +24,25 @@ use crate::profile::ThreadId;
 /// The innermost frames a sample keeps; deeper stacks lose their outermost frames.
 pub const MAX_STACK_DEPTH: usize = 512;
 
+/// Whether the signal sampler can sample Pulley's interpreter in this process, or why not (it
+/// finds the interpreter's code by this executable's symbols).
+pub fn signals_sample_pulley() -> Result<()> {
+    #[cfg(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))]
+    return signal::pulley_interpreter().map(|_| ());
+    #[cfg(not(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    )))]
+    anyhow::bail!("signals are not available here")
+}
+
+/// The values a sample of Pulley keeps that may be its PC: the interpreter holds its PC where
+/// codegen put it at that instant (see `signal::pulley_stack`), and the resolver picks it.
+pub const PULLEY_PC_CANDIDATES: usize = 4;
+
 /// A sample as a native-code sampler took it: program counters, leaf first.
 #[derive(Clone, Copy)]
 pub enum NativeSample<'a> {
@@ -32,6 +51,10 @@ pub enum NativeSample<'a> {
     /// The interrupted PC is outside Wasm code (a host function, a libcall, Wasmtime); the
     /// rest, if any, are return addresses, the first into the Wasm code that left for the host.
     Host(Pcs<'a>),
+    /// Pulley ran bytecode: [`PULLEY_PC_CANDIDATES`] candidates for its PC (zeros after the
+    /// last), its link register (the caller's return address in a function's first or last
+    /// instruction, stale elsewhere), then the return addresses of the frame records.
+    Pulley(Pcs<'a>),
 }
 
 /// A sample's program counters, leaf first.

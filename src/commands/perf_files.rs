@@ -20,11 +20,7 @@ pub fn write(args: &ProfilingArgs, profiler: &ProfilerHandle) -> Result<PerfFile
             _jitdump: None,
         });
     }
-    if args
-        .target
-        .as_deref()
-        .is_some_and(|t| t.starts_with("pulley"))
-    {
+    if args.on_pulley() {
         anyhow::bail!(
             "--jitdump and --perfmap describe compiled code; under Pulley perf sees only the interpreter"
         );

@@ -31,17 +31,18 @@ impl Profiled {
     ) -> Result<Self> {
         let timeline = outputs.cpu.iter().any(|o| o.format.shows_time());
         let mut options = args.options(default_rate, timeline);
+        if args.on_pulley() && options.sampler == SamplerKind::Auto {
+            if let Err(e) = wasmspy::capture::signals_sample_pulley() {
+                eprintln!("wasmspy: warning: {e:#}; sampling at epochs instead");
+                options.sampler = SamplerKind::Epoch;
+            }
+        }
         let mut config = config(outputs.memory.is_some());
         if let Some(target) = &args.target {
             config
                 .target(target)
                 .map_err(anyhow::Error::from)
                 .with_context(|| format!("cannot compile for `--target {target}`"))?;
-            // The signal sampler cannot read an interpreter's stack: Pulley's code is not the
-            // code the CPU runs.
-            if args.on_pulley() && options.sampler == SamplerKind::Auto {
-                options.sampler = SamplerKind::Epoch;
-            }
         }
         Profiler::configure(&mut config, &options);
         let engine = Engine::new(&config)?;

@@ -4,6 +4,7 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
 use wasmspy::export::{self, Format};
+use wasmspy::opcodes::opcodes;
 use wasmspy::profile::Profile;
 use wasmspy::top::top;
 
@@ -12,6 +13,19 @@ use crate::cli::{ConvertArgs, ReportArgs};
 pub fn report(args: ReportArgs) -> Result<i32> {
     let profile = read(&args.profile)?;
     let index = sample_index(&profile, args.sample_index.as_deref())?;
+    if args.opcodes {
+        let (ops, pairs) = opcodes(&profile, index).with_context(|| {
+            format!(
+                "`{}` has no Pulley opcodes: record with --target pulley64 and the signal sampler",
+                args.profile.display()
+            )
+        })?;
+        println!("Pulley opcodes, self time:");
+        print!("{}", ops.render(args.top));
+        println!("\nAdjacent opcode pairs, self time of both:");
+        print!("{}", pairs.render(args.top));
+        return Ok(0);
+    }
     print!("{}", top(&profile, index, args.lines).render(args.top));
     Ok(0)
 }

@@ -144,6 +144,15 @@ impl CodeMap {
         })
     }
 
+    /// The code of the Wasm function that holds `pc`.
+    pub fn function_code(&self, pc: usize) -> Option<Range<usize>> {
+        let m = self.texts.iter().find(|m| m.text.contains(&pc))?;
+        let offset = (pc - m.text.start) as u32;
+        let i = m.functions.partition_point(|&(start, ..)| start <= offset);
+        let &(start, end, ..) = m.functions.get(i.checked_sub(1)?)?;
+        (offset < end).then(|| m.text.start + start as usize..m.text.start + end as usize)
+    }
+
     pub fn lookup(&self, pc: usize) -> CodeLocation {
         let Some(m) = self.texts.iter().find(|m| m.text.contains(&pc)) else {
             return CodeLocation::Elsewhere;

@@ -4,8 +4,10 @@
 //! the original module; and, when a profile is built, symbolization ([`symbolize`]).
 
 pub mod code_map;
+pub mod pulley_ops;
 pub mod symbolize;
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -17,12 +19,13 @@ use wasmtime::{FrameInfo, Module};
 
 use crate::capture::go_stack::NATIVE_RETURN;
 use crate::capture::python_stack::{CodeId, CodeName, PyFrame, PythonCode};
-use crate::capture::{GuestStack, NativeSample, PythonStack};
+use crate::capture::{GuestStack, NativeSample, PythonStack, PULLEY_PC_CANDIDATES};
 use crate::memory::component::RewrittenComponent;
 use crate::memory::rewrite::Rewritten;
 use crate::profile::{Id, Mapping, Table};
 use crate::wasm::component::core_modules;
 use code_map::{CodeLocation, CodeMap, CodeOwner, CompiledFunction};
+use pulley_ops::{FunctionOps, OpcodeAt};
 use symbolize::{FunctionName, ModuleSymbolizer, SourceFrame};
 
 crate::profile::ids! {
@@ -129,6 +132,9 @@ pub struct Resolver {
     python_native: bool,
     /// CPython's eval loop, by module, once looked for (see [`crate::wasm::python::eval_loop`]).
     eval_loops: FxHashMap<ModuleId, Option<u32>>,
+    /// Pulley functions' instructions, by the address of their code, once decoded.
+    function_ops: FxHashMap<usize, FunctionOps>,
+    opcode_names: HashMap<&'static str, Arc<str>>,
 }
 
 impl Resolver {
@@ -142,6 +148,8 @@ impl Resolver {
             native_frames: FxHashMap::default(),
             exit_frames: FxHashMap::default(),
             go_frames: FxHashMap::default(),
+            function_ops: FxHashMap::default(),
+            opcode_names: HashMap::new(),
             use_dwarf,
             python_native,
             eval_loops: FxHashMap::default(),
@@ -329,6 +337,23 @@ impl Resolver {
                 &pcs.native[1..],
                 pcs,
             ),
+            NativeSample::Pulley(pcs) => {
+                let (candidates, lr_and_records) = pcs
+                    .native
+                    .split_at(PULLEY_PC_CANDIDATES.min(pcs.native.len()));
+                let leaf = self
+                    .pulley_pc(candidates)
+                    .and_then(|pc| self.native_frame(pc));
+                let callers = match self.link_register_is_caller(leaf, lr_and_records) {
+                    true => lr_and_records,
+                    false => lr_and_records.get(1..).unwrap_or_default(),
+                };
+                (
+                    leaf.map_or(RawFrame::Runtime, |(frame, _)| frame),
+                    callers,
+                    pcs,
+                )
+            }
         };
         frames.push(leaf);
         for &pc in callers {
@@ -675,6 +700,76 @@ impl Resolver {
 
     /// The Wasm frame of a native code address, and whether it is in an allocator's wrapper;
     /// the signal sampler's samples repeat the same addresses, so each is looked up once.
+    /// The opcode a Pulley sample ran, with its neighbours'.
+    pub fn pulley_opcode(&mut self, sample: NativeSample<'_>) -> Option<OpcodeAt> {
+        let NativeSample::Pulley(pcs) = sample else {
+            return None;
+        };
+        let candidates = &pcs.native[..PULLEY_PC_CANDIDATES.min(pcs.native.len())];
+        let pc = self.pulley_pc(candidates)?;
+        let code = self.code_map.function_code(pc)?;
+        self.function_ops(code.clone()).at((pc - code.start) as u32)
+    }
+
+    /// A Pulley sample's PC: of the `candidates` (see [`PULLEY_PC_CANDIDATES`]) in Wasm
+    /// functions, the start of the instruction most of them are in, the first's on a tie.
+    fn pulley_pc(&mut self, candidates: &[usize]) -> Option<usize> {
+        let mut votes: Vec<(usize, usize)> = Vec::with_capacity(candidates.len());
+        for &candidate in candidates.iter().filter(|&&c| c != 0) {
+            let Some(code) = self.code_map.function_code(candidate) else {
+                continue;
+            };
+            let Some(at) = self
+                .function_ops(code.clone())
+                .at((candidate - code.start) as u32)
+            else {
+                continue;
+            };
+            let start = code.start + at.offset as usize;
+            match votes.iter_mut().find(|(pc, _)| *pc == start) {
+                Some((_, n)) => *n += 1,
+                None => votes.push((start, 1)),
+            }
+        }
+        let most = votes.iter().map(|&(_, n)| n).max()?;
+        votes.iter().find(|&&(_, n)| n == most).map(|&(pc, _)| pc)
+    }
+
+    /// The decoded instructions of the Pulley function whose bytecode is `code`.
+    fn function_ops(&mut self, code: Range<usize>) -> &FunctionOps {
+        let names = &mut self.opcode_names;
+        self.function_ops.entry(code.start).or_insert_with(|| {
+            // SAFETY: `code` is a function of a registered module's text, which the resolver
+            // keeps alive with the module, and which Wasmtime never writes after loading.
+            let bytes = unsafe { std::slice::from_raw_parts(code.start as *const u8, code.len()) };
+            FunctionOps::decode(bytes, names)
+        })
+    }
+
+    /// Whether a Pulley sample's link register (`pcs[0]`, before its frame records' return
+    /// addresses) is its caller's return address: it is, before the leaf's frame record is
+    /// pushed and after it is popped, unless it is the return address the record holds
+    /// (`pcs[1]`, pushed) or one into the leaf's own function (left by a call the leaf made).
+    fn link_register_is_caller(&mut self, leaf: Option<(RawFrame, bool)>, pcs: &[usize]) -> bool {
+        let [lr, record @ ..] = pcs else {
+            return false;
+        };
+        if record.first() == Some(lr) {
+            return false;
+        }
+        let function = |frame: Option<(RawFrame, bool)>| match frame {
+            Some((
+                RawFrame::Wasm {
+                    module, func_index, ..
+                },
+                _,
+            )) => Some((module, func_index)),
+            _ => None,
+        };
+        let caller = function(self.native_frame(lr.wrapping_sub(1)));
+        caller.is_some() && caller != function(leaf)
+    }
+
     fn native_frame(&mut self, pc: usize) -> Option<(RawFrame, bool)> {
         if let Some(&found) = self.native_frames.get(&pc) {
             return found;

@@ -257,3 +257,27 @@ impl Decoded {
         own as f64 / self.total(kind) as f64
     }
 }
+
+/// `split.c` (a loop-free function and a loop, which the program times itself) run with
+/// `split` for `rounds` at 2 kHz: (the program's own `straight_line` fraction, the profile's,
+/// the profile's `small_after` share), shares of the three functions' self time.
+pub fn split_shares(extra: &[&str], rounds: &str) -> (f64, f64, f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = extra.to_vec();
+    args.extend(["--rate", "2000"]);
+    let (out, path) = record(dir.path(), &args, &fixture("c/split.wasm"), &[rounds]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let own: f64 = stdout(&out)
+        .strip_prefix("straight_line ")
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{}", stdout(&out)));
+    let p = Decoded::load(&path);
+    let self_of = |f: &str| p.self_share("cpu", f);
+    let (straight, after, looping) = (
+        self_of("straight_line"),
+        self_of("small_after"),
+        self_of("looping"),
+    );
+    let all = straight + after + looping;
+    (own, straight / all, after / all)
+}

@@ -23,7 +23,9 @@
 //!   (instruction bytes at the PC) happen only for a PC inside a registered module's text.
 //!   Store contexts are read only while [`store_contexts`] publishes them (their stores alive);
 //!   a Go or CPython instance's `VMContext` and linear memory only while [`guest_instances`]
-//!   publishes it, its memory within the length Wasmtime records for it at that instant.
+//!   publishes it, its memory within the length Wasmtime records for it at that instant. A
+//!   Pulley interpreter's state and stack, and the native words where its dispatch loop keeps
+//!   its PC, as [`pulley_stack`] states.
 //! - **Lifetime**: the handler reaches a thread's state only through [`THREADS`], after
 //!   counting itself in [`RUNNING`]; [`detach`] clears the state's slot and waits for `RUNNING`
 //!   to drop to zero before the state may be freed. The code ranges ([`CODE`]) only grow while
@@ -48,6 +50,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use super::fiber_stacks;
 use super::guest_instances;
+use super::pulley_stack::{self, Interrupted, PC_CANDIDATES};
 use super::ring::Ring;
 use super::store_contexts::{self, Offsets};
 use super::timer::SignalTimer;
@@ -77,6 +80,11 @@ pub enum Kind {
     /// The PC is outside Wasm code; `pcs[0]` is that PC, then, if Wasm is under it, the return
     /// address into the Wasm code that left for the host and the walked stack above it.
     Host = 1,
+    /// Pulley ran bytecode: `pcs[..PC_CANDIDATES]` are candidates for its PC (see
+    /// [`pulley_stack`]), then its link register (the caller's return address before the
+    /// leaf's frame record is pushed or after it is popped, stale otherwise), then the return
+    /// addresses of the frame records.
+    Pulley = 2,
 }
 
 /// One sample as the handler records it.
@@ -349,6 +357,8 @@ impl ThreadState {
                     push(s, exit.pc);
                     self.follow_chain(exit.stack, exit.fp, s);
                     add_go_stack(s, 1);
+                } else {
+                    self.add_pulley_stack(regs, s);
                 }
             }
             add_python_stack(s);
@@ -374,6 +384,69 @@ impl ThreadState {
             push(s, ra);
         }
         self.follow_chain(stack, regs.fp, s);
+    }
+
+    /// When the thread runs a store's Pulley code: its stack, as [`Kind::Pulley`] describes
+    /// running bytecode, as [`Kind::Host`] a host call from it.
+    fn add_pulley_stack(&self, regs: &Registers, s: &mut RawSample) {
+        let mut words = [0; NATIVE_WORDS_FOR_PULLEY];
+        let mut count = 0;
+        if let Some(stack) = self.stack_at(regs.sp) {
+            while count < NATIVE_WORDS_FOR_PULLEY && stack.holds(regs.sp + count * WORD) {
+                // SAFETY: on the live stack (checked).
+                words[count] = unsafe { read(regs.sp + count * WORD) };
+                count += 1;
+            }
+        } else if pulley_stack::runs_bytecode(regs.pc) && regs.sp.is_multiple_of(WORD) {
+            // A stack wasmspy does not know (a fiber of Wasmtime's pooling allocator): the
+            // interpreter was called, so its frame and its callers' (Wasmtime's entry into
+            // Pulley, the fiber's start) lie above `sp` on it, more than these words.
+            for (i, word) in words.iter_mut().enumerate() {
+                // SAFETY: mapped, per the above.
+                *word = unsafe { read(regs.sp + i * WORD) };
+            }
+            count = NATIVE_WORDS_FOR_PULLEY;
+        }
+        let at = pulley_stack::interrupted(
+            regs.pc,
+            regs.sp,
+            &regs.general,
+            &words[..count],
+            self.exit_record,
+            |a| self.in_code(a),
+        );
+        let on = |stack: std::ops::Range<usize>| Stack {
+            sp: stack.start,
+            top: stack.end,
+            store: 0,
+        };
+        match at {
+            Some(Interrupted::Bytecode {
+                store,
+                pcs,
+                lr,
+                fp,
+                stack,
+            }) => {
+                s.kind = Kind::Pulley;
+                s.store = store;
+                s.pcs[..PC_CANDIDATES].copy_from_slice(&pcs);
+                s.depth = PC_CANDIDATES;
+                push(s, lr);
+                self.follow_chain(on(stack), fp, s);
+            }
+            Some(Interrupted::HostCall {
+                store,
+                pc,
+                fp,
+                stack,
+            }) => {
+                s.store = store;
+                push(s, pc);
+                self.follow_chain(on(stack), fp, s);
+            }
+            None => {}
+        }
     }
 
     /// Follows frame records from `fp`, appending return addresses into known code.
@@ -582,6 +655,9 @@ fn add_python_stack(s: &mut RawSample) {
     }
 }
 
+/// The innermost words of the native stack where Pulley's dispatch loop may keep its PC.
+const NATIVE_WORDS_FOR_PULLEY: usize = 8;
+
 /// The native frames a sample of CPython keeps under its Python stack.
 const MAX_WASM_UNDER_PYTHON: usize = MAX_FRAMES / 4;
 
@@ -597,7 +673,7 @@ fn push(s: &mut RawSample, pc: usize) {
 
 /// # Safety
 /// `addr` must be mapped, readable and aligned.
-unsafe fn read(addr: usize) -> usize {
+pub(super) unsafe fn read(addr: usize) -> usize {
     // SAFETY: the caller's contract.
     unsafe { std::ptr::read_volatile(addr as *const usize) }
 }
@@ -609,7 +685,14 @@ struct Registers {
     sp: usize,
     #[cfg(target_arch = "aarch64")]
     lr: usize,
+    /// All general-purpose registers: where Pulley's dispatch loop keeps its PC and state.
+    general: [usize; GENERAL_REGISTERS],
 }
+
+#[cfg(target_arch = "x86_64")]
+const GENERAL_REGISTERS: usize = 16;
+#[cfg(target_arch = "aarch64")]
+const GENERAL_REGISTERS: usize = 31;
 
 impl Registers {
     /// # Safety
@@ -622,6 +705,8 @@ impl Registers {
             pc: mc.gregs[libc::REG_RIP as usize] as usize,
             fp: mc.gregs[libc::REG_RBP as usize] as usize,
             sp: mc.gregs[libc::REG_RSP as usize] as usize,
+            // r8–r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp: the first 16 of `gregs`.
+            general: std::array::from_fn(|i| mc.gregs[i] as usize),
         };
         #[cfg(target_arch = "aarch64")]
         return Registers {
@@ -629,6 +714,7 @@ impl Registers {
             fp: mc.regs[29] as usize,
             sp: mc.sp as usize,
             lr: mc.regs[30] as usize,
+            general: std::array::from_fn(|i| mc.regs[i] as usize),
         };
     }
 }

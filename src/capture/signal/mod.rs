@@ -8,6 +8,9 @@
 pub mod fiber_stacks;
 pub mod guest_instances;
 pub mod handler;
+mod pulley_layout;
+mod pulley_stack;
+pub use pulley_stack::interpreter as pulley_interpreter;
 mod ring;
 pub mod store_contexts;
 mod timer;
@@ -291,6 +294,7 @@ fn drain_state(state: &ThreadState, sink: &dyn Sink) {
         let sample = match s.kind {
             Kind::Guest => NativeSample::Guest(pcs),
             Kind::Host => NativeSample::Host(pcs),
+            Kind::Pulley => NativeSample::Pulley(pcs),
         };
         let taken = Taken {
             store: (s.store != 0).then_some(StoreKey(s.store)),

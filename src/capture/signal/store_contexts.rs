@@ -34,8 +34,11 @@ use anyhow::{bail, Context as _, Result};
 use wasmtime::{Engine, Instance, Module, Store};
 use wasmtime_environ::{HostPtr, PtrSize};
 
+use super::pulley_layout::{find_executor, ExecutorAt, VmLayout};
+use super::pulley_stack;
 use crate::capture::vmctx::{context_of_instance, vmctx_of};
 use crate::capture::StoreKey;
+use crate::sync::lock;
 
 /// How many stores can be watched at once: as many instances as Wasmtime's pooling allocator
 /// keeps by default (1,000), so that a server (`wasmspy serve`, a store per request) profiles
@@ -49,6 +52,11 @@ struct Slot {
     /// The store's [`StoreKey`].
     key: AtomicU64,
     context: AtomicUsize,
+    /// On Pulley: the address of the store's word that points to its interpreter's current
+    /// state, and where in that state its `Vm` is (see [`super::pulley_layout`]); zero for
+    /// compiled code.
+    pulley_executor: AtomicUsize,
+    vm_in_state: AtomicUsize,
 }
 
 static TABLE: [Slot; SLOTS] = [const {
@@ -57,6 +65,8 @@ static TABLE: [Slot; SLOTS] = [const {
         tid: AtomicI32::new(0),
         key: AtomicU64::new(0),
         context: AtomicUsize::new(0),
+        pulley_executor: AtomicUsize::new(0),
+        vm_in_state: AtomicUsize::new(0),
     }
 }; SLOTS];
 
@@ -73,6 +83,23 @@ pub fn for_each(mut f: impl FnMut(usize, u64, libc::pid_t)) {
                 context,
                 slot.key.load(Ordering::Relaxed),
                 slot.tid.load(Ordering::Relaxed),
+            );
+        }
+    }
+}
+
+/// Calls `f` with the context, the key, the executor word and the offset of the `Vm` in the
+/// state it points to of each published store that runs on Pulley. Async-signal-safe.
+pub fn for_each_pulley(mut f: impl FnMut(usize, u64, usize, usize)) {
+    for slot in &TABLE[..USED.load(Ordering::Acquire).min(SLOTS)] {
+        let context = slot.context.load(Ordering::Acquire);
+        let executor = slot.pulley_executor.load(Ordering::Relaxed);
+        if context != 0 && executor != 0 {
+            f(
+                context,
+                slot.key.load(Ordering::Relaxed),
+                executor,
+                slot.vm_in_state.load(Ordering::Relaxed),
             );
         }
     }
@@ -120,6 +147,15 @@ impl Offsets {
 /// Finds stores' contexts with a probe module, compiled once per engine.
 pub struct StoreContexts {
     probe: Module,
+    /// For an engine that compiles to Pulley.
+    pulley: Option<PulleyStores>,
+}
+
+/// Where Pulley stores keep their interpreters.
+struct PulleyStores {
+    layout: VmLayout,
+    /// Where the first store kept it: where every store of this build does.
+    found: std::sync::Mutex<Option<ExecutorAt>>,
 }
 
 /// Keeps a store's context published while it lives in the store.
@@ -140,7 +176,14 @@ const PROBE: &str = r#"(module (func (export "probe")))"#;
 impl StoreContexts {
     pub fn new(engine: &Engine) -> Result<Self> {
         let probe = Module::new(engine, PROBE)?;
-        Ok(StoreContexts { probe })
+        let pulley = match engine.is_pulley() {
+            true => Some(PulleyStores {
+                layout: pulley_stack::interpreter()?.layout,
+                found: Default::default(),
+            }),
+            false => None,
+        };
+        Ok(StoreContexts { probe, pulley })
     }
 
     /// Publishes `store`'s context, and `key`, for the handler, until the store is dropped. Adds the probe's instance and a host function to
@@ -149,6 +192,15 @@ impl StoreContexts {
     /// ([`keep_until_dropped`]) or outlive.
     pub fn publish<T: 'static>(&self, store: &mut Store<T>, key: StoreKey) -> Result<Publication> {
         let context = self.find(store)?;
+        let pulley = match &self.pulley {
+            Some(pulley) => {
+                let mut found = lock(&pulley.found);
+                let at = find_executor(context, &pulley.layout, *found)?;
+                *found = Some(at);
+                Some(at)
+            }
+            None => None,
+        };
         let Some(slot) = TABLE.iter().position(|slot| {
             slot.taken
                 .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
@@ -161,6 +213,15 @@ impl StoreContexts {
             .tid
             .store(unsafe { libc::gettid() }, Ordering::Relaxed);
         TABLE[slot].key.store(key.0, Ordering::Relaxed);
+        let (executor, vm_in_state) = pulley.map_or((0, 0), |at| {
+            (context.wrapping_add_signed(at.from_context), at.vm_in_state)
+        });
+        TABLE[slot]
+            .pulley_executor
+            .store(executor, Ordering::Relaxed);
+        TABLE[slot]
+            .vm_in_state
+            .store(vm_in_state, Ordering::Relaxed);
         TABLE[slot].context.store(context, Ordering::Release);
         USED.fetch_max(slot + 1, Ordering::SeqCst);
         Ok(Publication { slot })
