@@ -138,7 +138,7 @@ pub fn find_executor(
         .step_by(WORD)
         .filter(|&from| {
             read_word(context.wrapping_add_signed(from))
-                .is_some_and(|w| w >= 1 << 16 && w.is_multiple_of(16) && w != AT_REST & !15)
+                .is_some_and(|w| w >= 1 << 16 && w.is_multiple_of(16))
         })
         .collect();
     // Other words may point to the state too (copies in the heap objects past the store): the
