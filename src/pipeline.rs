@@ -318,8 +318,7 @@ impl Sink for Pipeline {
     fn native(&self, sample: NativeSample<'_>, taken: Taken, values: SampleValues) {
         let mut resolver = self.resolver();
         let mut frames = lock(&self.frames);
-        resolver.native_frames(sample, &mut frames);
-        let opcode = resolver.pulley_opcode(sample);
+        let opcode = resolver.native_frames(sample, &mut frames);
         let mut recorder = lock(&self.recorder);
         let mut labels = self.labels_of(taken.store);
         if let Some(opcode) = opcode {

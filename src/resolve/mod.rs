@@ -319,9 +319,15 @@ impl Resolver {
             .source_frames(func_index, offset)
     }
 
-    /// The frames of a native sample, leaf first, into `frames`.
-    pub fn native_frames(&mut self, sample: NativeSample<'_>, frames: &mut Vec<RawFrame>) {
+    /// The frames of a native sample, leaf first, into `frames`; for a sample of Pulley's
+    /// bytecode, the opcode it ran, with its neighbours'.
+    pub fn native_frames(
+        &mut self,
+        sample: NativeSample<'_>,
+        frames: &mut Vec<RawFrame>,
+    ) -> Option<OpcodeAt> {
         frames.clear();
+        let mut opcode = None;
         let (leaf, callers, go) = match sample {
             // A leaf outside Wasm functions (a trampoline) is Wasmtime's.
             NativeSample::Guest(pcs) => (
@@ -341,9 +347,10 @@ impl Resolver {
                 let (candidates, lr_and_records) = pcs
                     .native
                     .split_at(PULLEY_PC_CANDIDATES.min(pcs.native.len()));
-                let leaf = self
-                    .pulley_pc(candidates)
-                    .and_then(|pc| self.native_frame(pc));
+                let leaf = self.pulley_leaf(candidates).and_then(|(pc, at)| {
+                    opcode = Some(at);
+                    self.native_frame(pc)
+                });
                 let callers = match self.link_register_is_caller(leaf, lr_and_records) {
                     true => lr_and_records,
                     false => lr_and_records.get(1..).unwrap_or_default(),
@@ -385,6 +392,7 @@ impl Resolver {
         if let Some(python) = go.python {
             self.python_frames(python, frames);
         }
+        opcode
     }
 
     /// The frames of a stack taken on the guest thread, leaf first: in a Go module, the
@@ -700,21 +708,11 @@ impl Resolver {
 
     /// The Wasm frame of a native code address, and whether it is in an allocator's wrapper;
     /// the signal sampler's samples repeat the same addresses, so each is looked up once.
-    /// The opcode a Pulley sample ran, with its neighbours'.
-    pub fn pulley_opcode(&mut self, sample: NativeSample<'_>) -> Option<OpcodeAt> {
-        let NativeSample::Pulley(pcs) = sample else {
-            return None;
-        };
-        let candidates = &pcs.native[..PULLEY_PC_CANDIDATES.min(pcs.native.len())];
-        let pc = self.pulley_pc(candidates)?;
-        let code = self.code_map.function_code(pc)?;
-        self.function_ops(code.clone()).at((pc - code.start) as u32)
-    }
-
-    /// A Pulley sample's PC: of the `candidates` (see [`PULLEY_PC_CANDIDATES`]) in Wasm
-    /// functions, the start of the instruction most of them are in, the first's on a tie.
-    fn pulley_pc(&mut self, candidates: &[usize]) -> Option<usize> {
-        let mut votes: Vec<(usize, usize)> = Vec::with_capacity(candidates.len());
+    /// A Pulley sample's PC and the instruction there: of the `candidates` (see
+    /// [`PULLEY_PC_CANDIDATES`]) in Wasm functions, the instruction most of them are in, the
+    /// first's on a tie.
+    fn pulley_leaf(&mut self, candidates: &[usize]) -> Option<(usize, OpcodeAt)> {
+        let mut votes: Vec<(usize, OpcodeAt, usize)> = Vec::with_capacity(candidates.len());
         for &candidate in candidates.iter().filter(|&&c| c != 0) {
             let Some(code) = self.code_map.function_code(candidate) else {
                 continue;
@@ -726,13 +724,16 @@ impl Resolver {
                 continue;
             };
             let start = code.start + at.offset as usize;
-            match votes.iter_mut().find(|(pc, _)| *pc == start) {
-                Some((_, n)) => *n += 1,
-                None => votes.push((start, 1)),
+            match votes.iter_mut().find(|(pc, ..)| *pc == start) {
+                Some((.., n)) => *n += 1,
+                None => votes.push((start, at, 1)),
             }
         }
-        let most = votes.iter().map(|&(_, n)| n).max()?;
-        votes.iter().find(|&&(_, n)| n == most).map(|&(pc, _)| pc)
+        let most = votes.iter().map(|&(.., n)| n).max()?;
+        votes
+            .into_iter()
+            .find(|&(.., n)| n == most)
+            .map(|(pc, at, _)| (pc, at))
     }
 
     /// The decoded instructions of the Pulley function whose bytecode is `code`.

@@ -358,7 +358,7 @@ impl ThreadState {
                     self.follow_chain(exit.stack, exit.fp, s);
                     add_go_stack(s, 1);
                 } else {
-                    self.add_pulley_stack(regs, s);
+                    self.add_pulley_stack(regs, stack, s);
                 }
             }
             add_python_stack(s);
@@ -388,30 +388,27 @@ impl ThreadState {
 
     /// When the thread runs a store's Pulley code: its stack, as [`Kind::Pulley`] describes
     /// running bytecode, as [`Kind::Host`] a host call from it.
-    fn add_pulley_stack(&self, regs: &Registers, s: &mut RawSample) {
-        let mut words = [0; NATIVE_WORDS_FOR_PULLEY];
-        let mut count = 0;
-        if let Some(stack) = self.stack_at(regs.sp) {
-            while count < NATIVE_WORDS_FOR_PULLEY && stack.holds(regs.sp + count * WORD) {
+    /// `stack` is the live part of the stack `regs.sp` is on, where wasmspy knows it.
+    fn add_pulley_stack(&self, regs: &Registers, stack: Option<Stack>, s: &mut RawSample) {
+        // Called only with the PC in the interpreter's code, for the innermost few words.
+        let native_word = |i: usize| {
+            let addr = regs.sp.wrapping_add(i * WORD);
+            match stack {
                 // SAFETY: on the live stack (checked).
-                words[count] = unsafe { read(regs.sp + count * WORD) };
-                count += 1;
-            }
-        } else if pulley_stack::runs_bytecode(regs.pc) && regs.sp.is_multiple_of(WORD) {
-            // A stack wasmspy does not know (a fiber of Wasmtime's pooling allocator): the
-            // interpreter was called, so its frame and its callers' (Wasmtime's entry into
-            // Pulley, the fiber's start) lie above `sp` on it, more than these words.
-            for (i, word) in words.iter_mut().enumerate() {
+                Some(stack) => stack.holds(addr).then(|| unsafe { read(addr) }),
+                // A stack wasmspy does not know (a fiber of Wasmtime's pooling allocator): the
+                // interpreter was called, so its frame and its callers' (Wasmtime's entry into
+                // Pulley, the fiber's start) lie above `sp` on it, more than these words.
                 // SAFETY: mapped, per the above.
-                *word = unsafe { read(regs.sp + i * WORD) };
+                None => addr.is_multiple_of(WORD).then(|| unsafe { read(addr) }),
             }
-            count = NATIVE_WORDS_FOR_PULLEY;
-        }
+            .unwrap_or(0)
+        };
         let at = pulley_stack::interrupted(
             regs.pc,
             regs.sp,
             &regs.general,
-            &words[..count],
+            native_word,
             self.exit_record,
             |a| self.in_code(a),
         );
@@ -654,9 +651,6 @@ fn add_python_stack(s: &mut RawSample) {
         s.python_at = Some((at, code as *const PythonCode as usize));
     }
 }
-
-/// The innermost words of the native stack where Pulley's dispatch loop may keep its PC.
-const NATIVE_WORDS_FOR_PULLEY: usize = 8;
 
 /// The native frames a sample of CPython keeps under its Python stack.
 const MAX_WASM_UNDER_PYTHON: usize = MAX_FRAMES / 4;

@@ -126,19 +126,17 @@ pub fn find_executor(
 ) -> Result<ExecutorAt> {
     let holds_vm = |at: ExecutorAt| {
         read_word(context.wrapping_add_signed(at.from_context))
-            .filter(|&state| state >= 1 << 16 && state.is_multiple_of(16))
+            .filter(|&state| may_point_to_state(state))
             .is_some_and(|state| vm.at_rest(state + at.vm_in_state))
     };
     if let Some(at) = known.filter(|&at| holds_vm(at)) {
         return Ok(at);
     }
-    // The words around the context, each read once; only those that may point to a state
-    // (an aligned heap address) are followed.
+    // The words around the context; only those that may point to a state are followed.
     let mut pointers: Vec<isize> = (-SEARCHED..SEARCHED)
         .step_by(WORD)
         .filter(|&from| {
-            read_word(context.wrapping_add_signed(from))
-                .is_some_and(|w| w >= 1 << 16 && w.is_multiple_of(16))
+            read_word(context.wrapping_add_signed(from)).is_some_and(may_point_to_state)
         })
         .collect();
     // Other words may point to the state too (copies in the heap objects past the store): the
@@ -154,6 +152,12 @@ pub fn find_executor(
         })
         .find(|&at| holds_vm(at))
         .context("cannot find the store's Pulley interpreter")
+}
+
+/// Whether `word` may be the address of Wasmtime's `VmState`: a heap address, aligned as the
+/// `Vm` in it is.
+fn may_point_to_state(word: usize) -> bool {
+    word >= 1 << 16 && word.is_multiple_of(16)
 }
 
 /// The address ranges of the interpreter's machine code that runs bytecode (its dispatch

@@ -9,8 +9,8 @@
 //! and the innermost native stack words that are addresses in a registered module's text,
 //! except the link register (which the loop also keeps in a register); the resolver picks the
 //! instruction most of them are in ([`PC_CANDIDATES`]). Measured on `cprog.c`'s loop: the PC
-//! was in a register in 4 samples of 5, and in the loop's frame (the word above the stack
-//! pointer) in all.
+//! was in a register in 4 samples of 5, and in the loop's frame (the second word above the
+//! stack pointer) in all.
 //!
 //! Invariants, on top of the handler's ([`super::handler`]):
 //! - a store's executor word is read only while [`store_contexts`] publishes the store (alive);
@@ -40,32 +40,24 @@ pub struct Interpreter {
     code: Vec<Range<usize>>,
 }
 
-static INTERPRETER: OnceLock<Interpreter> = OnceLock::new();
+/// The interpreter once looked for, or why it cannot be sampled with signals (an executable
+/// without symbols).
+static INTERPRETER: OnceLock<Result<Interpreter, String>> = OnceLock::new();
 
-/// Finds the interpreter and shows it to the handler, once per process; or why it cannot be
-/// sampled with signals (an executable without symbols).
+/// Finds the interpreter and shows it to the handler, once per process.
 pub fn interpreter() -> Result<&'static Interpreter> {
-    static FOUND: OnceLock<Result<(), String>> = OnceLock::new();
-    let found = FOUND.get_or_init(|| {
+    let found = INTERPRETER.get_or_init(|| {
         let find = || -> Result<Interpreter> {
             Ok(Interpreter {
                 layout: VmLayout::of_this_build()?,
                 code: interpreter_code()?,
             })
         };
-        match find() {
-            Ok(interpreter) => {
-                let _ = INTERPRETER.set(interpreter);
-                Ok(())
-            }
-            Err(e) => Err(format!("{e:#}")),
-        }
+        find().map_err(|e| format!("{e:#}"))
     });
-    match (found, INTERPRETER.get()) {
-        (Ok(()), Some(interpreter)) => Ok(interpreter),
-        (Err(e), _) => Err(anyhow!("Pulley cannot be sampled with signals: {e}")),
-        (Ok(()), None) => Err(anyhow!("Pulley's interpreter was not found")),
-    }
+    found
+        .as_ref()
+        .map_err(|e| anyhow!("Pulley cannot be sampled with signals: {e}"))
 }
 
 impl Interpreter {
@@ -75,10 +67,8 @@ impl Interpreter {
     }
 }
 
-/// Whether `pc` is in the interpreter's code that runs bytecode. Async-signal-safe.
-pub fn runs_bytecode(pc: usize) -> bool {
-    INTERPRETER.get().is_some_and(|i| i.runs_bytecode(pc))
-}
+/// The innermost words of the native stack where the dispatch loop may keep its PC.
+const NATIVE_WORDS: usize = 8;
 
 /// Where an interrupted thread was in a store's Pulley code.
 pub enum Interrupted {
@@ -102,17 +92,19 @@ pub enum Interrupted {
 }
 
 /// The Pulley state of the store the thread runs, if it runs one. `registers` are the
-/// thread's general-purpose registers at the signal, `native_words` the innermost words of its
-/// native stack; `in_code` tells addresses in registered modules' text. Async-signal-safe.
+/// thread's general-purpose registers at the signal; `native_word(i)` reads word `i` above its
+/// stack pointer (called only while the PC is in the interpreter's code, for the first
+/// [`NATIVE_WORDS`]); `in_code` tells addresses in registered modules' text.
+/// Async-signal-safe.
 pub fn interrupted(
     pc: usize,
     sp: usize,
     registers: &[usize],
-    native_words: &[usize],
+    native_word: impl Fn(usize) -> usize,
     o: Offsets,
     in_code: impl Fn(usize) -> bool,
 ) -> Option<Interrupted> {
-    let interpreter = INTERPRETER.get()?;
+    let interpreter = INTERPRETER.get()?.as_ref().ok()?;
     let layout = interpreter.layout;
     let running = interpreter.runs_bytecode(pc);
     let mut found = None;
@@ -149,10 +141,9 @@ pub fn interrupted(
         let stack = base..base.saturating_add(slots.saturating_mul(16));
         if running {
             let mut pcs = [0; PC_CANDIDATES];
-            let candidates = native_words
-                .iter()
-                .chain(registers)
-                .copied()
+            let candidates = (0..NATIVE_WORDS)
+                .map(&native_word)
+                .chain(registers.iter().copied())
                 .filter(|&v| v != lr && in_code(v));
             let mut count = 0;
             for v in candidates {
