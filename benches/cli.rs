@@ -204,10 +204,10 @@ fn run_setting(setting: &str, module_path: &Path, args: &[String]) -> f64 {
     };
     match setting {
         "blocking-pool" => {
-            let host = Host::new(context_with_blocking_pool(&wasi), Default::default());
-            let mut store = Store::new(&engine, host);
+            let mut store = wasi_host::new_store(&engine, &wasi).unwrap();
+            *store.data_mut().wasi() = context_with_blocking_pool(&wasi);
             let start = Instant::now();
-            check(wasi_host::run(&mut store, &module, wasi.unknown_imports));
+            check(wasi_host::run(&mut store, &module));
             start.elapsed().as_secs_f64()
         }
         "sync-bindings" => {
@@ -226,7 +226,7 @@ fn run_setting(setting: &str, module_path: &Path, args: &[String]) -> f64 {
                     profiler.attach(&mut store).unwrap();
                     profiler.start().unwrap();
                     let start = Instant::now();
-                    check(wasi_host::run(&mut store, &module, wasi.unknown_imports));
+                    check(wasi_host::run(&mut store, &module));
                     let seconds = start.elapsed().as_secs_f64();
                     std::hint::black_box(profiler.stop());
                     return seconds;
@@ -234,7 +234,7 @@ fn run_setting(setting: &str, module_path: &Path, args: &[String]) -> f64 {
                 _ => {}
             }
             let start = Instant::now();
-            check(wasi_host::run(&mut store, &module, wasi.unknown_imports));
+            check(wasi_host::run(&mut store, &module));
             start.elapsed().as_secs_f64()
         }
     }

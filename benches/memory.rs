@@ -124,7 +124,7 @@ fn run(
     let mut store = wasi_host::new_store(engine, &wasi).unwrap();
     let Some((original, rewritten, rate)) = memory else {
         let start = Instant::now();
-        check(wasi_host::run(&mut store, module, wasi.unknown_imports));
+        check(wasi_host::run(&mut store, module));
         return (start.elapsed().as_secs_f64(), 0.0);
     };
     let mut profiler = Profiler::new(engine, profiler_options(rate)).unwrap();
@@ -139,12 +139,9 @@ fn run(
     profiler.attach(&mut store).unwrap();
     let start = Instant::now();
     profiler.start().unwrap();
-    let exit = wasi_host::run_with(
-        &mut store,
-        module,
-        wasi.unknown_imports,
-        |store, instance| profiler.install_allocator_hook(&mut *store, instance),
-    );
+    let exit = wasi_host::run_with(&mut store, module, |store, instance| {
+        profiler.install_allocator_hook(&mut *store, instance)
+    });
     check(exit);
     let guest = start.elapsed().as_secs_f64();
     let start = Instant::now();

@@ -292,20 +292,12 @@ fn run_one(config: &str, module_path: &Path, args: &[String]) -> f64 {
         "empty-handler-10k" => {
             let _timer = EmptyHandlerTimer::start(10 * RATE_HZ);
             let start = Instant::now();
-            check(wasi_host::run_program(
-                &mut store,
-                &program,
-                wasi.unknown_imports,
-            ));
+            check(wasi_host::run_program(&mut store, &program));
             start.elapsed()
         }
         "default" => {
             let start = Instant::now();
-            check(wasi_host::run_program(
-                &mut store,
-                &program,
-                wasi.unknown_imports,
-            ));
+            check(wasi_host::run_program(&mut store, &program));
             start.elapsed()
         }
         "guest-profiler" => {
@@ -346,11 +338,7 @@ fn run_one(config: &str, module_path: &Path, args: &[String]) -> f64 {
                 })
             };
             let start = Instant::now();
-            check(wasi_host::run_program(
-                &mut store,
-                &program,
-                wasi.unknown_imports,
-            ));
+            check(wasi_host::run_program(&mut store, &program));
             let elapsed = start.elapsed();
             ticking.store(false, std::sync::atomic::Ordering::Relaxed);
             ticker.join().unwrap();
@@ -369,16 +357,12 @@ fn run_one(config: &str, module_path: &Path, args: &[String]) -> f64 {
             // As `wasmspy record` runs it: instances shown to the profiler (a Go module's, to
             // read its goroutine stacks).
             check(match &program {
-                Program::Module(module) => {
-                    wasi_host::run_with(&mut store, module, wasi.unknown_imports, |store, i| {
-                        profiler
-                            .attach_instance(&mut *store, i)
-                            .map_err(wasmtime::Error::from_anyhow)
-                    })
-                }
-                Program::Component(_) => {
-                    wasi_host::run_program(&mut store, &program, wasi.unknown_imports)
-                }
+                Program::Module(module) => wasi_host::run_with(&mut store, module, |store, i| {
+                    profiler
+                        .attach_instance(&mut *store, i)
+                        .map_err(wasmtime::Error::from_anyhow)
+                }),
+                Program::Component(_) => wasi_host::run_program(&mut store, &program),
             });
             std::hint::black_box(profiler.stop());
             start.elapsed()

@@ -184,5 +184,5 @@ fn run_in_process(module: &Path, args: &[String]) {
         ..Default::default()
     };
     let mut store = wasi_host::new_store(&engine, &wasi).unwrap();
-    check(wasi_host::run(&mut store, &module, wasi.unknown_imports));
+    check(wasi_host::run(&mut store, &module));
 }

@@ -189,7 +189,7 @@ fn profile_cost(
     let mut store = wasi_host::new_store(engine, &wasi).unwrap();
     profiler.attach(&mut store).unwrap();
     profiler.start().unwrap();
-    let exit = wasi_host::run(&mut store, module, wasi.unknown_imports);
+    let exit = wasi_host::run(&mut store, module);
     assert!(matches!(exit, Exit::Code(0)), "{}: {exit:?}", program.name);
 
     // The profile is taken while the sampler still runs: stopping it frees its buffers, which

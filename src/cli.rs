@@ -2,14 +2,17 @@
 
 use std::path::PathBuf;
 
+use anyhow::{anyhow, bail, Result};
+
 use clap::{Args, Parser, Subcommand};
 use wasmspy::capture::SamplerKind;
 use wasmspy::clock::Clock;
 use wasmspy::export::Format;
-use wasmspy::wasi_host::{DirMount, UnknownImports, WasiConfig, WasiOptions};
+use wasmspy::wasi_host::{DirMount, UnknownImports, WasiConfig};
 use wasmspy::ProfilerOptions;
+use wasmtime_cli_flags::CommonOptions;
 
-#[derive(Parser, Debug)]
+#[derive(Parser)]
 #[command(
     name = "wasmspy",
     version,
@@ -20,7 +23,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-#[derive(Subcommand, Debug)]
+#[derive(Subcommand)]
 pub enum Command {
     /// Run a WASI program as `wasmtime run` would, and write a CPU profile of it.
     Record(RecordArgs),
@@ -79,7 +82,7 @@ pub struct ConvertArgs {
     pub sample_index: Option<String>,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args)]
 #[command(arg_required_else_help = true)]
 pub struct RecordArgs {
     /// Where to write the CPU profile, in the format its name says: `.pb.gz`/`.pprof`
@@ -100,11 +103,35 @@ pub struct RecordArgs {
     #[command(flatten)]
     pub guest: GuestArgs,
 
+    /// The function to run
+    ///
+    /// When used with modules, this must be the export name of a function.
+    /// Arguments to the function are parsed from trailing arguments provided
+    /// after all options.
+    ///
+    /// When used with components, this must be a wave-encoded function call,
+    /// e.g. `wasi:cli/run.run@0.2.0()` or
+    /// `your:pkg/iface.func("arguments in wave encoding")`. Bare function
+    /// names (e.g. `run()`) are accepted and searched for in all exported
+    /// instances, and must be unambigious.
+    #[arg(long, value_name = "FUNCTION", help_heading = WASMTIME)]
+    pub invoke: Option<String>,
+
+    /// Load the given WebAssembly module before the main module
+    #[arg(long = "preload", number_of_values = 1, value_name = "NAME=MODULE_PATH",
+          value_parser = preload, help_heading = WASMTIME)]
+    pub preloads: Vec<(String, PathBuf)>,
+
+    /// Override the value of `argv[0]`, typically the name of the executable of
+    /// the application being run.
+    #[arg(long, help_heading = WASMTIME)]
+    pub argv0: Option<String>,
+
     /// The WebAssembly module or component to run (binary or text).
     #[arg(value_name = "MODULE")]
     pub module: PathBuf,
 
-    /// Arguments for the guest.
+    /// Arguments for the guest (with `--invoke` on a module, the function's arguments).
     #[arg(
         value_name = "ARGS",
         trailing_var_arg = true,
@@ -113,7 +140,7 @@ pub struct RecordArgs {
     pub args: Vec<String>,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args)]
 #[command(arg_required_else_help = true)]
 pub struct ServeArgs {
     /// Where to write the CPU profile of every request (see `record -o`); may be given several
@@ -122,9 +149,40 @@ pub struct ServeArgs {
     #[arg(short, long, value_name = "PATH")]
     pub output: Vec<PathBuf>,
 
-    /// The address to serve the component's HTTP at, as `wasmtime serve --addr`.
-    #[arg(long, value_name = "SOCKADDR", default_value = "0.0.0.0:8080")]
+    /// Socket address for the web server to bind to.
+    #[arg(long, value_name = "SOCKADDR", default_value = "0.0.0.0:8080", help_heading = WASMTIME_SERVE)]
     pub addr: std::net::SocketAddr,
+
+    /// Socket address where, when connected to, will initiate a graceful
+    /// shutdown: no new connection is taken, the requests in flight are answered, the profile
+    /// is written and wasmspy exits with 0.
+    ///
+    /// Note that graceful shutdown is also supported on ctrl-c.
+    #[arg(long, value_name = "SOCKADDR", help_heading = WASMTIME_SERVE)]
+    pub shutdown_addr: Option<std::net::SocketAddr>,
+
+    /// Disable log prefixes of wasi-http handlers.
+    /// if unspecified, logs will be prefixed with 'stdout|stderr [{req_id}] :: '
+    #[arg(long, help_heading = WASMTIME_SERVE)]
+    pub no_logging_prefix: bool,
+
+    /// Replace or add a request header before forwarding it to the component.
+    ///
+    /// The argument must have the form `name: value`. May be specified more
+    /// than once. An argument beginning with `@` is treated as a file containing
+    /// one header per line.
+    #[arg(short = 'H', long = "header", value_name = "HEADER", help_heading = WASMTIME_SERVE)]
+    pub headers: Vec<String>,
+
+    /// Maximum number of concurrent requests that can be processed at any one
+    /// point in time.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), help_heading = WASMTIME_SERVE)]
+    pub max_concurrent_requests: Option<u32>,
+
+    /// Maximum number of concurrent connections that can be held at any one
+    /// point in time.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), help_heading = WASMTIME_SERVE)]
+    pub max_concurrent_connections: Option<u32>,
 
     #[command(flatten)]
     pub profiling: ProfilingArgs,
@@ -142,8 +200,14 @@ pub const RECORD_RATE: u32 = 1000;
 /// `serve`'s: a server is profiled for as long as it runs, at what Go's net/http/pprof takes.
 pub const SERVE_RATE: u32 = 100;
 
+/// The heading of the options that are `wasmtime run`'s (and, but `--invoke`, `--preload`
+/// and `--argv0`, `wasmtime serve`'s).
+const WASMTIME: &str = "Wasmtime's options";
+/// The heading of the options that are `wasmtime serve`'s alone.
+const WASMTIME_SERVE: &str = "Options of `wasmtime serve`";
+
 /// How to sample, and the outputs both `record` and `serve` have.
-#[derive(Args, Debug)]
+#[derive(Args)]
 pub struct ProfilingArgs {
     /// The format of every output, whatever their names: pprof, firefox, speedscope, svg or
     /// folded.
@@ -193,11 +257,6 @@ pub struct ProfilingArgs {
     #[arg(long, value_name = "CLOCK", default_value = "cpu")]
     pub clock: Clock,
 
-    /// Compile for this target, as `wasmtime run --target` does: `pulley64` (or `pulley32`)
-    /// runs the guest on Wasmtime's Pulley interpreter.
-    #[arg(long, value_name = "TARGET")]
-    pub target: Option<String>,
-
     /// Name functions only: skip the module's DWARF debug info (file:line, inlined frames).
     #[arg(long)]
     pub no_dwarf: bool,
@@ -223,35 +282,54 @@ pub struct ProfilingArgs {
     pub verbose: bool,
 }
 
-/// What the guest is given, as `wasmtime run` and `wasmtime serve` spell it.
-#[derive(Args, Debug)]
+/// What the guest is given, as `wasmtime run` and `wasmtime serve` spell it: their options,
+/// `-O`/`-C`/`-D`/`-W`/`-S` parsed and applied by Wasmtime's own crate for them.
+#[derive(Args)]
 pub struct GuestArgs {
-    /// Give the guest access to a host directory, at GUEST (default: the same path).
-    #[arg(long = "dir", value_name = "HOST[::GUEST]")]
+    #[command(flatten, next_help_heading = WASMTIME)]
+    pub wasmtime: CommonOptions,
+
+    /// Grant access of a host directory to a guest.
+    ///
+    /// If specified as just `HOST_DIR` then the same directory name on the
+    /// host is made available within the guest. If specified as `HOST::GUEST`
+    /// then the `HOST` directory is opened and made available as the name
+    /// `GUEST` in the guest.
+    #[arg(long = "dir", value_name = "HOST_DIR[::GUEST_DIR]", help_heading = WASMTIME)]
     pub dirs: Vec<DirMount>,
 
-    /// Set an environment variable for the guest; NAME alone passes on the host's value.
-    #[arg(long = "env", value_name = "NAME[=VALUE]")]
+    /// Pass an environment variable to the program.
+    ///
+    /// The `--env FOO=BAR` form will set the environment variable named `FOO`
+    /// to the value `BAR` for the guest program using WASI. The `--env FOO`
+    /// form will set the environment variable named `FOO` to the same value it
+    /// has in the calling process for the guest, or in other words it will
+    /// cause the environment variable `FOO` to be inherited.
+    #[arg(long = "env", number_of_values = 1, value_name = "NAME[=VAL]", help_heading = WASMTIME)]
     pub env: Vec<String>,
 
-    /// Give the guest all of the host's environment variables.
+    /// Profiling strategy: wasmspy takes `perfmap` and `jitdump` (as `--perfmap` and
+    /// `--jitdump`); `guest`, `vtune` and `pulley` are refused (wasmspy is the profiler).
+    #[arg(long, value_name = "STRATEGY", help_heading = WASMTIME)]
+    pub profile: Option<String>,
+
+    /// Allow executing precompiled WebAssembly modules as `*.cwasm` files: refused, as
+    /// wasmspy names functions from the WebAssembly a program was compiled from.
+    #[arg(long, help_heading = WASMTIME)]
+    pub allow_precompiled: bool,
+
+    /// Give the guest all of the host's environment variables (as `-S inherit-env`).
     #[arg(long)]
     pub inherit_env: bool,
 
-    /// A WASI option of `wasmtime run`, as it spells them: `http` (outgoing wasi:http, for
-    /// components), `inherit-network`, `allow-ip-name-lookup`, `tcp`, `udp`,
-    /// `network-error-code`, `inherit-env`, `cli` (WASI itself; on unless `cli=n`; for
-    /// `serve`, all of WASI rather than the proxy world's part); each NAME[=y|n], several
-    /// separated by commas; repeatable.
-    #[arg(short = 'S', value_name = "OPTION[=y|n]", value_parser = wasi_option)]
-    pub wasi: Vec<String>,
-
     /// Define imports nothing provides as functions that return zeros (e.g. Sightglass's
-    /// `bench.start`/`bench.end`).
+    /// `bench.start`/`bench.end`), for components too (`-W unknown-imports-default` is
+    /// Wasmtime's, for modules).
     #[arg(long, conflicts_with = "trap_unknown_imports")]
     pub default_values_unknown_imports: bool,
 
-    /// Define imports nothing provides as functions that fail when called.
+    /// Define imports nothing provides as functions that fail when called (`-W
+    /// unknown-imports-trap` is Wasmtime's).
     #[arg(long)]
     pub trap_unknown_imports: bool,
 }
@@ -270,13 +348,6 @@ impl ProfilingArgs {
             mem_rate: self.mem_profile.as_ref().map(|_| self.mem_rate),
             timeline,
         }
-    }
-
-    /// Whether `--target` is Pulley's: the interpreter runs the guest, not compiled code.
-    pub fn on_pulley(&self) -> bool {
-        self.target
-            .as_deref()
-            .is_some_and(|t| t.starts_with("pulley"))
     }
 
     /// The CPU profile's outputs: those `given`, else `wasmspy.pb.gz` unless a memory profile
@@ -309,7 +380,25 @@ impl ServeArgs {
 }
 
 impl GuestArgs {
-    pub fn unknown_imports(&self) -> UnknownImports {
+    /// Whether `--target` is Pulley's: the interpreter runs the guest, not compiled code.
+    pub fn on_pulley(&self) -> bool {
+        self.wasmtime
+            .target
+            .as_deref()
+            .is_some_and(|t| t.starts_with("pulley"))
+    }
+
+    /// Reads `--config` and the option groups: Wasmtime's own step before it uses them (and
+    /// where `-D logging` starts its log). Once, before anything reads them.
+    pub fn configure(&mut self) -> Result<()> {
+        self.wasmtime.init_logging().map_err(anyhow::Error::from)?;
+        if self.allow_precompiled {
+            bail!("--allow-precompiled: wasmspy names functions from the WebAssembly, so profile the `.wasm` the program was compiled from");
+        }
+        Ok(())
+    }
+
+    fn unknown_imports(&self) -> UnknownImports {
         if self.default_values_unknown_imports {
             UnknownImports::DefaultValues
         } else if self.trap_unknown_imports {
@@ -319,30 +408,37 @@ impl GuestArgs {
         }
     }
 
-    /// The `-S` options given.
-    pub fn wasi_options(&self) -> WasiOptions {
-        self.wasi_options_over(WasiOptions::default())
-    }
-
-    /// The `-S` options given, over `options`.
-    pub fn wasi_options_over(&self, mut options: WasiOptions) -> WasiOptions {
-        for spec in &self.wasi {
-            options
-                .set(spec)
-                .expect("checked when the command line was parsed");
+    /// `--profile` as wasmspy takes it: (`--perfmap`, `--jitdump`).
+    pub fn perf_profile(&self) -> Result<(bool, bool)> {
+        match self.profile.as_deref() {
+            None => Ok((false, false)),
+            Some("perfmap") => Ok((true, false)),
+            Some("jitdump") => Ok((false, true)),
+            Some(other) if other.starts_with("guest") => bail!(
+                "--profile={other}: wasmspy is the guest profiler; its profile goes where -o says"
+            ),
+            Some(other) => bail!(
+                "--profile={other}: wasmspy takes --profile=perfmap or --profile=jitdump (it is the profiler itself)"
+            ),
         }
-        options
     }
 
     /// The guest's environment: the host's with `--inherit-env` (or `-S inherit-env`), then
     /// each `--env`.
-    pub fn guest_env(&self) -> Vec<(String, String)> {
-        let mut env: Vec<(String, String)> = if self.inherit_env || self.wasi_options().inherit_env
-        {
-            std::env::vars().collect()
-        } else {
-            Vec::new()
-        };
+    pub fn guest_env(&self) -> Result<Vec<(String, String)>> {
+        let inherit = self.inherit_env || self.wasmtime.wasi.inherit_env == Some(true);
+        let mut env: Vec<(String, String)> = Vec::new();
+        if inherit {
+            for (name, value) in std::env::vars_os() {
+                let name = name
+                    .into_string()
+                    .map_err(|n| anyhow!("environment variable name {n:?} not valid utf-8"))?;
+                let value = value.into_string().map_err(|v| {
+                    anyhow!("environment variable {name:?} value {v:?} not valid utf-8")
+                })?;
+                env.push((name, value));
+            }
+        }
         for spec in &self.env {
             let (name, value) = match spec.split_once('=') {
                 Some((name, value)) => (name.to_string(), Some(value.to_string())),
@@ -353,25 +449,30 @@ impl GuestArgs {
                 env.push((name, value));
             }
         }
-        env
+        Ok(env)
     }
 
     /// What the guest is given, `argv` as its command line.
-    pub fn wasi_config(&self, argv: Vec<String>) -> WasiConfig {
-        WasiConfig {
+    pub fn wasi_config(&self, argv: Vec<String>) -> Result<WasiConfig> {
+        Ok(WasiConfig {
             argv,
-            env: self.guest_env(),
+            env: self.guest_env()?,
             dirs: self.dirs.clone(),
             unknown_imports: self.unknown_imports(),
-            options: self.wasi_options(),
-        }
+            wasi: self.wasmtime.wasi.clone(),
+            wasm: self.wasmtime.wasm.clone(),
+            coredump: self.wasmtime.debug.coredump.clone(),
+            ..WasiConfig::default()
+        })
     }
 }
 
-/// One `-S` value, checked.
-fn wasi_option(s: &str) -> Result<String, String> {
-    WasiOptions::default().set(s)?;
-    Ok(s.to_string())
+/// `NAME=MODULE_PATH`.
+fn preload(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((name, path)) => Ok((name.to_string(), path.into())),
+        None => Err("must contain exactly one equals character ('=')".to_string()),
+    }
 }
 
 /// A positive number of seconds, fractions allowed.

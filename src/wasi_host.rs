@@ -1,26 +1,27 @@
-//! Runs a WASI command the way `wasmtime run` does: a preview 1 module (`wasi_unstable`,
-//! preview 0, too) or a component exporting `wasi:cli/run` (WASI preview 2, with outgoing
-//! `wasi:http` on `-S http`): argv, environment, preopened directories, inherited stdio, exit
-//! codes and traps; file and stdio calls made on the guest's own thread.
+//! Runs a WASI command the way `wasmtime run` does, with its options: a preview 1 module
+//! (`wasi_unstable`, preview 0, too) or a component exporting `wasi:cli/run` (WASI 0.2, or 0.3
+//! with the component model's async ABI), or the function `--invoke` names; argv,
+//! environment, preopened directories, inherited stdio, the proposals `-S` turns on, `-W`'s
+//! limits, fuel and timeout, exit codes and traps; file and stdio calls made on the guest's
+//! own thread.
 
+mod host;
+mod invoke;
+mod link;
+mod log_prefix;
 pub mod proxy;
 mod unknown_imports;
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use self::unknown_imports::Stub;
+pub use self::host::{new_store, Host};
+pub use self::link::check_options;
 
 use anyhow::{anyhow, bail, Context, Result};
 use wasmtime::component::{Component, Linker as ComponentLinker};
-use wasmtime::{
-    Config, Engine, InstanceAllocationStrategy, Linker, Module, PoolingAllocationConfig, Store,
-    Trap,
-};
-use wasmtime_wasi::p1::{self, WasiP1Ctx};
-use wasmtime_wasi::p2::bindings::{Command, LinkOptions};
-use wasmtime_wasi::{p0, p2, WasiCtxView, WasiView};
-use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
-use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+use wasmtime::{Config, Engine, Module, Store, Trap};
+use wasmtime_wasi::I32Exit;
 
 use crate::profiler::Interrupted;
 
@@ -59,135 +60,41 @@ pub enum UnknownImports {
     DefaultValues,
 }
 
-/// The `-S` options of `wasmtime run` that wasmspy takes, as it spells and reads them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WasiOptions {
-    /// `cli`: link WASI at all (on by default).
-    pub cli: bool,
-    /// `http`: outgoing `wasi:http` (components only).
-    pub http: bool,
-    /// `inherit-network`: the host's network, TCP and UDP included.
-    pub inherit_network: bool,
-    /// `allow-ip-name-lookup`: `wasi:sockets/ip-name-lookup`.
-    pub allow_ip_name_lookup: Option<bool>,
-    pub tcp: Option<bool>,
-    pub udp: Option<bool>,
-    /// `network-error-code`: the unstable `wasi:sockets` function of that name.
-    pub network_error_code: bool,
-    /// `inherit-env`: the whole host environment, as `--inherit-env`.
-    pub inherit_env: bool,
-}
-
-impl Default for WasiOptions {
-    fn default() -> Self {
-        WasiOptions {
-            cli: true,
-            http: false,
-            inherit_network: false,
-            allow_ip_name_lookup: None,
-            tcp: None,
-            udp: None,
-            network_error_code: false,
-            inherit_env: false,
-        }
-    }
-}
-
-impl WasiOptions {
-    pub const NAMES: &'static str = "cli, http, inherit-network, allow-ip-name-lookup, tcp, udp, network-error-code, inherit-env";
-
-    /// Refuses what a core module cannot be given, as `wasmtime run` does.
-    pub fn check_for_module(&self) -> Result<()> {
-        if self.http {
-            bail!("cannot enable wasi-http for core wasm modules");
-        }
-        Ok(())
-    }
-
-    /// Takes one `-S` value: `NAME[=y|n]`, several separated by commas.
-    pub fn set(&mut self, spec: &str) -> Result<(), String> {
-        for item in spec.split(',') {
-            let (name, value) = match item.split_once('=') {
-                Some((name, value)) => (name, Some(value)),
-                None => (item, None),
-            };
-            let on = match value {
-                None | Some("y" | "yes" | "true") => true,
-                Some("n" | "no" | "false") => false,
-                Some(other) => {
-                    return Err(format!(
-                        "unknown boolean flag `{other}`, only yes,no,<nothing> accepted"
-                    ))
-                }
-            };
-            match name {
-                "cli" | "common" => self.cli = on,
-                "http" => self.http = on,
-                "inherit-network" => self.inherit_network = on,
-                "allow-ip-name-lookup" => self.allow_ip_name_lookup = Some(on),
-                "tcp" => self.tcp = Some(on),
-                "udp" => self.udp = Some(on),
-                "network-error-code" => self.network_error_code = on,
-                "inherit-env" => self.inherit_env = on,
-                _ => {
-                    return Err(format!(
-                        "unknown or unsupported -S option `{name}` (wasmspy takes: {})",
-                        Self::NAMES
-                    ))
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
+/// What the guest is given and what is called, as `wasmtime run`'s options say.
 #[derive(Clone, Debug, Default)]
 pub struct WasiConfig {
-    /// argv, including argv[0].
+    /// argv, including argv[0]; with `invoke`, argv[1..] are the function's arguments.
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub dirs: Vec<DirMount>,
+    /// wasmspy's own policy for imports nothing provides (`-W unknown-imports-trap` and
+    /// `-W unknown-imports-default` are in `wasm`); it holds for components too.
     pub unknown_imports: UnknownImports,
-    pub options: WasiOptions,
+    /// `-S`: which WASI interfaces and proposals the guest gets, and their settings, as
+    /// `wasmtime-cli-flags` parses them (all unset: `wasmtime run`'s defaults).
+    pub wasi: wasmtime_cli_flags::WasiOptions,
+    /// `-W`: the store's limits, fuel and timeout, unknown imports and exports.
+    pub wasm: wasmtime_cli_flags::WasmOptions,
+    /// `--invoke`: the module's export, or the component's function as a WAVE call, to call
+    /// instead of the command's `_start` or `wasi:cli/run`.
+    pub invoke: Option<String>,
+    /// `--preload NAME=MODULE`: modules instantiated before the main module, whose exports it
+    /// may import from NAME.
+    pub preloads: Vec<(String, Module)>,
+    /// `-D coredump=PATH`: where a trap's core dump goes (the engine must capture them).
+    pub coredump: Option<String>,
+    /// For a store of `wasmtime serve`'s: what it gives each instance it makes.
+    pub served: Option<ServedInstance>,
 }
 
-/// What a store's guest is given: WASI (preview 1 and 2 over one context and resource table,
-/// as `wasmtime run` has it) and, with `-S http`, outgoing `wasi:http`.
-pub struct Host {
-    wasi: WasiP1Ctx,
-    http: Option<WasiHttpCtx>,
-    options: WasiOptions,
-}
-
-impl Host {
-    pub fn new(wasi: WasiP1Ctx, options: WasiOptions) -> Self {
-        Host {
-            wasi,
-            http: None,
-            options,
-        }
-    }
-
-    /// Its WASI preview 1 context, for a linker of preview 1 functions of its own.
-    pub fn wasi(&mut self) -> &mut WasiP1Ctx {
-        &mut self.wasi
-    }
-}
-
-impl WasiView for Host {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        self.wasi.ctx()
-    }
-}
-
-impl WasiHttpView for Host {
-    fn http(&mut self) -> WasiHttpCtxView<'_> {
-        WasiHttpCtxView {
-            ctx: self.http.get_or_insert_with(WasiHttpCtx::new),
-            table: self.wasi.ctx().table,
-            hooks: wasmtime_wasi_http::default_hooks(),
-        }
-    }
+/// What `wasmtime serve` gives each instance it makes: `INSTANCE_ID` in its environment, no
+/// stdin, and, with `log_prefix` (unless `--no-logging-prefix`), its stdout and stderr lines
+/// prefixed `stdout [ID] :: ` and `stderr [ID] :: `.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServedInstance {
+    /// Its number, from 0 in the order instances are made.
+    pub id: u64,
+    pub log_prefix: bool,
 }
 
 /// A program `wasmtime run` runs.
@@ -208,32 +115,14 @@ pub enum Exit {
     Error(anyhow::Error),
 }
 
-/// The engine settings `wasmtime run` uses: Wasmtime's defaults.
+/// The engine settings `wasmtime run` uses without options: Wasmtime's defaults.
 pub fn engine_config() -> Config {
     Config::new()
 }
 
-/// The engine settings `wasmtime serve` uses: Wasmtime's defaults, with the pooling allocator
-/// (instances, memories and fiber stacks reused from one reservation: a new instance per
-/// request costs less) where the machine lets the process reserve its address space, as
-/// `wasmtime serve` checks. With `allocator_rewrite` (a memory profile), room for what the
-/// rewrite adds to a module: a memory (its flags) and a table (its hook).
-pub fn serve_engine_config(allocator_rewrite: bool) -> Config {
-    let mut config = Config::new();
-    if pooling_available() {
-        let mut pooling = PoolingAllocationConfig::default();
-        if allocator_rewrite {
-            pooling.max_memories_per_module(2);
-            pooling.max_tables_per_module(2);
-        }
-        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
-    }
-    config
-}
-
 /// Whether a 4 TiB reservation (42 bits of address space) succeeds: the test `wasmtime serve`
-/// makes before it turns the pooling allocator on.
-fn pooling_available() -> bool {
+/// makes before it turns the pooling allocator on by default.
+pub fn pooling_available() -> bool {
     const BITS: u32 = 42;
     let mut config = Config::new();
     config.wasm_memory64(true);
@@ -252,6 +141,12 @@ pub fn read_program(path: &Path) -> Result<Vec<u8>> {
     if bytes.starts_with(b"\0asm") {
         return Ok(bytes);
     }
+    if Engine::detect_precompiled(&bytes).is_some() {
+        bail!(
+            "`{}` is precompiled (`wasmtime compile`): wasmspy names functions from the WebAssembly, so profile the `.wasm` it was compiled from",
+            path.display()
+        );
+    }
     let text = std::str::from_utf8(&bytes).ok().filter(|t| {
         let t = t.trim_start();
         t.starts_with('(') || t.starts_with(";;")
@@ -266,7 +161,8 @@ pub fn read_program(path: &Path) -> Result<Vec<u8>> {
     }
 }
 
-/// Compiles a module or component (`wasm` in binary form).
+/// Compiles a module or component (`wasm` in binary form), through the engine's compile cache
+/// if it has one.
 pub fn compile(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Program> {
     Ok(if wasmparser::Parser::is_component(wasm) {
         Program::Component(Component::new(engine, wasm)?)
@@ -275,51 +171,16 @@ pub fn compile(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Program> {
     })
 }
 
-/// A store whose WASI context gives the guest `config`'s argv, environment and directories,
-/// and this process's stdio.
-pub fn new_store(engine: &Engine, config: &WasiConfig) -> Result<Store<Host>> {
-    runtime()?;
-    let mut builder = WasiCtxBuilder::new();
-    // As `wasmtime run`: file operations block the guest's thread rather than go through
-    // tokio's blocking pool, a thread hand-off per call that made a program reading a file
-    // with fgets four times slower (`benches/cli.rs`). Set before the directories are opened:
-    // it is taken from the builder as each one is.
-    builder.allow_blocking_current_thread(true);
-    builder.inherit_stdio().args(&config.argv).envs(&config.env);
-    for dir in &config.dirs {
-        builder
-            .preopened_dir(&dir.host, &dir.guest, FsPerms::ReadWrite)
-            .map_err(anyhow::Error::from)
-            .with_context(|| format!("cannot open directory `{}`", dir.host.display()))?;
-    }
-    let options = &config.options;
-    if options.inherit_network {
-        // As `wasmtime run`: the whole network, TCP and UDP with it.
-        builder.inherit_network().allow_tcp(true).allow_udp(true);
-    }
-    if let Some(on) = options.allow_ip_name_lookup {
-        builder.allow_ip_name_lookup(on);
-    }
-    if let Some(on) = options.tcp {
-        builder.allow_tcp(on);
-    }
-    if let Some(on) = options.udp {
-        builder.allow_udp(on);
-    }
-    let host = Host::new(builder.build_p1(), options.clone());
-    Ok(Store::new(engine, host))
-}
-
-/// Instantiates `module` with WASI preview 1 and calls its `_start`.
-pub fn run(store: &mut Store<Host>, module: &Module, unknown: UnknownImports) -> Exit {
-    run_with(store, module, unknown, |_, _| Ok(()))
+/// Instantiates `module` with WASI preview 1 and calls its `_start` (or `--invoke`'s export).
+pub fn run(store: &mut Store<Host>, module: &Module) -> Exit {
+    run_with(store, module, |_, _| Ok(()))
 }
 
 /// Runs a module as [`run`] does, a component as [`run_component`] does.
-pub fn run_program(store: &mut Store<Host>, program: &Program, unknown: UnknownImports) -> Exit {
+pub fn run_program(store: &mut Store<Host>, program: &Program) -> Exit {
     match program {
-        Program::Module(module) => run(store, module, unknown),
-        Program::Component(component) => run_component(store, component, unknown),
+        Program::Module(module) => run(store, module),
+        Program::Component(component) => run_component(store, component),
     }
 }
 
@@ -333,49 +194,52 @@ pub fn run_program(store: &mut Store<Host>, program: &Program, unknown: UnknownI
 pub fn run_with(
     store: &mut Store<Host>,
     module: &Module,
-    unknown: UnknownImports,
     setup: impl FnOnce(&mut Store<Host>, &wasmtime::Instance) -> wasmtime::Result<()>,
 ) -> Exit {
-    let runtime = match runtime() {
-        Ok(runtime) => runtime,
-        Err(e) => return Exit::Error(e),
-    };
-    runtime.block_on(async {
-        let instance = match instantiate(store, module, unknown).await {
-            Ok(instance) => instance,
-            Err(e) => return classify(e),
+    in_runtime(store, async |store| {
+        let mut linker = link::module_linker(store, module)?;
+        let config = store.data().config.clone();
+        for (name, preload) in &config.preloads {
+            linker
+                .module_async(&mut *store, name, preload)
+                .await
+                .map_err(|e| e.context(format!("failed to process preload `{name}`")))?;
+        }
+        let instance = linker
+            .instantiate_async(&mut *store, module)
+            .await
+            .map_err(unknown_import_hint)?;
+        setup(store, &instance)?;
+        // A reactor's `_initialize` first, then `--invoke`'s export or the command's default
+        // export, named "" or `_start`.
+        if let Some(init) = instance.get_func(&mut *store, "_initialize") {
+            init.typed::<(), ()>(&*store)?
+                .call_async(&mut *store, ())
+                .await?;
+        }
+        let main = match &config.invoke {
+            Some(name) => Some(
+                instance
+                    .get_func(&mut *store, name)
+                    .ok_or_else(|| wasmtime::format_err!("no func export named `{name}` found"))?,
+            ),
+            None => instance
+                .get_func(&mut *store, "")
+                .or_else(|| instance.get_func(&mut *store, "_start")),
         };
-        if let Err(e) = setup(store, &instance) {
-            return classify(e);
+        if let Some(main) = main {
+            let args = config.argv.get(1..).unwrap_or_default();
+            invoke::call_module_func(store, main, config.invoke.as_deref(), args).await?;
         }
-        // A reactor's `_initialize` first, then the command's default export, named "" or
-        // `_start`.
-        if let Some(Err(e)) = call(store, &instance, "_initialize").await {
-            return classify(e);
-        }
-        let main = match call(store, &instance, "").await {
-            Some(result) => Some(result),
-            None => call(store, &instance, "_start").await,
-        };
-        match main {
-            Some(Ok(())) => Exit::Code(0),
-            Some(Err(e)) => classify(e),
-            None => Exit::Error(anyhow!(
-                "the module exports no `_start` function: it is not a WASI command"
-            )),
-        }
+        Ok(())
     })
 }
 
-/// Instantiates `component` with WASI preview 2 (and outgoing `wasi:http` with `-S http`) and
-/// calls its `wasi:cli/run`, as [`run_with`] does a module: a `run` that returns an error
-/// exits with 1, as `wasmtime run` has it.
-pub fn run_component(
-    store: &mut Store<Host>,
-    component: &Component,
-    unknown: UnknownImports,
-) -> Exit {
-    run_component_with(store, component, unknown, |_| Ok(()))
+/// Instantiates `component` with WASI (and what `-S` adds) and calls its `wasi:cli/run` (0.3's
+/// where it exports it, else 0.2's) or `--invoke`'s function, as [`run_with`] does a module:
+/// a `run` that returns an error exits with 1, as `wasmtime run` has it.
+pub fn run_component(store: &mut Store<Host>, component: &Component) -> Exit {
+    run_component_with(store, component, |_| Ok(()))
 }
 
 /// As [`run_component`], with `define` adding to the linker what the host provides beyond
@@ -383,67 +247,111 @@ pub fn run_component(
 pub fn run_component_with(
     store: &mut Store<Host>,
     component: &Component,
-    unknown: UnknownImports,
     define: impl FnOnce(&mut ComponentLinker<Host>) -> wasmtime::Result<()>,
+) -> Exit {
+    in_runtime(store, async |store| {
+        let config = store.data().config.clone();
+        let linker = link::component_linker(component, &config, define)?;
+        let instance = linker
+            .instantiate_async(&mut *store, component)
+            .await
+            .map_err(unknown_import_hint)?;
+        if let Some(call) = &config.invoke {
+            return invoke::call_component_func(store, component, &instance, call).await;
+        }
+        let mut result = None;
+        if link::wasip3_on(&config.wasi) {
+            use wasmtime_wasi::p3::bindings::Command;
+            if let Ok(command) = Command::new(&mut *store, &instance) {
+                result = Some(
+                    store
+                        .run_concurrent(async |store| command.wasi_cli_run().call_run(store).await)
+                        .await??,
+                );
+            }
+        }
+        let result = match result {
+            Some(result) => result,
+            None => {
+                use wasmtime_wasi::p2::bindings::Command;
+                Command::new(&mut *store, &instance)?
+                    .wasi_cli_run()
+                    .call_run(&mut *store)
+                    .await?
+            }
+        };
+        // As `wasmtime run`: `run` returning an error is an exit with status 1.
+        result.map_err(|()| I32Exit(1).into())
+    })
+}
+
+/// Runs `guest` on this thread in the runtime, within `-W timeout` if one is set (epoch
+/// interruption stops compiled code, the runtime's timer a guest blocked in the host), and
+/// says how it ended; a trap's core dump is written where `-D coredump` says.
+fn in_runtime(
+    store: &mut Store<Host>,
+    guest: impl AsyncFnOnce(&mut Store<Host>) -> wasmtime::Result<()>,
 ) -> Exit {
     let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(e) => return Exit::Error(e),
     };
-    runtime.block_on(async {
-        let result = async {
-            let linker = component_linker(component, unknown, &store.data().options, define)?;
-            let instance = linker.instantiate_async(&mut *store, component).await?;
-            let command = Command::new(&mut *store, &instance)?;
-            command.wasi_cli_run().call_run(&mut *store).await
-        };
-        match result.await {
-            Ok(Ok(())) => Exit::Code(0),
-            Ok(Err(())) => Exit::Code(1),
-            Err(e) => classify(e),
+    let timeout = store.data().config.wasm.timeout;
+    if let Some(timeout) = timeout {
+        arm_epoch_timeout(store, timeout);
+    }
+    let result = runtime.block_on(async {
+        match timeout {
+            Some(timeout) => match tokio::time::timeout(timeout, guest(&mut *store)).await {
+                Ok(result) => result,
+                Err(_) => Err(wasmtime::Error::from(Trap::Interrupt)
+                    .context(format!("timed out after {timeout:?}"))),
+            },
+            None => guest(&mut *store).await,
         }
-    })
-}
-
-fn component_linker(
-    component: &Component,
-    unknown: UnknownImports,
-    options: &WasiOptions,
-    define: impl FnOnce(&mut ComponentLinker<Host>) -> wasmtime::Result<()>,
-) -> wasmtime::Result<ComponentLinker<Host>> {
-    let mut linker = ComponentLinker::new(component.engine());
-    define(&mut linker)?;
-    add_wasi_to_component_linker(&mut linker, options)?;
-    define_unknown_component_imports(&mut linker, component, unknown)?;
-    Ok(linker)
-}
-
-/// WASI preview 2 unless `-S cli=n`, and outgoing `wasi:http` with `-S http`.
-fn add_wasi_to_component_linker(
-    linker: &mut ComponentLinker<Host>,
-    options: &WasiOptions,
-) -> wasmtime::Result<()> {
-    if options.cli {
-        let mut link = LinkOptions::default();
-        link.network_error_code(options.network_error_code);
-        p2::add_to_linker_with_options_async(linker, &link)?;
+    });
+    match result {
+        Ok(()) => Exit::Code(0),
+        Err(e) => classify(write_core_dump(store, e)),
     }
-    if options.http {
-        wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
-    }
-    Ok(())
 }
 
-fn define_unknown_component_imports(
-    linker: &mut ComponentLinker<Host>,
-    component: &Component,
-    unknown: UnknownImports,
-) -> wasmtime::Result<()> {
-    match unknown {
-        UnknownImports::Reject => Ok(()),
-        UnknownImports::Trap => unknown_imports::define_unknown(linker, component, Stub::Trap),
-        UnknownImports::DefaultValues => {
-            unknown_imports::define_unknown(linker, component, Stub::ZeroValues)
+/// `-W timeout` as `wasmtime run` sets it: the guest's compiled code stops at its next epoch
+/// check once the time is up (the profiler, attached, answers epochs itself and is told
+/// separately).
+fn arm_epoch_timeout(store: &mut Store<Host>, timeout: Duration) {
+    if !store.engine().get_epoch_interruption() {
+        return;
+    }
+    store.set_epoch_deadline(1);
+    let engine = store.engine().clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(timeout);
+        engine.increment_epoch();
+    });
+}
+
+/// With `-D coredump=PATH`, a trap's core dump written there, as `wasmtime run` writes it.
+fn write_core_dump(store: &mut Store<Host>, e: wasmtime::Error) -> wasmtime::Error {
+    let Some(path) = store.data().config.coredump.clone() else {
+        return e;
+    };
+    let Some(dump) = e.downcast_ref::<wasmtime::WasmCoreDump>() else {
+        return e;
+    };
+    let name = store
+        .data()
+        .config
+        .argv
+        .first()
+        .cloned()
+        .unwrap_or_default();
+    let bytes = dump.serialize(&mut *store, &name);
+    match std::fs::write(&path, bytes) {
+        Ok(()) => e.context(format!("core dumped at {path}")),
+        Err(write) => {
+            eprintln!("warning: coredump failed to generate: failed to write core dump file at `{path}`: {write}");
+            e
         }
     }
 }
@@ -464,55 +372,6 @@ pub fn runtime() -> Result<&'static tokio::runtime::Runtime> {
         .map_err(|e| anyhow!("cannot start the WASI host's runtime: {e}"))
 }
 
-/// Calls the export `name` of type [] -> [], if there is one.
-async fn call(
-    store: &mut Store<Host>,
-    instance: &wasmtime::Instance,
-    name: &str,
-) -> Option<wasmtime::Result<()>> {
-    let func = instance.get_func(&mut *store, name)?;
-    Some(match func.typed::<(), ()>(&*store) {
-        Ok(func) => func.call_async(&mut *store, ()).await,
-        Err(e) => Err(e),
-    })
-}
-
-async fn instantiate(
-    store: &mut Store<Host>,
-    module: &Module,
-    unknown: UnknownImports,
-) -> wasmtime::Result<wasmtime::Instance> {
-    store
-        .data()
-        .options
-        .check_for_module()
-        .map_err(wasmtime::Error::from_anyhow)?;
-    let mut linker = Linker::new(module.engine());
-    if store.data().options.cli {
-        p0::add_to_linker_async(&mut linker, Host::wasi)?;
-        p1::add_to_linker_async(&mut linker, Host::wasi)?;
-    }
-    match unknown {
-        UnknownImports::Reject => {}
-        UnknownImports::Trap => linker.define_unknown_imports_as_traps(module)?,
-        UnknownImports::DefaultValues => {
-            linker.define_unknown_imports_as_default_values(&mut *store, module)?
-        }
-    }
-    linker
-        .instantiate_async(&mut *store, module)
-        .await
-        .map_err(|e| {
-            if unknown == UnknownImports::Reject && format!("{e:#}").contains("unknown import") {
-                e.context(
-                    "use --default-values-unknown-imports or --trap-unknown-imports to run it anyway",
-                )
-            } else {
-                e
-            }
-        })
-}
-
 fn classify(e: wasmtime::Error) -> Exit {
     if let Some(exit) = e.downcast_ref::<I32Exit>() {
         Exit::Code(exit.0)
@@ -522,6 +381,15 @@ fn classify(e: wasmtime::Error) -> Exit {
         Exit::Trap(e.into())
     } else {
         Exit::Error(e.into())
+    }
+}
+
+/// An instantiation that failed for an import nothing provides says how to run it anyway.
+fn unknown_import_hint(e: wasmtime::Error) -> wasmtime::Error {
+    if format!("{e:#}").contains("unknown import") {
+        e.context("use --default-values-unknown-imports or --trap-unknown-imports to run it anyway")
+    } else {
+        e
     }
 }
 
@@ -541,11 +409,15 @@ mod tests {
         assert!("::x".parse::<DirMount>().is_err());
     }
 
-    fn run_wat(text: &str, unknown: UnknownImports) -> Exit {
+    fn run_wat(text: &str, unknown_imports: UnknownImports) -> Exit {
         let engine = Engine::new(&engine_config()).unwrap();
         let module = Module::new(&engine, text).unwrap();
-        let mut store = new_store(&engine, &WasiConfig::default()).unwrap();
-        run(&mut store, &module, unknown)
+        let config = WasiConfig {
+            unknown_imports,
+            ..WasiConfig::default()
+        };
+        let mut store = new_store(&engine, &config).unwrap();
+        run(&mut store, &module)
     }
 
     #[test]

@@ -173,8 +173,8 @@ fn runs_as_wasmtime_run_does() {
 #[test]
 fn bad_options_and_missing_imports_get_one_line() {
     let dir = tempfile::tempdir().unwrap();
-    let (out, _) = record(dir.path(), &["-S", "nn"], &fixture(COMPONENT), &[]);
-    assert_one_line_error(&out, "unsupported -S option `nn`", &"-S nn");
+    let (out, _) = record(dir.path(), &["-S", "no-such"], &fixture(COMPONENT), &[]);
+    assert_one_line_error(&out, "unknown -S / --wasi option: no-such", &"-S no-such");
     let (out, _) = record(dir.path(), &["-S", "http=maybe"], &fixture(COMPONENT), &[]);
     assert_one_line_error(&out, "unknown boolean flag `maybe`", &"-S http=maybe");
     let (out, _) = record(dir.path(), &["-S", "http"], &fixture("c/cprog.wasm"), &[]);

@@ -170,26 +170,21 @@ fn a_rewritten_module_profiles_as_the_original() {
     let calls = Arc::new(AtomicU32::new(0));
     let counted = calls.clone();
     profiler.start().unwrap();
-    let exit = wasi_host::run_with(
-        &mut store,
-        &module,
-        wasi.unknown_imports,
-        |store, instance| {
-            // 2 ms of CPU per call: samples land in the hook, under the allocator's caller.
-            // A countdown of -1 stays below zero: every allocation calls it.
-            let hook = wasmtime::Func::wrap(
-                &mut *store,
-                move |_: i32, _: i32, _: i32, _: i32, _: i64| -> i64 {
-                    counted.fetch_add(1, Ordering::Relaxed);
-                    let until = thread_cpu_ns() + 2_000_000;
-                    while thread_cpu_ns() < until {}
-                    wasmspy::memory::rewrite::report(-1, false, false)
-                },
-            );
-            let table = instance.get_table(&mut *store, HOOK_TABLE).unwrap();
-            table.set(&mut *store, 0, wasmtime::Ref::Func(Some(hook)))
-        },
-    );
+    let exit = wasi_host::run_with(&mut store, &module, |store, instance| {
+        // 2 ms of CPU per call: samples land in the hook, under the allocator's caller.
+        // A countdown of -1 stays below zero: every allocation calls it.
+        let hook = wasmtime::Func::wrap(
+            &mut *store,
+            move |_: i32, _: i32, _: i32, _: i32, _: i64| -> i64 {
+                counted.fetch_add(1, Ordering::Relaxed);
+                let until = thread_cpu_ns() + 2_000_000;
+                while thread_cpu_ns() < until {}
+                wasmspy::memory::rewrite::report(-1, false, false)
+            },
+        );
+        let table = instance.get_table(&mut *store, HOOK_TABLE).unwrap();
+        table.set(&mut *store, 0, wasmtime::Ref::Func(Some(hook)))
+    });
     let profile = profiler.stop();
     assert!(matches!(exit, Exit::Code(0)), "{exit:?}");
     assert!(calls.load(Ordering::Relaxed) > 0);

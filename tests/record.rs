@@ -43,16 +43,7 @@ fn c_hot_function_has_its_known_share() {
     for (names, _) in &stacks {
         assert_rooted_at_start(names);
     }
-    let hot_stack = &stacks
-        .iter()
-        .find(|(n, _)| n[0] == "hot_function")
-        .unwrap()
-        .0;
-    let pos = |f: &str| hot_stack.iter().position(|n| n == f).unwrap_or(usize::MAX);
-    assert!(
-        pos("run_spin") < pos("main") && pos("main") < pos("_start"),
-        "{hot_stack:?}"
-    );
+    assert_spin_stack(&p);
 }
 
 #[test]

@@ -2,7 +2,8 @@
 //! `wasi:http` component (both with [`interrupt`] handling Ctrl-C and SIGTERM, and
 //! [`outputs`] writing what they recorded, [`profiled`] setting up the profiler, and
 //! [`rewrite`] instrumenting the allocators for a memory profile, [`perf_files`] telling Linux
-//! perf of the guest's code), `report` and `convert` read profiles back.
+//! perf of the guest's code, [`request_headers`] setting `serve -H`'s headers), `report` and
+//! `convert` read profiles back.
 
 pub mod interrupt;
 pub mod outputs;
@@ -10,5 +11,6 @@ pub mod perf_files;
 pub mod profiled;
 pub mod record;
 pub mod report;
+pub mod request_headers;
 pub mod rewrite;
 pub mod serve;

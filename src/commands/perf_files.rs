@@ -4,7 +4,7 @@
 use anyhow::Result;
 use wasmspy::ProfilerHandle;
 
-use crate::cli::ProfilingArgs;
+use crate::cli::{GuestArgs, ProfilingArgs};
 
 /// What must stay alive while the guest runs: the jitdump file, mapped.
 pub struct PerfFiles {
@@ -12,21 +12,27 @@ pub struct PerfFiles {
     _jitdump: Option<wasmspy::perf::jitdump::JitDump>,
 }
 
-/// Writes the files `args` asks for, of the code registered with `profiler`.
-pub fn write(args: &ProfilingArgs, profiler: &ProfilerHandle) -> Result<PerfFiles> {
-    if !args.jitdump && !args.perfmap {
+/// Writes the files `args` (or `--profile`) asks for, of the code registered with `profiler`.
+pub fn write(
+    args: &ProfilingArgs,
+    guest: &GuestArgs,
+    profiler: &ProfilerHandle,
+) -> Result<PerfFiles> {
+    let (perfmap, jitdump) = guest.perf_profile()?;
+    let (perfmap, jitdump) = (args.perfmap || perfmap, args.jitdump || jitdump);
+    if !jitdump && !perfmap {
         return Ok(PerfFiles {
             #[cfg(target_os = "linux")]
             _jitdump: None,
         });
     }
-    if args.on_pulley() {
+    if guest.on_pulley() {
         anyhow::bail!(
             "--jitdump and --perfmap describe compiled code; under Pulley perf sees only the interpreter"
         );
     }
     let listing = profiler.code_listing();
-    if args.perfmap {
+    if perfmap {
         let path = wasmspy::perf::perfmap::write(&listing)?;
         eprintln!(
             "wasmspy: wrote {} ({} functions)",
@@ -35,7 +41,7 @@ pub fn write(args: &ProfilingArgs, profiler: &ProfilerHandle) -> Result<PerfFile
         );
     }
     #[cfg(target_os = "linux")]
-    let jitdump = match args.jitdump {
+    let jitdump = match jitdump {
         true => {
             let dump = wasmspy::perf::jitdump::write(&listing)?;
             let lines: usize = listing.iter().map(|f| f.lines.len()).sum();
@@ -49,7 +55,7 @@ pub fn write(args: &ProfilingArgs, profiler: &ProfilerHandle) -> Result<PerfFile
         false => None,
     };
     #[cfg(not(target_os = "linux"))]
-    if args.jitdump {
+    if jitdump {
         anyhow::bail!("--jitdump is for Linux perf: not available on this system");
     }
     Ok(PerfFiles {

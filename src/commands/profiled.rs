@@ -1,12 +1,14 @@
-//! What `record` and `serve` set up before the guest runs: an engine configured for the
-//! profiler's options, the profiler, and the allocator rewrite when memory is profiled.
+//! What `record` and `serve` set up before the guest runs: an engine configured by
+//! Wasmtime's options and then for the profiler's, the profiler, and the allocator rewrite
+//! when memory is profiled.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use wasmspy::capture::SamplerKind;
 use wasmspy::Profiler;
 use wasmtime::{Config, Engine};
+use wasmtime_cli_flags::CommonOptions;
 
-use crate::cli::ProfilingArgs;
+use crate::cli::{GuestArgs, ProfilingArgs};
 use crate::commands::outputs::{Counts, Outputs};
 use crate::commands::rewrite::Rewrite;
 
@@ -19,31 +21,28 @@ pub struct Profiled {
 }
 
 impl Profiled {
-    /// Sampling at `--rate` or `default_rate`; `config`, the command's engine settings, is told
-    /// whether the allocators are rewritten. `wasm` is the program named `name`.
+    /// Sampling at `--rate` or `default_rate`; `config` makes the command's engine settings
+    /// from Wasmtime's options, told whether the allocators are rewritten. `wasm` is the program
+    /// named `name`.
     pub fn new(
         args: &ProfilingArgs,
+        guest: &mut GuestArgs,
         default_rate: u32,
         outputs: &Outputs,
-        config: impl FnOnce(bool) -> Config,
+        config: impl FnOnce(&mut CommonOptions, bool) -> Result<Config>,
         wasm: &[u8],
         name: &str,
     ) -> Result<Self> {
         let timeline = outputs.cpu.iter().any(|o| o.format.shows_time());
         let mut options = args.options(default_rate, timeline);
-        if args.on_pulley() && options.sampler == SamplerKind::Auto {
+        if guest.on_pulley() && options.sampler == SamplerKind::Auto {
             if let Err(e) = wasmspy::capture::signals_sample_pulley() {
                 eprintln!("wasmspy: warning: {e:#}; sampling at epochs instead");
                 options.sampler = SamplerKind::Epoch;
             }
         }
-        let mut config = config(outputs.memory.is_some());
-        if let Some(target) = &args.target {
-            config
-                .target(target)
-                .map_err(anyhow::Error::from)
-                .with_context(|| format!("cannot compile for `--target {target}`"))?;
-        }
+        let mut config = config(&mut guest.wasmtime, outputs.memory.is_some())?;
+        say_what_profiling_changes(guest, &options);
         Profiler::configure(&mut config, &options);
         let engine = Engine::new(&config)?;
         let profiler = Profiler::new(&engine, options.clone())?;
@@ -58,5 +57,21 @@ impl Profiled {
             counts,
             rewritten,
         })
+    }
+}
+
+/// One line for each of Wasmtime's options that the profiler's engine settings override.
+fn say_what_profiling_changes(guest: &GuestArgs, options: &wasmspy::ProfilerOptions) {
+    let wasmtime = &guest.wasmtime;
+    if options.sampler.resolve() == SamplerKind::Epoch
+        && wasmtime.wasm.epoch_interruption == Some(false)
+    {
+        eprintln!("wasmspy: warning: -W epoch-interruption=n overridden: the epoch sampler needs epoch interruption");
+    }
+    if wasmtime.debug.max_backtrace.is_some() {
+        eprintln!(
+            "wasmspy: warning: -D max-backtrace overridden: wasmspy captures up to {} frames",
+            wasmspy::capture::MAX_STACK_DEPTH
+        );
     }
 }

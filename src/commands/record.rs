@@ -2,6 +2,7 @@
 //! guest ends.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -20,7 +21,8 @@ use crate::commands::rewrite::Rewrite;
 /// `wasmtime run`'s exit code for a trap: that of an abort.
 const TRAP_EXIT_CODE: i32 = 128 + libc::SIGABRT;
 
-pub fn record(args: RecordArgs) -> Result<i32> {
+pub fn record(mut args: RecordArgs) -> Result<i32> {
+    args.guest.configure()?;
     // Created before the guest runs, so a bad path fails fast rather than after a long run.
     let outputs = Arc::new(Outputs::create(
         &args.cpu_outputs(),
@@ -30,9 +32,10 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     // Shared by the engine, the profile's build id and the symbolizer: never copied again.
     let wasm: Arc<[u8]> = wasi_host::read_program(&args.module)?.into();
     let name = file_name(&args.module);
-    if !wasmparser::Parser::is_component(&wasm) {
-        args.guest.wasi_options().check_for_module()?;
-    }
+    // What the program cannot be given fails before it compiles.
+    let component = wasmparser::Parser::is_component(&wasm);
+    wasi_host::check_options(&args.guest.wasi_config(Vec::new())?, component)
+        .map_err(anyhow::Error::from)?;
 
     let Profiled {
         engine,
@@ -41,9 +44,10 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         rewritten,
     } = Profiled::new(
         &args.profiling,
+        &mut args.guest,
         RECORD_RATE,
         &outputs,
-        |_| wasi_host::engine_config(),
+        |wasmtime, _| engine_config(wasmtime),
         &wasm,
         &name,
     )?;
@@ -63,15 +67,24 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         }
         (Program::Component(component), _) => profiler.add_component(&name, component, &wasm)?,
     }
-    print_warnings(&profiler.handle());
-    let _perf_files = perf_files::write(&args.profiling, &profiler.handle())?;
-    let wasi = args.guest.wasi_config(
-        std::iter::once(name.clone())
+    let mut wasi = args.guest.wasi_config(
+        std::iter::once(args.argv0.clone().unwrap_or_else(|| name.clone()))
             .chain(args.args.iter().cloned())
             .collect(),
-    );
+    )?;
+    wasi.invoke = args.invoke.clone();
+    for (preload_name, path) in &args.preloads {
+        let module = preload(&engine, &mut profiler, preload_name, path)?;
+        wasi.preloads.push((preload_name.clone(), module));
+    }
+    print_warnings(&profiler.handle());
+    let _perf_files = perf_files::write(&args.profiling, &args.guest, &profiler.handle())?;
     let mut store = wasi_host::new_store(&engine, &wasi)?;
     profiler.attach(&mut store)?;
+    let timed_out = wasi
+        .wasm
+        .timeout
+        .map(|timeout| interrupt_after(profiler.handle(), timeout));
     let server = match &args.profiling.pprof_addr {
         Some(addr) => Some(start_server(
             profiler.handle(),
@@ -94,24 +107,28 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         flush_periodically(outputs.clone(), profiler.handle(), every)?;
     }
     let exit = match &program {
-        Program::Module(module) => wasi_host::run_with(
-            &mut store,
-            module,
-            wasi.unknown_imports,
-            |store, instance| {
-                profiler
-                    .attach_instance(&mut *store, instance)
-                    .map_err(wasmtime::Error::from_anyhow)
-            },
-        ),
+        Program::Module(module) => wasi_host::run_with(&mut store, module, |store, instance| {
+            profiler
+                .attach_instance(&mut *store, instance)
+                .map_err(wasmtime::Error::from_anyhow)
+        }),
         Program::Component(component) => {
-            wasi_host::run_component_with(&mut store, component, wasi.unknown_imports, |linker| {
-                match rewritten {
-                    Rewrite::Component(_) => profiler.define_component_allocator_hook(linker),
-                    _ => Ok(()),
-                }
+            wasi_host::run_component_with(&mut store, component, |linker| match rewritten {
+                Rewrite::Component(_) => profiler.define_component_allocator_hook(linker),
+                _ => Ok(()),
             })
         }
+    };
+    // Stopped by the profiler at `-W timeout`: a trap, as `wasmtime run` has it.
+    let exit = match (exit, &timed_out) {
+        (Exit::Interrupted, Some(timed_out)) if timed_out.load(Ordering::Relaxed) => {
+            let timeout = wasi.wasm.timeout.unwrap_or_default();
+            Exit::Trap(
+                anyhow::Error::from(wasmtime::Trap::Interrupt)
+                    .context(format!("timed out after {timeout:?}")),
+            )
+        }
+        (exit, _) => exit,
     };
     let run_end = Instant::now();
     ended.returned();
@@ -177,6 +194,53 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         server.stop();
     }
     Ok(code)
+}
+
+/// The engine settings of Wasmtime's options, as `wasmtime run` makes them: `-W timeout`
+/// needs epoch interruption.
+fn engine_config(wasmtime: &mut wasmtime_cli_flags::CommonOptions) -> Result<wasmtime::Config> {
+    let mut config = wasmtime.config(None).map_err(anyhow::Error::from)?;
+    if wasmtime.wasm.timeout.is_some() {
+        config.epoch_interruption(true);
+    }
+    Ok(config)
+}
+
+/// `--preload NAME=PATH`: the module compiled and registered with the profiler, so that its
+/// functions are named in the profile.
+fn preload(
+    engine: &wasmtime::Engine,
+    profiler: &mut wasmspy::Profiler,
+    name: &str,
+    path: &std::path::Path,
+) -> Result<wasmtime::Module> {
+    let wasm: Arc<[u8]> = wasi_host::read_program(path)?.into();
+    match wasi_host::compile(engine, &wasm)
+        .map_err(anyhow::Error::from)
+        .with_context(|| format!("failed to process preload `{name}` at `{}`", path.display()))?
+    {
+        Program::Module(module) => {
+            profiler.add_module(name, &module, wasm)?;
+            Ok(module)
+        }
+        Program::Component(_) => anyhow::bail!("components cannot be loaded with `--preload`"),
+    }
+}
+
+/// At `-W timeout`, the guest stopped by the profiler (whose epoch callback, attached, is the
+/// store's): the flag says it was the timeout.
+fn interrupt_after(
+    profiler: wasmspy::ProfilerHandle,
+    timeout: std::time::Duration,
+) -> Arc<AtomicBool> {
+    let timed_out = Arc::new(AtomicBool::new(false));
+    let flag = timed_out.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(timeout);
+        flag.store(true, Ordering::Relaxed);
+        profiler.interrupt();
+    });
+    timed_out
 }
 
 /// The process's peak resident memory so far.

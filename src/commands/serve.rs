@@ -9,8 +9,9 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use http_body_util::{BodyExt, Full};
 use hyper::server::conn::http1;
+use tokio::sync::Semaphore;
 use wasmspy::wasi_host::proxy::Proxy;
-use wasmspy::wasi_host::{self, Program, WasiOptions};
+use wasmspy::wasi_host::{self, Program, ServedInstance};
 use wasmspy::ProfilerHandle;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
@@ -22,9 +23,18 @@ use crate::commands::outputs::{
 };
 use crate::commands::perf_files;
 use crate::commands::profiled::Profiled;
+use crate::commands::request_headers::RequestHeaders;
 use crate::commands::rewrite::Rewrite;
 
-pub fn serve(args: ServeArgs) -> Result<i32> {
+pub fn serve(mut args: ServeArgs) -> Result<i32> {
+    args.guest.configure()?;
+    // As `wasmtime serve`: wasi:http and the component model are what it serves.
+    if args.guest.wasmtime.wasi.http.replace(true) == Some(false) {
+        anyhow::bail!("wasi-http is required for the serve command, and must not be disabled");
+    }
+    if args.guest.wasmtime.wasm.component_model.replace(true) == Some(false) {
+        anyhow::bail!("components are required for the serve command, and must not be disabled");
+    }
     let outputs = Arc::new(Outputs::create(
         &args.cpu_outputs(),
         args.profiling.mem_profile.as_deref(),
@@ -42,9 +52,10 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
         rewritten,
     } = Profiled::new(
         &args.profiling,
+        &mut args.guest,
         SERVE_RATE,
         &outputs,
-        wasi_host::serve_engine_config,
+        engine_config,
         &wasm,
         &name,
     )?;
@@ -59,18 +70,15 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
         _ => profiler.add_component(&name, &component, &wasm)?,
     }
     print_warnings(&profiler.handle());
-    let _perf_files = perf_files::write(&args.profiling, &profiler.handle())?;
+    let _perf_files = perf_files::write(&args.profiling, &args.guest, &profiler.handle())?;
     let argv = vec![name.clone()];
     // As `wasmtime serve`: the proxy world's interfaces unless `-S cli` asks for all of WASI.
-    let mut wasi = args.guest.wasi_config(argv.clone());
-    wasi.options = args.guest.wasi_options_over(WasiOptions {
-        cli: false,
-        http: true,
-        ..WasiOptions::default()
+    let mut wasi = args.guest.wasi_config(argv.clone())?;
+    wasi.served = Some(ServedInstance {
+        id: 0,
+        log_prefix: !args.no_logging_prefix,
     });
-    if !wasi.options.http {
-        anyhow::bail!("wasi-http is required for the serve command, and must not be disabled");
-    }
+    let headers = RequestHeaders::parse(&args.headers)?;
     let proxy = Proxy::new(&component, wasi, |linker| match rewritten {
         Rewrite::Component(_) => profiler.define_component_allocator_hook(linker),
         _ => Ok(()),
@@ -81,6 +89,14 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind(args.addr))
         .with_context(|| format!("cannot listen at {}", args.addr))?;
+    let shutdown = match args.shutdown_addr {
+        Some(addr) => Some(
+            runtime
+                .block_on(tokio::net::TcpListener::bind(addr))
+                .with_context(|| format!("cannot listen at --shutdown-addr {addr}"))?,
+        ),
+        None => None,
+    };
     let server = match &args.profiling.pprof_addr {
         Some(addr) => Some(start_server(
             profiler.handle(),
@@ -111,9 +127,32 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
         profiler: profiler.handle(),
         next: AtomicU64::new(1),
         unprofiled: AtomicBool::new(false),
+        headers,
+        slots: args
+            .max_concurrent_requests
+            .map(|n| Semaphore::new(n as usize)),
+        in_flight: InFlight::default(),
     });
-    let accepted = runtime.block_on(accept_loop(listener, requests));
-    // Only an accept error ends the loop; signals end the process from their own thread.
+    let connections = Arc::new(Semaphore::new(
+        args.max_concurrent_connections
+            .map_or(Semaphore::MAX_PERMITS, |n| n as usize),
+    ));
+    // An accept error ends the loop, and a connection to the shutdown address (the requests in
+    // flight answered first); signals end the process from their own thread.
+    let accepted = runtime.block_on(async {
+        let serving = accept_loop(listener, connections, requests.clone());
+        match shutdown {
+            Some(shutdown) => tokio::select! {
+                accepted = serving => accepted,
+                _ = shutdown.accept() => {
+                    eprintln!("wasmspy: shutting down: answering the requests in flight");
+                    requests.in_flight.none().await;
+                    Ok(())
+                }
+            },
+            None => serving.await,
+        }
+    });
     let profile = profiler.stop();
     if let Some(counts) = &counts {
         counts.print(&profiler.handle());
@@ -126,6 +165,25 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
     saved.map(|()| 0)
 }
 
+/// The engine settings of Wasmtime's options, as `wasmtime serve` makes them: the pooling
+/// allocator by default where the machine lets the process reserve its address space. With
+/// `allocator_rewrite` (a memory profile), room for what the rewrite adds to a module: a memory
+/// (its flags) and a table (its hook), unless the options say otherwise.
+fn engine_config(
+    wasmtime: &mut wasmtime_cli_flags::CommonOptions,
+    allocator_rewrite: bool,
+) -> Result<wasmtime::Config> {
+    if allocator_rewrite {
+        wasmtime
+            .opts
+            .pooling_max_memories_per_module
+            .get_or_insert(2);
+        wasmtime.opts.pooling_max_tables_per_module.get_or_insert(2);
+    }
+    let pooling = wasi_host::pooling_available().then_some(true);
+    wasmtime.config(pooling).map_err(anyhow::Error::from)
+}
+
 /// What every request needs: the component, the profiler, the next request's number.
 struct Requests {
     proxy: Proxy,
@@ -133,16 +191,66 @@ struct Requests {
     next: AtomicU64,
     /// Whether a request could not be profiled (said once).
     unprofiled: AtomicBool,
+    /// `-H`: set on every request.
+    headers: RequestHeaders,
+    /// `--max-concurrent-requests`: a permit per request being answered.
+    slots: Option<Semaphore>,
+    in_flight: InFlight,
 }
 
-async fn accept_loop(listener: tokio::net::TcpListener, requests: Arc<Requests>) -> Result<()> {
+/// Requests being answered, and a way to wait until there are none.
+#[derive(Default)]
+struct InFlight {
+    count: std::sync::atomic::AtomicUsize,
+    none_left: tokio::sync::Notify,
+}
+
+impl InFlight {
+    /// Counts a request in until the guard drops.
+    fn enter(&self) -> impl Drop + '_ {
+        struct Leave<'a>(&'a InFlight);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    self.0.none_left.notify_waiters();
+                }
+            }
+        }
+        self.count.fetch_add(1, Ordering::AcqRel);
+        Leave(self)
+    }
+
+    async fn none(&self) {
+        loop {
+            let notified = self.none_left.notified();
+            if self.count.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Serves each connection on a task of its own, at most as many at once as `connections` has
+/// permits (`--max-concurrent-connections`).
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    connections: Arc<Semaphore>,
+    requests: Arc<Requests>,
+) -> Result<()> {
     loop {
+        let permit = connections
+            .clone()
+            .acquire_owned()
+            .await
+            .context("the connection limit was closed")?;
         let (client, _) = listener
             .accept()
             .await
             .context("cannot accept a connection")?;
         let requests = requests.clone();
         tokio::task::spawn(async move {
+            let _permit = permit;
             let service = hyper::service::service_fn(move |request| {
                 let requests = requests.clone();
                 async move { Ok::<_, Infallible>(requests.handle(request).await) }
@@ -164,6 +272,11 @@ impl Requests {
         &self,
         request: hyper::Request<hyper::body::Incoming>,
     ) -> hyper::Response<HyperOutgoingBody> {
+        let _in_flight = self.in_flight.enter();
+        let _slot = match &self.slots {
+            Some(slots) => slots.acquire().await.ok(),
+            None => None,
+        };
         let number = self.next.fetch_add(1, Ordering::Relaxed);
         match self.respond(number, request).await {
             Ok(response) => response,
@@ -182,9 +295,11 @@ impl Requests {
     async fn respond(
         &self,
         number: u64,
-        request: hyper::Request<hyper::body::Incoming>,
+        mut request: hyper::Request<hyper::body::Incoming>,
     ) -> Result<hyper::Response<HyperOutgoingBody>> {
-        let mut store = self.proxy.new_store()?;
+        self.headers.apply(request.headers_mut());
+        // A new instance for every request: the instances are numbered as the requests, from 0.
+        let mut store = self.proxy.new_store(number - 1)?;
         let path = request.uri().path().to_string();
         let labels = [
             ("request", number.to_string()),

@@ -2,7 +2,7 @@
 //! request, the component pre-instantiated once, each request's `wasi:http/incoming-handler`
 //! call on a task of the multi-threaded runtime (its fiber resumed by whichever worker polls
 //! it). Without `-S cli` the guest gets the proxy world's interfaces only; with it, all of
-//! WASI's, as `wasmtime serve -S cli` has it.
+//! WASI's, as `wasmtime serve -S cli` has it; and the proposals `-S` turns on.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,7 +15,7 @@ use wasmtime_wasi_http::p2::bindings::ProxyPre;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::WasiHttpView;
 
-use super::{new_store, Host, WasiConfig};
+use super::{link, new_store, Host, WasiConfig};
 
 /// The guest's handling of one request, for the caller to run as a task.
 pub type GuestCall = Pin<Box<dyn Future<Output = wasmtime::Result<()>> + Send>>;
@@ -35,13 +35,14 @@ impl Proxy {
     ) -> Result<Self> {
         let mut linker = Linker::new(component.engine());
         define(&mut linker)?;
-        if wasi.options.cli {
-            // With `-S http` on, as a proxy needs: all of WASI, and `wasi:http`.
-            super::add_wasi_to_component_linker(&mut linker, &wasi.options)?;
+        if link::cli(&wasi.wasi)? == Some(true) {
+            link::add_wasi(&mut linker, &wasi.wasi)?;
+            wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
         } else {
             wasmtime_wasi_http::p2::add_to_linker_async(&mut linker)?;
         }
-        super::define_unknown_component_imports(&mut linker, component, wasi.unknown_imports)?;
+        link::add_proposals(&mut linker, &wasi.wasi)?;
+        link::define_unknown(&mut linker, component, &wasi)?;
         let pre = linker
             .instantiate_pre(component)
             .map_err(|e| anyhow!("{e:#}"))?;
@@ -51,9 +52,15 @@ impl Proxy {
         Ok(Proxy { pre, wasi })
     }
 
-    /// A store for one request, with the guest's environment and directories.
-    pub fn new_store(&self) -> Result<Store<Host>> {
-        new_store(self.pre.engine(), &self.wasi)
+    /// A store for one request, with the guest's environment and directories; its instance is
+    /// the `id`th made, its stdout and stderr prefixed with `id` if the configuration says
+    /// so (`served`).
+    pub fn new_store(&self, id: u64) -> Result<Store<Host>> {
+        let mut wasi = self.wasi.clone();
+        if let Some(served) = &mut wasi.served {
+            served.id = id;
+        }
+        new_store(self.pre.engine(), &wasi)
     }
 
     /// Hands `request` to a new instance in `store`. The guest's call is given to `spawn`,

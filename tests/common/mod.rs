@@ -127,6 +127,21 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// cprog's `spin`: `hot_function` sampled under `run_spin`, under `main`, under `_start`.
+pub fn assert_spin_stack(p: &Decoded) {
+    let stacks = p.stacks();
+    let hot_stack = &stacks
+        .iter()
+        .find(|(n, _)| n[0] == "hot_function")
+        .expect("hot_function sampled")
+        .0;
+    let pos = |f: &str| hot_stack.iter().position(|n| n == f).unwrap_or(usize::MAX);
+    assert!(
+        pos("run_spin") < pos("main") && pos("main") < pos("_start"),
+        "{hot_stack:?}"
+    );
+}
+
 /// A pprof profile read back from disk, with the questions tests ask of it.
 pub struct Decoded(pub proto::Profile);
 

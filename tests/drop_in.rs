@@ -1,0 +1,373 @@
+//! `wasmspy record FLAGS -- PROGRAM` as a drop-in for `wasmtime run FLAGS PROGRAM`: the same
+//! programs and flag sets under both (the `wasmtime` built from the `wasmtime-cli` crate of
+//! the same Wasmtime), the same stdout and exit code, and a profile written each time; Winch
+//! code profiled as Cranelift code is; profiles of cached compilations the same as fresh ones.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::*;
+
+const C: &str = "c/cprog.wasm";
+const COMPONENT: &str = "rust/component.wasm";
+
+/// A program run under both, with what it must print and exit with.
+struct Case<'a> {
+    flags: &'a [&'a str],
+    program: PathBuf,
+    args: &'a [&'a str],
+    /// Set in both processes' environment.
+    env: &'a [(&'a str, &'a str)],
+    code: i32,
+    /// What stdout must contain (beyond being the same under both).
+    prints: &'a str,
+}
+
+fn run(mut command: Command, case: &Case) -> Output {
+    for (name, value) in case.env {
+        command.env(name, value);
+    }
+    command.output().expect("run the command")
+}
+
+/// Runs `case` under `wasmtime run` and `wasmspy record`; checks that both print the same and
+/// exit alike, as `case` says, and that wasmspy wrote a profile. Returns wasmspy's run and its
+/// profile's path.
+fn same_as_wasmtime(dir: &Path, case: &Case) -> (Output, PathBuf) {
+    let mut wasmtime = Command::new(wasmtime_cli());
+    wasmtime
+        .arg("run")
+        .args(case.flags)
+        .arg(&case.program)
+        .args(case.args);
+    let expected = run(wasmtime, case);
+    let profile = dir.join(format!(
+        "out-{}.pb.gz",
+        case.flags.join("").replace('/', "_")
+    ));
+    let mut wasmspy = wasmspy();
+    wasmspy
+        .args(["record", "-o"])
+        .arg(&profile)
+        .args(case.flags)
+        .arg("--")
+        .arg(&case.program)
+        .args(case.args);
+    let got = run(wasmspy, case);
+    let what = format!(
+        "{:?} {} {:?}",
+        case.flags,
+        case.program.display(),
+        case.args
+    );
+    assert_eq!(
+        expected.status.code(),
+        Some(case.code),
+        "{what}: wasmtime run: {}",
+        stderr(&expected)
+    );
+    assert_eq!(
+        got.status.code(),
+        Some(case.code),
+        "{what}: wasmspy record: {}",
+        stderr(&got)
+    );
+    assert_eq!(stdout(&got), stdout(&expected), "{what}: stdout");
+    assert!(
+        stdout(&got).contains(case.prints),
+        "{what}: expected `{}` in {}",
+        case.prints,
+        stdout(&got)
+    );
+    assert!(!stderr(&got).contains("panicked"), "{}", stderr(&got));
+    // The profile is written whatever way the guest ended; it reads back.
+    let _ = Decoded::load(&profile);
+    (got, profile)
+}
+
+#[test]
+fn everyday_flag_sets_behave_as_under_wasmtime_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = fixture(C);
+    let cases = [
+        // cprog's memory is larger than 64 KiB: it cannot be instantiated.
+        Case {
+            flags: &["-W", "max-memory-size=65536"],
+            program: c.clone(),
+            args: &["spin", "1"],
+            env: &[],
+            code: 1,
+            prints: "",
+        },
+        // Out of fuel: a trap, which exits as an abort does.
+        Case {
+            flags: &["-W", "fuel=100000"],
+            program: c.clone(),
+            args: &["spin", "80"],
+            env: &[],
+            code: 134,
+            prints: "",
+        },
+        Case {
+            flags: &["-O", "opt-level=0"],
+            program: c.clone(),
+            args: &["spin", "2"],
+            env: &[],
+            code: 0,
+            prints: "spin done: 2 rounds",
+        },
+        Case {
+            flags: &["-C", "compiler=winch"],
+            program: c.clone(),
+            args: &["spin", "2"],
+            env: &[],
+            code: 0,
+            prints: "spin done: 2 rounds",
+        },
+        Case {
+            flags: &["-C", "cache=n"],
+            program: c.clone(),
+            args: &["exit", "3"],
+            env: &[],
+            code: 3,
+            prints: "",
+        },
+        Case {
+            flags: &["-S", "inherit-env"],
+            program: c.clone(),
+            args: &["env", "WASMSPY_GREETING"],
+            env: &[("WASMSPY_GREETING", "hello from the host")],
+            code: 0,
+            prints: "hello from the host",
+        },
+        // Without it, the guest sees no host variable.
+        Case {
+            flags: &[],
+            program: c.clone(),
+            args: &["env", "WASMSPY_GREETING"],
+            env: &[("WASMSPY_GREETING", "hello from the host")],
+            code: 0,
+            prints: "(unset)",
+        },
+        // `-S p3` links WASI 0.3 beside 0.2; a 0.2 command runs as before.
+        Case {
+            flags: &["-S", "p3", "--env", "GREETING=hi", "--dir", "."],
+            program: fixture(COMPONENT),
+            args: &["io", "Cargo.toml"],
+            env: &[],
+            code: 0,
+            prints: "GREETING=hi; first line: [package]",
+        },
+        // WASI 0.2's exit carries success or failure alone: `exit(5)` exits with 1.
+        Case {
+            flags: &["-S", "p3=n"],
+            program: fixture(COMPONENT),
+            args: &["exit", "5"],
+            env: &[],
+            code: 1,
+            prints: "",
+        },
+    ];
+    for case in &cases {
+        same_as_wasmtime(dir.path(), case);
+    }
+}
+
+#[test]
+fn invoke_calls_an_export_with_arguments_and_prints_its_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let add = fixture("wat/add.wat");
+    for (function, args, prints) in [
+        ("add", &["3", "4"][..], "7\n"),
+        ("mul64", &["0x10", "3"][..], "48\n"),
+        ("half", &["5"][..], "2.5\n"),
+    ] {
+        let flags = ["--invoke", function];
+        let (out, _) = same_as_wasmtime(
+            dir.path(),
+            &Case {
+                flags: &flags,
+                program: add.clone(),
+                args,
+                env: &[],
+                code: 0,
+                prints,
+            },
+        );
+        assert_eq!(stdout(&out), prints);
+    }
+    // Too few arguments: the same error, no call.
+    same_as_wasmtime(
+        dir.path(),
+        &Case {
+            flags: &["--invoke", "add"],
+            program: add,
+            args: &["3"],
+            env: &[],
+            code: 1,
+            prints: "",
+        },
+    );
+}
+
+#[test]
+fn wasm_gc_runs_under_each_collector() {
+    let dir = tempfile::tempdir().unwrap();
+    // 20 lists of 1000 nodes, each summed: 20 * 500500.
+    for collector in ["drc", "copying", "null"] {
+        let collector = format!("collector={collector}");
+        let flags = ["-W", "gc", "-C", &collector, "--invoke", "run"];
+        same_as_wasmtime(
+            dir.path(),
+            &Case {
+                flags: &flags,
+                program: fixture("wat/gc.wat"),
+                args: &["20", "1000"],
+                env: &[],
+                code: 0,
+                prints: "10010000\n",
+            },
+        );
+    }
+}
+
+/// Winch's code is walked and named as Cranelift's: cprog's 80/20 split, the stack under
+/// `_start`, and source lines from the DWARF.
+#[test]
+fn winch_code_is_sampled_and_symbolized() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, path) = record(
+        dir.path(),
+        &["-C", "compiler=winch"],
+        &fixture(C),
+        &["spin", "40"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let p = Decoded::load(&path);
+    let top = p.top_self("cpu");
+    assert_eq!(top[0].0, "hot_function", "top: {top:?}");
+    // hot_function runs 4x the iterations of cold_function (the program's own split); the
+    // window is the one tests/record.rs allows Cranelift's code.
+    let hot = p.self_share("cpu", "hot_function");
+    assert!((0.72..=0.88).contains(&hot), "hot share {hot:.3}: {top:?}");
+    assert_spin_stack(&p);
+    let lines: Vec<_> =
+        p.0.location
+            .iter()
+            .flat_map(|l| p.source_frames(l.id))
+            .filter(|(name, file, line, _)| {
+                name == "hot_function" && file.ends_with("cprog.c") && *line > 0
+            })
+            .collect();
+    assert!(!lines.is_empty(), "no cprog.c lines for hot_function");
+}
+
+/// Compiled once into a cache directory of the test's own, then run from the cache: the same
+/// functions named in the perf map, the same build id and the same hot line as a run with
+/// `-C cache=n`.
+#[test]
+fn profiles_are_the_same_with_and_without_the_compile_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let config = dir.path().join("cache.toml");
+    std::fs::write(
+        &config,
+        format!("[cache]\ndirectory = {:?}\n", cache.display().to_string()),
+    )
+    .unwrap();
+    let cache_config = format!("cache-config={}", config.display());
+    let profile = |flags: &[&str], name: &str| {
+        let out_path = dir.path().join(name);
+        let out = wasmspy()
+            .args(["record", "--perfmap", "-o"])
+            .arg(&out_path)
+            .args(flags)
+            .arg("--")
+            .arg(fixture(C))
+            .args(["spin", "40"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        (Decoded::load(&out_path), perf_map_names(&out))
+    };
+    let (fresh, fresh_names) = profile(&["-C", "cache=n"], "fresh.pb.gz");
+    let _ = profile(&["-C", &cache_config], "filling.pb.gz");
+    let entries = std::fs::read_dir(&cache).map(|d| d.count()).unwrap_or(0);
+    assert!(entries > 0, "nothing cached in {}", cache.display());
+    let (cached, cached_names) = profile(&["-C", &cache_config], "cached.pb.gz");
+
+    assert!(
+        fresh_names.contains(&"hot_function".to_string()),
+        "{fresh_names:?}"
+    );
+    assert_eq!(cached_names, fresh_names);
+    let build_ids = |p: &Decoded| -> Vec<String> {
+        p.0.mapping
+            .iter()
+            .map(|m| p.str(m.build_id).to_string())
+            .collect()
+    };
+    assert_eq!(build_ids(&cached), build_ids(&fresh));
+    let hot_line = |p: &Decoded| {
+        let mut lines: Vec<(i64, i64)> = Vec::new();
+        for (frames, values) in p.0.sample.iter().map(|s| (s.location_id[0], s.value[1])) {
+            let (name, _, line, _) = p.source_frames(frames)[0].clone();
+            if name == "hot_function" {
+                match lines.iter_mut().find(|(l, _)| *l == line) {
+                    Some((_, v)) => *v += values,
+                    None => lines.push((line, values)),
+                }
+            }
+        }
+        lines.sort_by_key(|&(_, v)| std::cmp::Reverse(v));
+        lines.first().map(|&(l, _)| l)
+    };
+    assert!(hot_line(&fresh).is_some());
+    assert_eq!(hot_line(&cached), hot_line(&fresh));
+}
+
+/// The names of the functions `--perfmap` listed, sorted: the file its stderr names.
+fn perf_map_names(out: &Output) -> Vec<String> {
+    let err = stderr(out);
+    let path = err
+        .lines()
+        .find_map(|l| l.strip_prefix("wasmspy: wrote "))
+        .and_then(|l| l.split(' ').next())
+        .unwrap_or_else(|| panic!("no perf map written: {err}"));
+    let map = std::fs::read_to_string(path).unwrap();
+    let _ = std::fs::remove_file(path);
+    let mut names: Vec<String> = map
+        .lines()
+        .filter_map(|l| l.splitn(3, ' ').nth(2))
+        .map(|n| n.to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn what_wasmspy_cannot_honour_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flags, expect) in [
+        (&["--profile=guest"][..], "wasmspy is the guest profiler"),
+        (
+            &["--profile=vtune"][..],
+            "--profile=perfmap or --profile=jitdump",
+        ),
+        (&["--allow-precompiled"][..], "--allow-precompiled"),
+        (&["-S", "threads"][..], "wasi-threads has been removed"),
+        (&["-S", "http"][..], "wasi-http for core wasm modules"),
+        (&["-W", "no-such-option"][..], "no-such-option"),
+    ] {
+        let (out, _) = record(dir.path(), flags, &fixture(C), &["spin", "1"]);
+        assert!(!out.status.success(), "{flags:?} succeeded");
+        let err = stderr(&out);
+        assert!(
+            err.contains(expect),
+            "{flags:?}: expected `{expect}` in {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
