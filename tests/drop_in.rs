@@ -371,3 +371,56 @@ fn what_wasmspy_cannot_honour_is_refused_in_one_line() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+/// A WASI 0.3 command (`tests/fixtures/rust/tasks/`, the component model's async ABI) whose
+/// two tasks take turns, each yielding to the host after every unit of work and timing its own
+/// work: its stdout and exit code are `wasmtime run`'s, and with either sampler the profile
+/// splits `light_work` and `heavy_work` as the tasks timed themselves, within 5 points (about
+/// 1,300 samples: a 25 % share's sampling error is 1.2 points, so 5 is four of them).
+#[test]
+fn async_tasks_split_as_they_timed_themselves() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = fixture("rust/tasks.wasm");
+    let expected = Command::new(wasmtime_cli())
+        .args(["run", "--env", "UNITS=20"])
+        .arg(&tasks)
+        .output()
+        .unwrap();
+    assert_eq!(expected.status.code(), Some(0), "{}", stderr(&expected));
+    for sampler in ["signal", "epoch"] {
+        let (out, path) = record(
+            dir.path(),
+            &["--sampler", sampler, "--env", "UNITS=300"],
+            &tasks,
+            &[],
+        );
+        assert_eq!(out.status.code(), Some(0), "{sampler}: {}", stderr(&out));
+        let printed = stdout(&out);
+        assert!(stdout(&expected).starts_with("light "), "{}", stdout(&expected));
+        // `light 0.335 s, heavy 1.005 s`
+        let seconds: Vec<f64> = printed
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        assert_eq!(seconds.len(), 2, "{printed}");
+        let timed = seconds[0] / (seconds[0] + seconds[1]);
+
+        let p = Decoded::load(&path);
+        let cpu = p.value_index("cpu");
+        let under = |function: &str| -> i64 {
+            p.stacks()
+                .iter()
+                .filter(|(names, _)| names.iter().any(|n| n == function))
+                .map(|(_, values)| values[cpu])
+                .sum()
+        };
+        let (light, heavy) = (under("light_work") as f64, under("heavy_work") as f64);
+        let profiled = light / (light + heavy);
+        assert!(
+            (profiled - timed).abs() <= 0.05,
+            "{sampler}: light_work {profiled:.3} of the two tasks' time in the profile, {timed:.3} as they timed themselves"
+        );
+        // Nearly all the run is the tasks' work.
+        assert!((light + heavy) / p.total("cpu") as f64 > 0.9, "{sampler}");
+    }
+}

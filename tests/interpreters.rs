@@ -1,5 +1,6 @@
 //! Components that carry an interpreter: JavaScript (componentize-js: SpiderMonkey in
-//! StarlingMonkey) and Python (componentize-py: CPython). Each runs under `wasmspy record`
+//! StarlingMonkey; componentize-qjs: QuickJS, in the component model's async ABI) and Python
+//! (componentize-py: CPython). Each runs under `wasmspy record`
 //! with `wasmtime run`'s stdout and exit code, and its profile names the interpreter's own
 //! functions (the scripts' functions are for a later issue). The components are built from
 //! `tests/fixtures/interpreters/` by its `build.sh`, which `scripts/test.sh` runs (they are
@@ -87,6 +88,30 @@ fn a_javascript_component_shows_spidermonkey() {
     let mappings: Vec<&str> = p.0.mapping.iter().map(|m| p.str(m.filename)).collect();
     assert!(
         mappings.contains(&"fib-js.wasm/starling-raw.wasm"),
+        "{mappings:?}"
+    );
+}
+
+/// componentize-qjs's default output uses the component model's async ABI (`task.return`,
+/// `task.cancel`): it runs as under `wasmtime run`, `--invoke` printing the WAVE result, and
+/// its QuickJS loop is sampled, on the fiber Wasmtime's concurrent call runs it on, under the
+/// export's lifted function.
+#[test]
+fn a_quickjs_component_of_the_async_abi_runs_and_is_sampled() {
+    let Some(qjs) = component("greet-qjs.wasm") else {
+        return;
+    };
+    let (p, _) = recorded(
+        &qjs,
+        &["--invoke", "greet(\"World\")"],
+        &[],
+        "\"Hello, World! 315\"\n",
+    );
+    // The loop is 3 million iterations of QuickJS's interpreter: some hundreds of samples.
+    assert!(p.total("samples") > 20, "{:?}", p.top_self("samples"));
+    let mappings: Vec<&str> = p.0.mapping.iter().map(|m| p.str(m.filename)).collect();
+    assert!(
+        mappings.iter().any(|m| m.starts_with("greet-qjs.wasm/")),
         "{mappings:?}"
     );
 }

@@ -30,7 +30,7 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
         args.profiling.format,
     )?);
     // Shared by the engine, the profile's build id and the symbolizer: never copied again.
-    let wasm: Arc<[u8]> = wasi_host::read_program(&args.module)?.into();
+    let wasm: Arc<[u8]> = wasi_host::read_program(&args.module)?;
     let name = file_name(&args.module);
     // What the program cannot be given fails before it compiles.
     let component = wasmparser::Parser::is_component(&wasm);
@@ -214,7 +214,7 @@ fn preload(
     name: &str,
     path: &std::path::Path,
 ) -> Result<wasmtime::Module> {
-    let wasm: Arc<[u8]> = wasi_host::read_program(path)?.into();
+    let wasm: Arc<[u8]> = wasi_host::read_program(path)?;
     match wasi_host::compile(engine, &wasm)
         .map_err(anyhow::Error::from)
         .with_context(|| format!("failed to process preload `{name}` at `{}`", path.display()))?

@@ -40,7 +40,7 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
         args.profiling.mem_profile.as_deref(),
         args.profiling.format,
     )?);
-    let wasm: Arc<[u8]> = wasi_host::read_program(&args.component)?.into();
+    let wasm: Arc<[u8]> = wasi_host::read_program(&args.component)?;
     let name = file_name(&args.component);
     if !wasmparser::Parser::is_component(&wasm) {
         anyhow::bail!("`{name}` is a core module: wasmspy serve takes a wasi:http/proxy component");

@@ -4,6 +4,7 @@
 //! text holds the code of all its core modules; each function says which one it is from.
 
 use std::ops::Range;
+use std::sync::OnceLock;
 
 use wasmtime::component::Component;
 use wasmtime::{Module, ModuleFunction};
@@ -38,8 +39,40 @@ struct TextCode {
     owners: Vec<CodeOwner>,
     /// (start, end, function index, owner), by start; text offsets.
     functions: Vec<(u32, u32, u32, u32)>,
-    /// (text offset, offset in the binary compiled), by text offset.
-    address_map: Vec<(u32, u32)>,
+    /// What was compiled, whose address map this text has.
+    compiled: Compiled,
+    /// (text offset, offset in the binary compiled), by text offset; read from Wasmtime's on
+    /// first use, by whoever first resolves an address (the pipeline, while the guest runs),
+    /// not when the program is registered: a 16 MB component has millions of entries, 35 ms
+    /// before its guest could start.
+    address_map: OnceLock<Vec<(u32, u32)>>,
+}
+
+/// A compiled module or component, kept for its address map.
+enum Compiled {
+    Module(Module),
+    Component(Component),
+}
+
+impl TextCode {
+    fn address_map(&self) -> &[(u32, u32)] {
+        self.address_map.get_or_init(|| match &self.compiled {
+            Compiled::Module(m) => mapped(m.address_map()),
+            Compiled::Component(c) => mapped(c.address_map()),
+        })
+    }
+}
+
+/// Wasmtime's address map, as (text offset, offset in the binary) by text offset, of the
+/// instructions it maps.
+fn mapped(map: Option<impl Iterator<Item = (usize, Option<u32>)>>) -> Vec<(u32, u32)> {
+    let mut entries: Vec<(u32, u32)> = map
+        .into_iter()
+        .flatten()
+        .filter_map(|(text_offset, wasm)| Some((text_offset as u32, wasm?)))
+        .collect();
+    entries.sort_unstable();
+    entries
 }
 
 /// A compiled Wasm function: its native code and, for each instruction the address map
@@ -64,7 +97,12 @@ impl CodeMap {
             start: 0,
         };
         let functions = module.functions().map(|f| (f, 0));
-        self.add_text(module.text(), vec![owner], functions, module.address_map());
+        self.add_text(
+            module.text(),
+            vec![owner],
+            functions,
+            Compiled::Module(module.clone()),
+        );
     }
 
     /// A component's code: `owners[i]` is its core module `i` (Wasmtime's static module
@@ -79,7 +117,12 @@ impl CodeMap {
                 (f, owner)
             })
             .filter(|&(_, owner)| (owner as usize) < count);
-        self.add_text(component.text(), owners, functions, component.address_map());
+        self.add_text(
+            component.text(),
+            owners,
+            functions,
+            Compiled::Component(component.clone()),
+        );
     }
 
     fn add_text(
@@ -87,7 +130,7 @@ impl CodeMap {
         text: &[u8],
         owners: Vec<CodeOwner>,
         functions: impl Iterator<Item = (ModuleFunction, u32)>,
-        address_map: Option<impl Iterator<Item = (usize, Option<u32>)>>,
+        compiled: Compiled,
     ) {
         let text = text.as_ptr_range();
         let mut functions: Vec<_> = functions
@@ -97,17 +140,12 @@ impl CodeMap {
             })
             .collect();
         functions.sort_unstable();
-        let mut address_map: Vec<(u32, u32)> = address_map
-            .into_iter()
-            .flatten()
-            .filter_map(|(text_offset, wasm)| Some((text_offset as u32, wasm?)))
-            .collect();
-        address_map.sort_unstable();
         self.texts.push(TextCode {
             text: text.start as usize..text.end as usize,
             owners,
             functions,
-            address_map,
+            compiled,
+            address_map: OnceLock::new(),
         });
     }
 
@@ -123,8 +161,9 @@ impl CodeMap {
                 .iter()
                 .map(move |&(start, end, func_index, owner)| {
                     let owner = m.owners[owner as usize];
-                    let first = m.address_map.partition_point(|&(text, _)| text < start);
-                    let instructions = m.address_map[first..]
+                    let address_map = m.address_map();
+                    let first = address_map.partition_point(|&(text, _)| text < start);
+                    let instructions = address_map[first..]
                         .iter()
                         .take_while(|&&(text, _)| text < end)
                         .map(|&(text, wasm)| {
@@ -168,9 +207,10 @@ impl CodeMap {
         }
         // The closest mapped instruction at or before the address, within this function; in
         // the prologue, before any, the function's first mapped instruction.
-        let j = m.address_map.partition_point(|&(text, _)| text <= offset);
-        let before = j.checked_sub(1).map(|j| m.address_map[j]);
-        let after = m.address_map.get(j).copied();
+        let address_map = m.address_map();
+        let j = address_map.partition_point(|&(text, _)| text <= offset);
+        let before = j.checked_sub(1).map(|j| address_map[j]);
+        let after = address_map.get(j).copied();
         let wasm = before
             .filter(|&(text, _)| text >= start)
             .or(after.filter(|&(text, _)| text < end))
