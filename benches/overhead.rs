@@ -348,7 +348,9 @@ fn run_one(config: &str, module_path: &Path, args: &[String]) -> f64 {
             let mut profiler = Profiler::new(&engine, options).unwrap();
             match &program {
                 Program::Module(module) => profiler.add_module(&name, module, wasm.as_slice()),
-                Program::Component(component) => profiler.add_component(&name, component, &wasm),
+                Program::Component(component) => {
+                    profiler.add_component(&name, component, wasm.as_slice())
+                }
             }
             .unwrap();
             profiler.attach(&mut store).unwrap();

@@ -203,6 +203,8 @@ pub const SERVE_RATE: u32 = 100;
 /// The heading of the options that are `wasmtime run`'s (and, but `--invoke`, `--preload`
 /// and `--argv0`, `wasmtime serve`'s).
 const WASMTIME: &str = "Wasmtime's options";
+/// The heading of wasmspy's own options that say what the guest is given.
+const WASMSPY: &str = "wasmspy's options for the guest";
 /// The heading of the options that are `wasmtime serve`'s alone.
 const WASMTIME_SERVE: &str = "Options of `wasmtime serve`";
 
@@ -319,18 +321,18 @@ pub struct GuestArgs {
     pub allow_precompiled: bool,
 
     /// Give the guest all of the host's environment variables (as `-S inherit-env`).
-    #[arg(long)]
+    #[arg(long, help_heading = WASMSPY)]
     pub inherit_env: bool,
 
     /// Define imports nothing provides as functions that return zeros (e.g. Sightglass's
     /// `bench.start`/`bench.end`), for components too (`-W unknown-imports-default` is
     /// Wasmtime's, for modules).
-    #[arg(long, conflicts_with = "trap_unknown_imports")]
+    #[arg(long, conflicts_with = "trap_unknown_imports", help_heading = WASMSPY)]
     pub default_values_unknown_imports: bool,
 
     /// Define imports nothing provides as functions that fail when called (`-W
     /// unknown-imports-trap` is Wasmtime's).
-    #[arg(long)]
+    #[arg(long, help_heading = WASMSPY)]
     pub trap_unknown_imports: bool,
 }
 
@@ -392,6 +394,9 @@ impl GuestArgs {
     /// where `-D logging` starts its log). Once, before anything reads them.
     pub fn configure(&mut self) -> Result<()> {
         self.wasmtime.init_logging().map_err(anyhow::Error::from)?;
+        if self.wasmtime.debug.debugger.is_some() {
+            bail!("-D debugger: wasmspy runs no debugger component; debug the program under `wasmtime run`");
+        }
         if self.allow_precompiled {
             bail!("--allow-precompiled: wasmspy names functions from the WebAssembly, so profile the `.wasm` the program was compiled from");
         }

@@ -332,11 +332,11 @@ impl Profiler {
         &self,
         file_name: &str,
         component: &wasmtime::component::Component,
-        wasm: &[u8],
+        wasm: impl Into<Arc<[u8]>>,
     ) -> Result<()> {
         self.handle
             .resolver()
-            .add_component(file_name, component, wasm, None)?;
+            .add_component(file_name, component, wasm.into(), None)?;
         self.code_registered();
         Ok(())
     }
@@ -349,12 +349,15 @@ impl Profiler {
         &self,
         file_name: &str,
         component: &wasmtime::component::Component,
-        original: &[u8],
+        original: impl Into<Arc<[u8]>>,
         rewritten: &crate::memory::component::RewrittenComponent,
     ) -> Result<()> {
-        self.handle
-            .resolver()
-            .add_component(file_name, component, original, Some(rewritten))?;
+        self.handle.resolver().add_component(
+            file_name,
+            component,
+            original.into(),
+            Some(rewritten),
+        )?;
         self.code_registered();
         Ok(())
     }

@@ -118,6 +118,15 @@ fn everyday_flag_sets_behave_as_under_wasmtime_run() {
             code: 0,
             prints: "spin done: 2 rounds",
         },
+        // The profile keeps its lines: the address map is kept, and said so.
+        Case {
+            flags: &["-D", "address-map=n"],
+            program: c.clone(),
+            args: &["spin", "2"],
+            env: &[],
+            code: 0,
+            prints: "spin done: 2 rounds",
+        },
         Case {
             flags: &["-C", "compiler=winch"],
             program: c.clone(),
@@ -210,6 +219,28 @@ fn invoke_calls_an_export_with_arguments_and_prints_its_results() {
             prints: "",
         },
     );
+}
+
+/// Stack switching: a generator on a continuation of its own yields 1..N to the consumer
+/// (`tests/fixtures/wat/switch.wat`); samples on the continuation's stack keep their leaf.
+#[test]
+fn stack_switching_runs_and_is_sampled() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, profile) = same_as_wasmtime(
+        dir.path(),
+        &Case {
+            flags: &["-W", "stack-switching=y", "--invoke", "run"],
+            program: fixture("wat/switch.wat"),
+            args: &["3000000"],
+            env: &[],
+            code: 0,
+            // 3000000 * 3000001 / 2 modulo 2^32, as an i32.
+            prints: "-1124226208\n",
+        },
+    );
+    let p = Decoded::load(&profile);
+    let top = p.top_self("cpu");
+    assert!(top.iter().any(|(name, _)| name == "generate"), "{top:?}");
 }
 
 #[test]
@@ -360,6 +391,10 @@ fn what_wasmspy_cannot_honour_is_refused_in_one_line() {
         (&["-S", "threads"][..], "wasi-threads has been removed"),
         (&["-S", "http"][..], "wasi-http for core wasm modules"),
         (&["-W", "no-such-option"][..], "no-such-option"),
+        (
+            &["-D", "debugger=dbg.wasm"][..],
+            "runs no debugger component",
+        ),
     ] {
         let (out, _) = record(dir.path(), flags, &fixture(C), &["spin", "1"]);
         assert!(!out.status.success(), "{flags:?} succeeded");
@@ -396,7 +431,11 @@ fn async_tasks_split_as_they_timed_themselves() {
         );
         assert_eq!(out.status.code(), Some(0), "{sampler}: {}", stderr(&out));
         let printed = stdout(&out);
-        assert!(stdout(&expected).starts_with("light "), "{}", stdout(&expected));
+        assert!(
+            stdout(&expected).starts_with("light "),
+            "{}",
+            stdout(&expected)
+        );
         // `light 0.335 s, heavy 1.005 s`
         let seconds: Vec<f64> = printed
             .split_whitespace()

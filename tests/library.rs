@@ -542,7 +542,7 @@ fn an_embedders_component_is_profiled() {
         // Started first: a component registered while running is sampled too.
         profiler.start().unwrap();
         profiler
-            .add_component("app.wasm", &component, &wasm)
+            .add_component("app.wasm", &component, wasm.as_slice())
             .unwrap();
         let mut linker = Linker::<()>::new(&engine);
         linker

@@ -43,6 +43,9 @@ impl Profiled {
         }
         let mut config = config(&mut guest.wasmtime, outputs.memory.is_some())?;
         say_what_profiling_changes(guest, &options);
+        if guest.wasmtime.debug.address_map == Some(false) {
+            config.generate_address_map(true);
+        }
         Profiler::configure(&mut config, &options);
         let engine = Engine::new(&config)?;
         let profiler = Profiler::new(&engine, options.clone())?;
@@ -67,6 +70,9 @@ fn say_what_profiling_changes(guest: &GuestArgs, options: &wasmspy::ProfilerOpti
         && wasmtime.wasm.epoch_interruption == Some(false)
     {
         eprintln!("wasmspy: warning: -W epoch-interruption=n overridden: the epoch sampler needs epoch interruption");
+    }
+    if wasmtime.debug.address_map == Some(false) {
+        eprintln!("wasmspy: warning: -D address-map=n overridden: the profile's source lines and inlined frames come from Wasmtime's address map");
     }
     if wasmtime.debug.max_backtrace.is_some() {
         eprintln!(

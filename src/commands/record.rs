@@ -63,9 +63,11 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
         }
         (Program::Module(module), _) => profiler.add_module(&name, module, wasm.clone())?,
         (Program::Component(component), Rewrite::Component(r)) => {
-            profiler.add_rewritten_component(&name, component, &wasm, r)?
+            profiler.add_rewritten_component(&name, component, wasm.clone(), r)?
         }
-        (Program::Component(component), _) => profiler.add_component(&name, component, &wasm)?,
+        (Program::Component(component), _) => {
+            profiler.add_component(&name, component, wasm.clone())?
+        }
     }
     let mut wasi = args.guest.wasi_config(
         std::iter::once(args.argv0.clone().unwrap_or_else(|| name.clone()))

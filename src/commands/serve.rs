@@ -66,8 +66,10 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
         unreachable!("checked to be a component")
     };
     match &rewritten {
-        Rewrite::Component(r) => profiler.add_rewritten_component(&name, &component, &wasm, r)?,
-        _ => profiler.add_component(&name, &component, &wasm)?,
+        Rewrite::Component(r) => {
+            profiler.add_rewritten_component(&name, &component, wasm.clone(), r)?
+        }
+        _ => profiler.add_component(&name, &component, wasm.clone())?,
     }
     print_warnings(&profiler.handle());
     let _perf_files = perf_files::write(&args.profiling, &args.guest, &profiler.handle())?;

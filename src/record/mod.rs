@@ -154,7 +154,7 @@ impl Recorder {
     /// Makes a mapping of each module registered since the last call, in the resolver's order.
     fn add_mappings(&mut self, resolver: &Resolver) {
         for module in resolver.modules().skip(self.mappings.len()) {
-            let mapping = self.builder.add_mapping(resolver.mapping(module).clone());
+            let mapping = self.builder.add_mapping(resolver.mapping(module));
             self.mappings.push(mapping);
         }
     }

@@ -3,6 +3,7 @@
 //! import (or WIT function) a host call calls, the allocator rewrite's offsets mapped back to
 //! the original module; and, when a profile is built, symbolization ([`symbolize`]).
 
+mod build_id;
 pub mod code_map;
 pub mod pulley_ops;
 pub mod symbolize;
@@ -11,9 +12,8 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use rustc_hash::FxHashMap;
-use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 use wasmtime::{FrameInfo, Module};
 
@@ -24,9 +24,10 @@ use crate::memory::component::RewrittenComponent;
 use crate::memory::rewrite::Rewritten;
 use crate::profile::{Id, Mapping, Table};
 use crate::wasm::component::core_modules;
+use build_id::BuildId;
 use code_map::{CodeLocation, CodeMap, CodeOwner, CompiledFunction};
 use pulley_ops::{FunctionOps, OpcodeAt};
-use symbolize::{FunctionName, ModuleSymbolizer, SourceFrame};
+use symbolize::{FunctionName, ModuleBytes, ModuleSymbolizer, SourceFrame};
 
 crate::profile::ids! {
     /// A module registered with the [`Resolver`], in the order of registration (each core
@@ -88,7 +89,8 @@ struct RegisteredModule {
     start: u32,
     symbolizer: ModuleSymbolizer,
     /// The module as a profile's mapping names it.
-    mapping: Mapping,
+    file_name: String,
+    build_id: BuildId,
     /// Set when the compiled module is a rewrite of the one symbolized: where its code came
     /// from.
     rewritten: Option<Arc<Rewritten>>,
@@ -169,7 +171,8 @@ impl Resolver {
         let id = self.next_module();
         self.code_map.add(id, module);
         let compiled = Compiled::Module(module.clone());
-        let symbolizer = ModuleSymbolizer::new(file_name, wasm, self.use_dwarf)?;
+        let symbolizer =
+            ModuleSymbolizer::new(file_name, ModuleBytes::whole(wasm), self.use_dwarf)?;
         self.register(file_name, compiled, 0, symbolizer, rewritten);
         Ok(id)
     }
@@ -197,7 +200,7 @@ impl Resolver {
         &mut self,
         file_name: &str,
         component: &Component,
-        wasm: &[u8],
+        wasm: Arc<[u8]>,
         rewritten: Option<&RewrittenComponent>,
     ) -> Result<()> {
         let text = component.text().as_ptr_range();
@@ -208,13 +211,14 @@ impl Resolver {
             None => Vec::new(),
         };
         let mut owners = Vec::new();
-        for (index, core) in core_modules(wasm)?.into_iter().enumerate() {
+        for (index, core) in core_modules(&wasm)?.into_iter().enumerate() {
             let module_name = match &core.name {
                 Some(name) => name.clone(),
                 None => format!("module{index}"),
             };
             let name = format!("{file_name}/{module_name}");
-            let bytes: Arc<[u8]> = wasm[core.range.clone()].into();
+            let bytes = ModuleBytes::within(wasm.clone(), core.range.clone())
+                .context("a core module beyond the component's end")?;
             let mut symbolizer = ModuleSymbolizer::new(&name, bytes, self.use_dwarf)?;
             symbolizer.qualify_unnamed(&module_name);
             // wit-component's adapters, shims and fixups carry no debug info.
@@ -250,17 +254,12 @@ impl Resolver {
         symbolizer: ModuleSymbolizer,
         rewritten: Option<Arc<Rewritten>>,
     ) {
-        let wasm = symbolizer.wasm();
-        let mapping = Mapping {
-            file_name: file_name.to_string(),
-            build_id: hex(&Sha256::digest(wasm)),
-            size: wasm.len() as u64,
-        };
         self.modules.push(RegisteredModule {
             compiled,
             start,
+            build_id: BuildId::of(symbolizer.shared_wasm()),
             symbolizer,
-            mapping,
+            file_name: file_name.to_string(),
             rewritten,
         });
     }
@@ -284,8 +283,13 @@ impl Resolver {
     }
 
     /// Registered module `module` as a profile's mapping names it.
-    pub fn mapping(&self, module: ModuleId) -> &Mapping {
-        &self.modules[module].mapping
+    pub fn mapping(&self, module: ModuleId) -> Mapping {
+        let m = &self.modules[module];
+        Mapping {
+            file_name: m.file_name.clone(),
+            build_id: m.build_id.get().to_string(),
+            size: m.symbolizer.wasm().len() as u64,
+        }
     }
 
     /// The name of function `func_index` of registered module `module` (an import's: the
@@ -820,8 +824,4 @@ impl Resolver {
             _ => RawFrame::Runtime,
         }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

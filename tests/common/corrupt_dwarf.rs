@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use wasmparser::{Parser, Payload};
-use wasmspy::resolve::symbolize::ModuleSymbolizer;
+use wasmspy::resolve::symbolize::{ModuleBytes, ModuleSymbolizer};
 
 /// Overwrites bytes of `module`'s `.debug_*` sections as `patch` says, then symbolizes one in
 /// every [`ADDRESS_STEP`] code offsets of the module (every function, most lines: a fuzzer wants
@@ -36,7 +36,8 @@ pub fn symbolize_corrupted(module: &[u8], patch: &[u8]) {
         wasm[section.start + at] = record[4];
     }
     let wasm: Arc<[u8]> = wasm.into();
-    let mut symbolizer = ModuleSymbolizer::new("fuzz.wasm", wasm, true).expect("the module parses");
+    let mut symbolizer = ModuleSymbolizer::new("fuzz.wasm", ModuleBytes::whole(wasm), true)
+        .expect("the module parses");
     let addresses: Vec<(u32, u32)> = code
         .step_by(ADDRESS_STEP)
         .map(|offset| (0, offset as u32))

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
+use super::ModuleBytes;
 use anyhow::{bail, Context as _, Result};
 use gimli::{AttributeValue, DebuggingInformationEntry, Reader as _, Unit, UnitHeader, UnitOffset};
 use rustc_hash::FxHashMap;
@@ -81,12 +82,13 @@ pub struct Resolved {
 }
 
 impl Dwarf {
-    pub fn load(wasm: &Arc<[u8]>, sections: &DwarfSections) -> Result<Self> {
+    pub fn load(wasm: &ModuleBytes, sections: &DwarfSections) -> Result<Self> {
         let code = sections
             .code
             .clone()
             .context("its DWARF debug info describes no code: it has no code section")?;
-        let whole = Reader::new(wasm.clone(), gimli::LittleEndian);
+        let (buffer, module) = wasm.parts();
+        let whole = Reader::new(buffer.clone(), gimli::LittleEndian).range(module);
         let dwarf = gimli::Dwarf::load(|id| -> Result<Reader> {
             let range = sections
                 .sections

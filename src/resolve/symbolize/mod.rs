@@ -4,6 +4,7 @@
 //! symbolized once, when a profile first shows it.
 
 mod dwarf;
+mod module_bytes;
 mod names;
 
 use std::borrow::Cow;
@@ -15,6 +16,7 @@ use rustc_hash::FxHashMap;
 use wasmparser::{KnownCustom, Parser, Payload, TypeRef};
 
 use self::dwarf::{Dwarf, DwarfFrame, DwarfSections};
+pub use self::module_bytes::ModuleBytes;
 use self::names::Names;
 use crate::capture::python_stack::PythonCode;
 use crate::wasm::demangle::demangle;
@@ -85,7 +87,7 @@ enum DwarfState {
 
 pub struct ModuleSymbolizer {
     file_name: String,
-    wasm: Arc<[u8]>,
+    wasm: ModuleBytes,
     names: Names,
     /// Go's own table of the functions, in a module built by Go (which has no DWARF).
     go: Option<Arc<GoModule>>,
@@ -139,7 +141,7 @@ impl ModuleSymbolizer {
     /// Reads `wasm`'s imports and `name` section, and finds its DWARF (used unless `use_dwarf`
     /// is false). Fails only when the module itself is malformed; a damaged `name` section
     /// leaves a warning, and so does missing DWARF once code is symbolized.
-    pub fn new(file_name: &str, wasm: Arc<[u8]>, use_dwarf: bool) -> Result<Self> {
+    pub fn new(file_name: &str, wasm: ModuleBytes, use_dwarf: bool) -> Result<Self> {
         let mut names = Names::default();
         let mut sections = DwarfSections::default();
         let mut warnings = Vec::new();
@@ -207,6 +209,11 @@ impl ModuleSymbolizer {
     /// The module's bytes.
     pub fn wasm(&self) -> &[u8] {
         &self.wasm
+    }
+
+    /// The module's bytes, shared.
+    pub fn shared_wasm(&self) -> ModuleBytes {
+        self.wasm.clone()
     }
 
     pub fn imported_function_count(&self) -> u32 {
@@ -445,7 +452,7 @@ mod tests {
     use super::*;
 
     fn symbolizer(wasm: Vec<u8>) -> ModuleSymbolizer {
-        ModuleSymbolizer::new("m.wasm", wasm.into(), true).unwrap()
+        ModuleSymbolizer::new("m.wasm", ModuleBytes::whole(wasm.into()), true).unwrap()
     }
 
     #[test]
@@ -495,7 +502,8 @@ mod tests {
         wasm.push(0);
         wasm.push(body.len() as u8);
         wasm.extend_from_slice(body);
-        let mut s = ModuleSymbolizer::new("m.wasm", wasm.into(), false).unwrap();
+        let mut s =
+            ModuleSymbolizer::new("m.wasm", ModuleBytes::whole(wasm.into()), false).unwrap();
         let warnings = s.take_warnings();
         assert_eq!(warnings.len(), 1);
         assert!(
@@ -509,6 +517,6 @@ mod tests {
     fn truncated_module_is_an_error() {
         let wasm = wat::parse_str("(module (func $f (nop)))").unwrap();
         let truncated: Arc<[u8]> = wasm[..wasm.len() - 3].into();
-        assert!(ModuleSymbolizer::new("m.wasm", truncated, true).is_err());
+        assert!(ModuleSymbolizer::new("m.wasm", ModuleBytes::whole(truncated), true).is_err());
     }
 }

@@ -1,0 +1,66 @@
+//! A registered module's build id, the hex SHA-256 of its bytes, hashed on a thread of its
+//! own from registration on: the profile needs it when written, the guest's start need not
+//! wait for it (10 ms for a 16 MB component's core module here).
+
+use std::sync::{Mutex, OnceLock};
+use std::thread::JoinHandle;
+
+use sha2::{Digest, Sha256};
+
+use super::symbolize::ModuleBytes;
+use crate::sync::lock;
+
+pub struct BuildId {
+    id: OnceLock<String>,
+    hashing: Mutex<Option<JoinHandle<String>>>,
+}
+
+impl BuildId {
+    /// Starts hashing `wasm`; where no thread can be had, hashes it now.
+    pub fn of(wasm: ModuleBytes) -> Self {
+        let id = OnceLock::new();
+        let hashing = std::thread::Builder::new()
+            .name("wasmspy-build-id".into())
+            .spawn({
+                let wasm = wasm.clone();
+                move || hex(&Sha256::digest(&*wasm))
+            })
+            .ok();
+        if hashing.is_none() {
+            let _ = id.set(hex(&Sha256::digest(&*wasm)));
+        }
+        BuildId {
+            id,
+            hashing: Mutex::new(hashing),
+        }
+    }
+
+    /// The id, once hashed.
+    pub fn get(&self) -> &str {
+        self.id.get_or_init(|| {
+            let hashing = lock(&self.hashing).take();
+            // A hashing thread cannot panic short of running out of memory; an id left empty
+            // then is what a profile without build ids has.
+            hashing.and_then(|h| h.join().ok()).unwrap_or_default()
+        })
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_id_is_the_sha256_of_the_bytes() {
+        let id = BuildId::of(ModuleBytes::whole(std::sync::Arc::from(&b"abc"[..])));
+        assert_eq!(
+            id.get(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(id.get(), id.get());
+    }
+}
