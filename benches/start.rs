@@ -9,12 +9,15 @@
 //! `cargo bench --profile dev --bench start [-- --reps N]`. Target: ×1.2 at most.
 
 mod common;
+#[path = "../tests/common/own_cache.rs"]
+mod own_cache;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use common::{paired, wasmtime_cli};
+use own_cache::own_cache;
 
 fn main() {
     let reps: usize = common::option("--reps", 7);
@@ -28,14 +31,7 @@ fn main() {
     }
     let size_mb = std::fs::metadata(&component).unwrap().len() as f64 / 1e6;
     let scratch = tempfile::tempdir().unwrap();
-    let config = scratch.path().join("cache.toml");
-    let cache = scratch.path().join("cache");
-    std::fs::write(
-        &config,
-        format!("[cache]\ndirectory = {:?}\n", cache.display().to_string()),
-    )
-    .unwrap();
-    let cache_config = format!("cache-config={}", config.display());
+    let (_, cache_config) = own_cache(scratch.path());
     let profile = scratch.path().join("profile.pb.gz");
     let wasmtime = wasmtime_cli();
     let wasmspy = Path::new(env!("CARGO_BIN_EXE_wasmspy"));

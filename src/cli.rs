@@ -325,13 +325,13 @@ pub struct GuestArgs {
     pub inherit_env: bool,
 
     /// Define imports nothing provides as functions that return zeros (e.g. Sightglass's
-    /// `bench.start`/`bench.end`), for components too (`-W unknown-imports-default` is
-    /// Wasmtime's, for modules).
+    /// `bench.start`/`bench.end`), for components too; `-W unknown-imports-default` means
+    /// the same here.
     #[arg(long, conflicts_with = "trap_unknown_imports", help_heading = WASMSPY)]
     pub default_values_unknown_imports: bool,
 
-    /// Define imports nothing provides as functions that fail when called (`-W
-    /// unknown-imports-trap` is Wasmtime's).
+    /// Define imports nothing provides as functions that fail when called (for a component,
+    /// WASI's left to WASI); `-W unknown-imports-trap` means the same here.
     #[arg(long, help_heading = WASMSPY)]
     pub trap_unknown_imports: bool,
 }

@@ -216,8 +216,8 @@ pub fn run_with(
     setup: impl FnOnce(&mut Store<Host>, &wasmtime::Instance) -> wasmtime::Result<()>,
 ) -> Exit {
     in_runtime(store, async |store| {
-        let mut linker = link::module_linker(store, module)?;
         let config = store.data().config.clone();
+        let mut linker = link::module_linker(store, module, &config)?;
         for (name, preload) in &config.preloads {
             linker
                 .module_async(&mut *store, name, preload)

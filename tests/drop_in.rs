@@ -8,6 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use common::own_cache::own_cache;
 use common::*;
 
 const C: &str = "c/cprog.wasm";
@@ -23,6 +24,26 @@ struct Case<'a> {
     code: i32,
     /// What stdout must contain (beyond being the same under both).
     prints: &'a str,
+}
+
+impl<'a> Case<'a> {
+    /// `program` run with `flags` and `args`, nothing set in the environment.
+    fn new(
+        flags: &'a [&'a str],
+        program: PathBuf,
+        args: &'a [&'a str],
+        code: i32,
+        prints: &'a str,
+    ) -> Self {
+        Case {
+            flags,
+            program,
+            args,
+            env: &[],
+            code,
+            prints,
+        }
+    }
 }
 
 fn run(mut command: Command, case: &Case) -> Output {
@@ -93,91 +114,63 @@ fn everyday_flag_sets_behave_as_under_wasmtime_run() {
     let c = fixture(C);
     let cases = [
         // cprog's memory is larger than 64 KiB: it cannot be instantiated.
-        Case {
-            flags: &["-W", "max-memory-size=65536"],
-            program: c.clone(),
-            args: &["spin", "1"],
-            env: &[],
-            code: 1,
-            prints: "",
-        },
+        Case::new(
+            &["-W", "max-memory-size=65536"],
+            c.clone(),
+            &["spin", "1"],
+            1,
+            "",
+        ),
         // Out of fuel: a trap, which exits as an abort does.
-        Case {
-            flags: &["-W", "fuel=100000"],
-            program: c.clone(),
-            args: &["spin", "80"],
-            env: &[],
-            code: 134,
-            prints: "",
-        },
-        Case {
-            flags: &["-O", "opt-level=0"],
-            program: c.clone(),
-            args: &["spin", "2"],
-            env: &[],
-            code: 0,
-            prints: "spin done: 2 rounds",
-        },
+        Case::new(&["-W", "fuel=100000"], c.clone(), &["spin", "80"], 134, ""),
+        Case::new(
+            &["-O", "opt-level=0"],
+            c.clone(),
+            &["spin", "2"],
+            0,
+            "spin done: 2 rounds",
+        ),
         // The profile keeps its lines: the address map is kept, and said so.
+        Case::new(
+            &["-D", "address-map=n"],
+            c.clone(),
+            &["spin", "2"],
+            0,
+            "spin done: 2 rounds",
+        ),
+        Case::new(
+            &["-C", "compiler=winch"],
+            c.clone(),
+            &["spin", "2"],
+            0,
+            "spin done: 2 rounds",
+        ),
+        Case::new(&["-C", "cache=n"], c.clone(), &["exit", "3"], 3, ""),
         Case {
-            flags: &["-D", "address-map=n"],
-            program: c.clone(),
-            args: &["spin", "2"],
-            env: &[],
-            code: 0,
-            prints: "spin done: 2 rounds",
-        },
-        Case {
-            flags: &["-C", "compiler=winch"],
-            program: c.clone(),
-            args: &["spin", "2"],
-            env: &[],
-            code: 0,
-            prints: "spin done: 2 rounds",
-        },
-        Case {
-            flags: &["-C", "cache=n"],
-            program: c.clone(),
-            args: &["exit", "3"],
-            env: &[],
-            code: 3,
-            prints: "",
-        },
-        Case {
-            flags: &["-S", "inherit-env"],
-            program: c.clone(),
-            args: &["env", "WASMSPY_GREETING"],
             env: &[("WASMSPY_GREETING", "hello from the host")],
-            code: 0,
-            prints: "hello from the host",
+            ..Case::new(
+                &["-S", "inherit-env"],
+                c.clone(),
+                &["env", "WASMSPY_GREETING"],
+                0,
+                "hello from the host",
+            )
         },
         // Without it, the guest sees no host variable.
         Case {
-            flags: &[],
-            program: c.clone(),
-            args: &["env", "WASMSPY_GREETING"],
             env: &[("WASMSPY_GREETING", "hello from the host")],
-            code: 0,
-            prints: "(unset)",
+            ..Case::new(&[], c.clone(), &["env", "WASMSPY_GREETING"], 0, "(unset)")
         },
         // `-S p3` links WASI 0.3 beside 0.2; a 0.2 command runs as before.
-        Case {
-            flags: &["-S", "p3", "--env", "GREETING=hi", "--dir", "."],
-            program: fixture(COMPONENT),
-            args: &["io", "Cargo.toml"],
-            env: &[],
-            code: 0,
-            prints: "GREETING=hi; first line: [package]",
-        },
+        Case::new(
+            &["-S", "p3", "--env", "GREETING=hi", "--dir", "."],
+            fixture(COMPONENT),
+            &["io", "Cargo.toml"],
+            0,
+            "GREETING=hi; first line: [package]",
+        ),
         // WASI 0.2's exit carries success or failure alone: `exit(5)` exits with 1.
-        Case {
-            flags: &["-S", "p3=n"],
-            program: fixture(COMPONENT),
-            args: &["exit", "5"],
-            env: &[],
-            code: 1,
-            prints: "",
-        },
+        Case::new(&["-S", "p3=n"], fixture(COMPONENT), &["exit", "5"], 1, ""),
     ];
     for case in &cases {
         same_as_wasmtime(dir.path(), case);
@@ -194,30 +187,14 @@ fn invoke_calls_an_export_with_arguments_and_prints_its_results() {
         ("half", &["5"][..], "2.5\n"),
     ] {
         let flags = ["--invoke", function];
-        let (out, _) = same_as_wasmtime(
-            dir.path(),
-            &Case {
-                flags: &flags,
-                program: add.clone(),
-                args,
-                env: &[],
-                code: 0,
-                prints,
-            },
-        );
+        let (out, _) =
+            same_as_wasmtime(dir.path(), &Case::new(&flags, add.clone(), args, 0, prints));
         assert_eq!(stdout(&out), prints);
     }
     // Too few arguments: the same error, no call.
     same_as_wasmtime(
         dir.path(),
-        &Case {
-            flags: &["--invoke", "add"],
-            program: add,
-            args: &["3"],
-            env: &[],
-            code: 1,
-            prints: "",
-        },
+        &Case::new(&["--invoke", "add"], add, &["3"], 1, ""),
     );
 }
 
@@ -228,15 +205,14 @@ fn stack_switching_runs_and_is_sampled() {
     let dir = tempfile::tempdir().unwrap();
     let (_, profile) = same_as_wasmtime(
         dir.path(),
-        &Case {
-            flags: &["-W", "stack-switching=y", "--invoke", "run"],
-            program: fixture("wat/switch.wat"),
-            args: &["3000000"],
-            env: &[],
-            code: 0,
-            // 3000000 * 3000001 / 2 modulo 2^32, as an i32.
-            prints: "-1124226208\n",
-        },
+        // 3000000 * 3000001 / 2 modulo 2^32, as an i32.
+        &Case::new(
+            &["-W", "stack-switching=y", "--invoke", "run"],
+            fixture("wat/switch.wat"),
+            &["3000000"],
+            0,
+            "-1124226208\n",
+        ),
     );
     let p = Decoded::load(&profile);
     let top = p.top_self("cpu");
@@ -252,14 +228,13 @@ fn wasm_gc_runs_under_each_collector() {
         let flags = ["-W", "gc", "-C", &collector, "--invoke", "run"];
         same_as_wasmtime(
             dir.path(),
-            &Case {
-                flags: &flags,
-                program: fixture("wat/gc.wat"),
-                args: &["20", "1000"],
-                env: &[],
-                code: 0,
-                prints: "10010000\n",
-            },
+            &Case::new(
+                &flags,
+                fixture("wat/gc.wat"),
+                &["20", "1000"],
+                0,
+                "10010000\n",
+            ),
         );
     }
 }
@@ -301,14 +276,7 @@ fn winch_code_is_sampled_and_symbolized() {
 #[test]
 fn profiles_are_the_same_with_and_without_the_compile_cache() {
     let dir = tempfile::tempdir().unwrap();
-    let cache = dir.path().join("cache");
-    let config = dir.path().join("cache.toml");
-    std::fs::write(
-        &config,
-        format!("[cache]\ndirectory = {:?}\n", cache.display().to_string()),
-    )
-    .unwrap();
-    let cache_config = format!("cache-config={}", config.display());
+    let (cache, cache_config) = own_cache(dir.path());
     let profile = |flags: &[&str], name: &str| {
         let out_path = dir.path().join(name);
         let out = wasmspy()

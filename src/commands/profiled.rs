@@ -42,11 +42,7 @@ impl Profiled {
             }
         }
         let mut config = config(&mut guest.wasmtime, outputs.memory.is_some())?;
-        say_what_profiling_changes(guest, &options);
-        if guest.wasmtime.debug.address_map == Some(false) {
-            config.generate_address_map(true);
-        }
-        Profiler::configure(&mut config, &options);
+        override_for_profiling(guest, &options, &mut config);
         let engine = Engine::new(&config)?;
         let profiler = Profiler::new(&engine, options.clone())?;
         let counts = args.verbose.then(|| Counts::of(&profiler, &options));
@@ -63,8 +59,14 @@ impl Profiled {
     }
 }
 
-/// One line for each of Wasmtime's options that the profiler's engine settings override.
-fn say_what_profiling_changes(guest: &GuestArgs, options: &wasmspy::ProfilerOptions) {
+/// The engine settings the profiler needs over those Wasmtime's options made, with one line
+/// for each option of the user's they override.
+fn override_for_profiling(
+    guest: &GuestArgs,
+    options: &wasmspy::ProfilerOptions,
+    config: &mut Config,
+) {
+    Profiler::configure(config, options);
     let wasmtime = &guest.wasmtime;
     if options.sampler.resolve() == SamplerKind::Epoch
         && wasmtime.wasm.epoch_interruption == Some(false)
@@ -72,6 +74,7 @@ fn say_what_profiling_changes(guest: &GuestArgs, options: &wasmspy::ProfilerOpti
         eprintln!("wasmspy: warning: -W epoch-interruption=n overridden: the epoch sampler needs epoch interruption");
     }
     if wasmtime.debug.address_map == Some(false) {
+        config.generate_address_map(true);
         eprintln!("wasmspy: warning: -D address-map=n overridden: the profile's source lines and inlined frames come from Wasmtime's address map");
     }
     if wasmtime.debug.max_backtrace.is_some() {

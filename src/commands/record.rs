@@ -32,10 +32,15 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
     // Shared by the engine, the profile's build id and the symbolizer: never copied again.
     let wasm: Arc<[u8]> = wasi_host::read_program(&args.module)?;
     let name = file_name(&args.module);
+    let mut wasi = args.guest.wasi_config(
+        std::iter::once(args.argv0.clone().unwrap_or_else(|| name.clone()))
+            .chain(args.args.iter().cloned())
+            .collect(),
+    )?;
+    wasi.invoke = args.invoke.clone();
     // What the program cannot be given fails before it compiles.
     let component = wasmparser::Parser::is_component(&wasm);
-    wasi_host::check_options(&args.guest.wasi_config(Vec::new())?, component)
-        .map_err(anyhow::Error::from)?;
+    wasi_host::check_options(&wasi, component).map_err(anyhow::Error::from)?;
 
     let Profiled {
         engine,
@@ -69,12 +74,6 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
             profiler.add_component(&name, component, wasm.clone())?
         }
     }
-    let mut wasi = args.guest.wasi_config(
-        std::iter::once(args.argv0.clone().unwrap_or_else(|| name.clone()))
-            .chain(args.args.iter().cloned())
-            .collect(),
-    )?;
-    wasi.invoke = args.invoke.clone();
     for (preload_name, path) in &args.preloads {
         let module = preload(&engine, &mut profiler, preload_name, path)?;
         wasi.preloads.push((preload_name.clone(), module));

@@ -10,8 +10,9 @@ use anyhow::{Context, Result};
 use http_body_util::{BodyExt, Full};
 use hyper::server::conn::http1;
 use tokio::sync::Semaphore;
+use tokio_util::task::TaskTracker;
 use wasmspy::wasi_host::proxy::Proxy;
-use wasmspy::wasi_host::{self, Program, ServedInstance};
+use wasmspy::wasi_host::{self, Program};
 use wasmspy::ProfilerHandle;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
@@ -34,6 +35,13 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
     }
     if args.guest.wasmtime.wasm.component_model.replace(true) == Some(false) {
         anyhow::bail!("components are required for the serve command, and must not be disabled");
+    }
+    // Not applied to requests yet: refused rather than ignored.
+    if args.guest.wasmtime.wasm.timeout.is_some() {
+        anyhow::bail!("-W timeout: wasmspy serve does not time requests out yet");
+    }
+    if args.guest.wasmtime.debug.coredump.is_some() {
+        anyhow::bail!("-D coredump: wasmspy serve writes no core dumps");
     }
     let outputs = Arc::new(Outputs::create(
         &args.cpu_outputs(),
@@ -75,16 +83,17 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
     let _perf_files = perf_files::write(&args.profiling, &args.guest, &profiler.handle())?;
     let argv = vec![name.clone()];
     // As `wasmtime serve`: the proxy world's interfaces unless `-S cli` asks for all of WASI.
-    let mut wasi = args.guest.wasi_config(argv.clone())?;
-    wasi.served = Some(ServedInstance {
-        id: 0,
-        log_prefix: !args.no_logging_prefix,
-    });
+    let wasi = args.guest.wasi_config(argv.clone())?;
     let headers = RequestHeaders::parse(&args.headers)?;
-    let proxy = Proxy::new(&component, wasi, |linker| match rewritten {
-        Rewrite::Component(_) => profiler.define_component_allocator_hook(linker),
-        _ => Ok(()),
-    })
+    let proxy = Proxy::new(
+        &component,
+        wasi,
+        !args.no_logging_prefix,
+        |linker| match rewritten {
+            Rewrite::Component(_) => profiler.define_component_allocator_hook(linker),
+            _ => Ok(()),
+        },
+    )
     .with_context(|| format!("cannot serve `{name}`"))?;
 
     let runtime = wasi_host::runtime()?;
@@ -133,7 +142,7 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
         slots: args
             .max_concurrent_requests
             .map(|n| Semaphore::new(n as usize)),
-        in_flight: InFlight::default(),
+        tracker: TaskTracker::new(),
     });
     let connections = Arc::new(Semaphore::new(
         args.max_concurrent_connections
@@ -148,7 +157,8 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
                 accepted = serving => accepted,
                 _ = shutdown.accept() => {
                     eprintln!("wasmspy: shutting down: answering the requests in flight");
-                    requests.in_flight.none().await;
+                    requests.tracker.close();
+                    requests.tracker.wait().await;
                     Ok(())
                 }
             },
@@ -197,40 +207,9 @@ struct Requests {
     headers: RequestHeaders,
     /// `--max-concurrent-requests`: a permit per request being answered.
     slots: Option<Semaphore>,
-    in_flight: InFlight,
-}
-
-/// Requests being answered, and a way to wait until there are none.
-#[derive(Default)]
-struct InFlight {
-    count: std::sync::atomic::AtomicUsize,
-    none_left: tokio::sync::Notify,
-}
-
-impl InFlight {
-    /// Counts a request in until the guard drops.
-    fn enter(&self) -> impl Drop + '_ {
-        struct Leave<'a>(&'a InFlight);
-        impl Drop for Leave<'_> {
-            fn drop(&mut self) {
-                if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
-                    self.0.none_left.notify_waiters();
-                }
-            }
-        }
-        self.count.fetch_add(1, Ordering::AcqRel);
-        Leave(self)
-    }
-
-    async fn none(&self) {
-        loop {
-            let notified = self.none_left.notified();
-            if self.count.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            notified.await;
-        }
-    }
+    /// Every request being answered, and every guest call still writing a body: what a
+    /// shutdown waits for.
+    tracker: TaskTracker,
 }
 
 /// Serves each connection on a task of its own, at most as many at once as `connections` has
@@ -255,7 +234,10 @@ async fn accept_loop(
             let _permit = permit;
             let service = hyper::service::service_fn(move |request| {
                 let requests = requests.clone();
-                async move { Ok::<_, Infallible>(requests.handle(request).await) }
+                let tracker = requests.tracker.clone();
+                tracker.track_future(
+                    async move { Ok::<_, Infallible>(requests.handle(request).await) },
+                )
             });
             if let Err(e) = http1::Builder::new()
                 .keep_alive(true)
@@ -274,7 +256,6 @@ impl Requests {
         &self,
         request: hyper::Request<hyper::body::Incoming>,
     ) -> hyper::Response<HyperOutgoingBody> {
-        let _in_flight = self.in_flight.enter();
         let _slot = match &self.slots {
             Some(slots) => slots.acquire().await.ok(),
             None => None,
@@ -320,7 +301,7 @@ impl Requests {
         let profiler = self.profiler.clone();
         self.proxy
             .handle(store, request, |call| {
-                tokio::task::spawn(profiler.sampled(call))
+                self.tracker.spawn(profiler.sampled(call))
             })
             .await
     }

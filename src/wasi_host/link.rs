@@ -59,17 +59,17 @@ pub fn check_options(config: &WasiConfig, component: bool) -> wasmtime::Result<(
     Ok(())
 }
 
-/// A linker for `module`: WASI preview 0 (unless `-S preview0=n`) and 1 (unless `-S cli=n`),
-/// `wasi-nn`'s witx functions with `-S nn`, and the imports nothing provides as
-/// `unknown_imports` says. Preloaded modules are added by the caller, which instantiates them.
+/// A linker for `module` in `store`, as `config` says: WASI preview 0 (unless `-S
+/// preview0=n`) and 1 (unless `-S cli=n`), `wasi-nn`'s witx functions with `-S nn`, and the
+/// imports nothing provides. Preloaded modules are added by the caller, which instantiates them.
 pub fn module_linker(
     store: &mut wasmtime::Store<Host>,
     module: &Module,
+    config: &WasiConfig,
 ) -> wasmtime::Result<Linker<Host>> {
-    let config = store.data().config.clone();
     let wasi = &config.wasi;
     let mut linker = Linker::new(module.engine());
-    check_options(&config, false)?;
+    check_options(config, false)?;
     if let Some(allow) = config.wasm.unknown_exports_allow {
         linker.allow_unknown_exports(allow);
     }
@@ -84,7 +84,7 @@ pub fn module_linker(
             host.nn_witx.as_mut().expect("made with -S nn")
         })?;
     }
-    match unknown_imports(&config) {
+    match unknown_imports(config) {
         UnknownImports::Reject => {}
         UnknownImports::Trap => linker.define_unknown_imports_as_traps(module)?,
         UnknownImports::DefaultValues => {

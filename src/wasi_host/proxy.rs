@@ -15,7 +15,7 @@ use wasmtime_wasi_http::p2::bindings::ProxyPre;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::WasiHttpView;
 
-use super::{link, new_store, Host, WasiConfig};
+use super::{link, new_store, Host, ServedInstance, WasiConfig};
 
 /// The guest's handling of one request, for the caller to run as a task.
 pub type GuestCall = Pin<Box<dyn Future<Output = wasmtime::Result<()>> + Send>>;
@@ -23,14 +23,18 @@ pub type GuestCall = Pin<Box<dyn Future<Output = wasmtime::Result<()>> + Send>>;
 pub struct Proxy {
     pre: ProxyPre<Host>,
     wasi: WasiConfig,
+    /// Whether each instance's stdout and stderr lines are prefixed with its number.
+    log_prefix: bool,
 }
 
 impl Proxy {
     /// Links `component`, with what `define` adds to the linker, and checks that it is a
-    /// `wasi:http/proxy`.
+    /// `wasi:http/proxy`; each instance gets `wasi`, its stdout and stderr lines prefixed with
+    /// its number if `log_prefix`.
     pub fn new(
         component: &Component,
         wasi: WasiConfig,
+        log_prefix: bool,
         define: impl FnOnce(&mut Linker<Host>) -> wasmtime::Result<()>,
     ) -> Result<Self> {
         let mut linker = Linker::new(component.engine());
@@ -49,17 +53,23 @@ impl Proxy {
         let pre = ProxyPre::new(pre).map_err(|e| {
             anyhow!("the component is not a wasi:http/proxy (it must export wasi:http/incoming-handler): {e:#}")
         })?;
-        Ok(Proxy { pre, wasi })
+        Ok(Proxy {
+            pre,
+            wasi,
+            log_prefix,
+        })
     }
 
-    /// A store for one request, with the guest's environment and directories; its instance is
-    /// the `id`th made, its stdout and stderr prefixed with `id` if the configuration says
-    /// so (`served`).
+    /// A store for one request, with the guest's environment and directories, whose instance
+    /// is the `id`th made.
     pub fn new_store(&self, id: u64) -> Result<Store<Host>> {
-        let mut wasi = self.wasi.clone();
-        if let Some(served) = &mut wasi.served {
-            served.id = id;
-        }
+        let wasi = WasiConfig {
+            served: Some(ServedInstance {
+                id,
+                log_prefix: self.log_prefix,
+            }),
+            ..self.wasi.clone()
+        };
         new_store(self.pre.engine(), &wasi)
     }
 

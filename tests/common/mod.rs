@@ -4,6 +4,7 @@
 pub mod child;
 pub mod gofmt;
 pub mod lines_input;
+pub mod own_cache;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
