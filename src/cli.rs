@@ -184,6 +184,31 @@ pub struct ServeArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..), help_heading = WASMTIME_SERVE)]
     pub max_concurrent_connections: Option<u32>,
 
+    /// Maximum number of requests to send to a single component instance before
+    /// dropping it.
+    ///
+    /// This defaults to 1 for WASIp2 components and 128 for WASIp3 components.
+    #[arg(long, help_heading = WASMTIME_SERVE)]
+    pub max_instance_reuse_count: Option<usize>,
+
+    /// Maximum number of concurrent requests to send to a single component
+    /// instance.
+    ///
+    /// This defaults to 1 for WASIp2 components and 16 for WASIp3 components.
+    /// Note that setting it to more than 1 will have no effect for WASIp2
+    /// components since they cannot be called concurrently.
+    #[arg(long, help_heading = WASMTIME_SERVE)]
+    pub max_instance_concurrent_reuse_count: Option<usize>,
+
+    /// Time to hold an idle component instance for possible reuse before
+    /// dropping it.
+    ///
+    /// A number with no suffix or with an `s` suffix is interpreted as seconds;
+    /// other accepted suffixes include `ms` (milliseconds), `us` or `μs`
+    /// (microseconds), and `ns` (nanoseconds).
+    #[arg(long, default_value = "1s", value_parser = parse_duration, help_heading = WASMTIME_SERVE)]
+    pub idle_instance_timeout: std::time::Duration,
+
     #[command(flatten)]
     pub profiling: ProfilingArgs,
 
@@ -488,4 +513,10 @@ fn flush_interval(s: &str) -> Result<std::time::Duration, String> {
         }
         _ => Err(format!("expected a positive number of seconds, got `{s}`")),
     }
+}
+
+/// `--idle-instance-timeout`: a duration as Wasmtime's options write one.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    use wasmtime_cli_flags::opt::WasmtimeOptionValue;
+    std::time::Duration::parse(Some(s)).map_err(|e| e.to_string())
 }

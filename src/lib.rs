@@ -31,9 +31,11 @@ pub mod profiler;
 pub mod record;
 pub mod resolve;
 pub mod server;
+mod store_labels;
 pub mod sync;
 pub mod top;
 pub mod wasi_host;
 pub mod wasm;
 
 pub use profiler::{Profiler, ProfilerHandle, ProfilerOptions};
+pub use store_labels::{SampleLabels, StoreLabels};

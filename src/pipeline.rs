@@ -18,7 +18,7 @@ use anyhow::{Context, Result};
 
 use rustc_hash::FxHashMap;
 
-use crate::capture::{GuestStack, NativeSample, SampleValues, Sink, StoreKey, Taken};
+use crate::capture::{GuestStack, LabelsKey, NativeSample, SampleValues, Sink, StoreKey, Taken};
 use crate::clock::monotonic_ns;
 use crate::profile::{Labels, Profile, PULLEY_NEXT_LABEL, PULLEY_OP_LABEL, PULLEY_PREV_LABEL};
 use crate::record::heap::Block;
@@ -31,20 +31,26 @@ use crate::sync::lock;
 const QUEUE_EVENTS: usize = 16 * 1024;
 /// How long the pipeline's thread waits for an event before it looks whether to stop.
 const POLL: Duration = Duration::from_millis(10);
-/// How long a dropped store's labels are kept for its samples still on their way (in a ring
-/// until the next drain, 10 ms; in the queue).
+/// How long labels no store has any more are kept for their samples still on their way (in a
+/// ring until the next drain, 10 ms; in the queue).
 const RETIRED_LABELS: Duration = Duration::from_secs(2);
 
-/// Keeps a store's labels until dropped, with the store.
-pub struct LabeledStore {
+/// Keeps a set of labels registered until dropped (and [`RETIRED_LABELS`] after).
+pub struct RegisteredLabels {
     pipeline: Weak<Pipeline>,
-    store: StoreKey,
+    key: LabelsKey,
 }
 
-impl Drop for LabeledStore {
+impl RegisteredLabels {
+    pub fn key(&self) -> LabelsKey {
+        self.key
+    }
+}
+
+impl Drop for RegisteredLabels {
     fn drop(&mut self) {
         if let Some(pipeline) = self.pipeline.upgrade() {
-            lock(&pipeline.retired).push_back((monotonic_ns(), self.store));
+            lock(&pipeline.retired).push_back((monotonic_ns(), self.key));
         }
     }
 }
@@ -59,6 +65,7 @@ enum Event {
     Allocation {
         stack: GuestStack,
         store: Option<StoreKey>,
+        labels: Option<LabelsKey>,
         address: u32,
         size: u64,
         collected: bool,
@@ -81,11 +88,11 @@ pub struct Pipeline {
     queued: Mutex<Receiver<Event>>,
     /// Events the full queue turned away.
     dropped: AtomicU64,
-    /// The labels of the stores that have some.
-    store_labels: Mutex<FxHashMap<StoreKey, Labels>>,
-    /// Dropped stores (`CLOCK_MONOTONIC` when dropped), whose labels are forgotten once their
-    /// last samples must have been resolved.
-    retired: Mutex<VecDeque<(u64, StoreKey)>>,
+    /// The registered sets of labels.
+    labels: Mutex<FxHashMap<LabelsKey, Labels>>,
+    /// Sets no longer registered (`CLOCK_MONOTONIC` when dropped), forgotten once their last
+    /// samples must have been resolved.
+    retired: Mutex<VecDeque<(u64, LabelsKey)>>,
     thread: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
 }
 
@@ -99,7 +106,7 @@ impl Pipeline {
             events,
             queued: Mutex::new(queued),
             dropped: AtomicU64::new(0),
-            store_labels: Mutex::new(FxHashMap::default()),
+            labels: Mutex::new(FxHashMap::default()),
             retired: Mutex::new(VecDeque::new()),
             thread: Mutex::new(None),
         }
@@ -115,36 +122,37 @@ impl Pipeline {
         lock(&self.recorder)
     }
 
-    /// Gives the samples of `store` these labels, until the returned value is dropped (with
-    /// the store: see [`crate::capture::keep_until_dropped`]).
-    pub fn label_store(self: &Arc<Self>, store: StoreKey, labels: Labels) -> Option<LabeledStore> {
+    /// Registers `labels` for the samples that carry the returned key, until it is dropped;
+    /// `None` for no labels.
+    pub fn register_labels(self: &Arc<Self>, labels: Labels) -> Option<RegisteredLabels> {
         if labels.is_empty() {
             return None;
         }
-        // Interned by the recorder when a sample comes: a store is attached without waiting
+        // Interned by the recorder when a sample comes: a store is labeled without waiting
         // for a profile being built.
-        lock(&self.store_labels).insert(store, labels);
-        Some(LabeledStore {
+        let key = LabelsKey::unique();
+        lock(&self.labels).insert(key, labels);
+        Some(RegisteredLabels {
             pipeline: Arc::downgrade(self),
-            store,
+            key,
         })
     }
 
-    /// Forgets the labels of stores dropped more than [`RETIRED_LABELS`] ago.
+    /// Forgets the sets of labels dropped more than [`RETIRED_LABELS`] ago.
     fn forget_retired(&self) {
         let now = monotonic_ns();
-        let expired: Vec<StoreKey> = {
+        let expired: Vec<LabelsKey> = {
             let mut retired = lock(&self.retired);
             let old = retired.partition_point(|&(when, _)| {
                 now.saturating_sub(when) >= RETIRED_LABELS.as_nanos() as u64
             });
-            retired.drain(..old).map(|(_, store)| store).collect()
+            retired.drain(..old).map(|(_, key)| key).collect()
         };
-        // Each lock held briefly, and not both at once: stores attach and drop meanwhile.
+        // Each lock held briefly, and not both at once: stores are labeled meanwhile.
         if !expired.is_empty() {
-            let mut labels = lock(&self.store_labels);
-            for store in expired {
-                labels.remove(&store);
+            let mut labels = lock(&self.labels);
+            for key in expired {
+                labels.remove(&key);
             }
         }
     }
@@ -170,8 +178,8 @@ impl Pipeline {
         );
     }
 
-    fn labels_of(&self, store: Option<StoreKey>) -> Option<Labels> {
-        store.and_then(|s| lock(&self.store_labels).get(&s).cloned())
+    fn labels_of(&self, key: Option<LabelsKey>) -> Option<Labels> {
+        key.and_then(|k| lock(&self.labels).get(&k).cloned())
     }
 
     /// Starts the thread that empties the queue.
@@ -215,7 +223,7 @@ impl Pipeline {
         while let Ok(event) = queued.try_recv() {
             self.record(event);
         }
-        // After: the queued samples of a store dropped long ago keep its labels.
+        // After: the queued samples of labels dropped long ago keep them.
         self.forget_retired();
     }
 
@@ -229,18 +237,19 @@ impl Pipeline {
                 values,
             } => {
                 let frames = resolver.stack_frames(&stack);
-                let labels = self.labels_of(taken.store);
+                let labels = self.labels_of(taken.labels);
                 self.add_sample(&resolver, &mut recorder, &frames, labels, taken, values);
             }
             Event::Allocation {
                 stack,
                 store,
+                labels,
                 address,
                 size,
                 collected,
             } => {
                 let frames = resolver.stack_frames(&stack);
-                let labels = self.labels_of(store);
+                let labels = self.labels_of(labels);
                 let block = Block { store, address };
                 recorder.heap_allocated(
                     &resolver,
@@ -320,7 +329,7 @@ impl Sink for Pipeline {
         let mut frames = lock(&self.frames);
         let opcode = resolver.native_frames(sample, &mut frames);
         let mut recorder = lock(&self.recorder);
-        let mut labels = self.labels_of(taken.store);
+        let mut labels = self.labels_of(taken.labels);
         if let Some(opcode) = opcode {
             labels = Some(with_opcode(labels, opcode));
         }
@@ -343,6 +352,7 @@ impl Sink for Pipeline {
         &self,
         stack: GuestStack,
         store: Option<StoreKey>,
+        labels: Option<LabelsKey>,
         address: u32,
         size: u64,
         collected: bool,
@@ -350,6 +360,7 @@ impl Sink for Pipeline {
         self.enqueue_kept(Event::Allocation {
             stack,
             store,
+            labels,
             address,
             size,
             collected,
@@ -371,27 +382,25 @@ mod tests {
     use crate::clock::Clock;
 
     #[test]
-    fn a_dropped_stores_labels_outlive_its_last_samples_then_go() {
+    fn dropped_labels_outlive_their_last_samples_then_go() {
         let pipeline = Arc::new(Pipeline::new(
             Resolver::new(false, false),
             Recorder::new(1000, Clock::Cpu, "signal"),
         ));
-        let store = StoreKey::unique();
         let labels: Labels = [("request".to_string(), "1".to_string())].into();
-        let labeled = pipeline.label_store(store, labels.clone()).unwrap();
-        assert_eq!(pipeline.labels_of(Some(store)), Some(labels.clone()));
-        assert!(pipeline
-            .label_store(StoreKey::unique(), Labels::default())
-            .is_none());
-        drop(labeled);
+        let registered = pipeline.register_labels(labels.clone()).unwrap();
+        let key = Some(registered.key());
+        assert_eq!(pipeline.labels_of(key), Some(labels.clone()));
+        assert!(pipeline.register_labels(Labels::default()).is_none());
+        drop(registered);
         pipeline.flush();
         assert_eq!(
-            pipeline.labels_of(Some(store)),
+            pipeline.labels_of(key),
             Some(labels),
             "samples still on their way"
         );
         std::thread::sleep(RETIRED_LABELS + Duration::from_millis(50));
         pipeline.flush();
-        assert_eq!(pipeline.labels_of(Some(store)), None);
+        assert_eq!(pipeline.labels_of(key), None);
     }
 }

@@ -25,7 +25,6 @@
 //! ```
 
 use std::fmt;
-use std::future::Future;
 use std::num::NonZeroUsize;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,8 +45,8 @@ use crate::capture::python_stack::PythonCode;
 use crate::capture::vmctx::{GoInstance, MemoryOf};
 pub use crate::capture::MAX_STACK_DEPTH;
 use crate::capture::{
-    keep_until_dropped, GuestStack, SampleValues, Sampler, SamplerKind, Sink, StackReader,
-    StoreKey, Taken, SIGNALS_AVAILABLE,
+    keep_until_dropped, GuestStack, LabelsNow, SampleValues, Sampler, SamplerKind, Sink,
+    StackReader, StoreKey, Taken, SIGNALS_AVAILABLE,
 };
 use crate::clock::{monotonic_ns, thread_cpu_ns, Clock};
 use crate::memory::component::ALLOCATOR_HOOK;
@@ -56,6 +55,7 @@ use crate::pipeline::Pipeline;
 use crate::profile::{Labels, Profile};
 use crate::record::{KindCounts, Mark, Recorder};
 use crate::resolve::{ListedFunction, ModuleId, Resolver};
+use crate::store_labels::{SampleLabels, StoreLabels};
 use crate::sync::lock;
 use crate::wasm::go::FIRST_PC_F;
 
@@ -145,6 +145,8 @@ pub struct ProfilerHandle {
     engine: Engine,
     pipeline: Arc<Pipeline>,
     interrupt: Arc<AtomicBool>,
+    /// Whether guests yield to their executor at epoch checks ([`ProfilerHandle::yield_at_epochs`]).
+    yields: Arc<AtomicBool>,
     sampler: Arc<SharedSampler>,
     /// With the signal sampler: shows the handler each attached store's record of the guest's
     /// exits from Wasm, by which samples in host code find the guest stack under them.
@@ -250,6 +252,7 @@ impl Profiler {
                 engine: engine.clone(),
                 pipeline,
                 interrupt: Arc::new(AtomicBool::new(false)),
+                yields: Arc::new(AtomicBool::new(false)),
                 sampler: Arc::new(Mutex::new(sampler)),
                 store_contexts,
                 id: NEXT_PROFILER_ID.fetch_add(1, Ordering::Relaxed),
@@ -559,7 +562,7 @@ impl StoreContexts {
         unreachable!("SIGNALS_AVAILABLE is false on this platform")
     }
 
-    fn publish<T>(&self, _: &mut Store<T>, _: StoreKey) -> Result<()> {
+    fn publish<T>(&self, _: &mut Store<T>, _: StoreKey, _: Arc<LabelsNow>) -> Result<()> {
         match *self {}
     }
 }
@@ -575,34 +578,32 @@ impl ProfilerHandle {
     /// epoch-deadline callback and deadline (the epoch sampler samples there, and
     /// [`ProfilerHandle::interrupt`] stops the guest there).
     pub fn attach<T: 'static>(&self, store: &mut Store<T>) -> Result<()> {
-        self.attach_with_labels(store, &[])
+        self.attach_with_labels(store, &[]).map(|_| ())
     }
 
     /// As [`attach`](Self::attach), and every sample taken in `store` carries `labels` (pprof's
     /// string labels: `go tool pprof -tagfocus key=value` keeps them, `-tags` lists them), e.g.
-    /// the tenant or the request the store serves.
+    /// the tenant or the request the store serves, until changed with the [`StoreLabels`]
+    /// returned.
     pub fn attach_with_labels<T: 'static>(
         &self,
         store: &mut Store<T>,
         labels: &[(&str, &str)],
-    ) -> Result<()> {
+    ) -> Result<StoreLabels> {
         let key = StoreKey::unique();
-        let labels: Labels = labels
-            .iter()
-            .map(|&(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let labels = StoreLabels::new(self.labels(labels));
         self.sample_this_thread()?;
         if self.engine.get_epoch_interruption() {
             let samples_at_epochs = lock(&self.sampler).samples_at_epochs();
-            self.attach_epoch_callback(store, key, samples_at_epochs);
+            self.attach_epoch_callback(store, labels.now(), samples_at_epochs);
         }
         let published = match &self.store_contexts {
-            Some(contexts) => Some(contexts.publish(store, key)?),
+            Some(contexts) => Some(contexts.publish(store, key, labels.now())?),
             None => None,
         };
         let memory = self.allocations.as_ref().map(|allocations| {
             let data = StoreData::of(store.data());
-            lock(allocations).store_attached(data, key);
+            lock(allocations).store_attached(data, key, labels.now());
             MemoryOfStore {
                 data,
                 allocations: Arc::downgrade(allocations),
@@ -610,9 +611,18 @@ impl ProfilerHandle {
             }
         });
         // One value the store owns, all withdrawn when it drops.
-        let labeled = self.pipeline.label_store(key, labels);
-        keep_until_dropped(store, (published, labeled, memory));
-        Ok(())
+        keep_until_dropped(store, (published, labels.clone(), memory));
+        Ok(labels)
+    }
+
+    /// A set of labels to give stores with [`StoreLabels::set`]: made once (the profile
+    /// registers it), given as often as a store switches to the work it names.
+    pub fn labels(&self, labels: &[(&str, &str)]) -> SampleLabels {
+        let labels: Labels = labels
+            .iter()
+            .map(|&(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        SampleLabels::new(self.pipeline.register_labels(labels))
     }
 
     /// Connects an instance of a module rewritten by [`crate::memory::rewrite`] to the heap
@@ -719,28 +729,12 @@ impl ProfilerHandle {
         Ok(())
     }
 
-    /// `future`, with every thread that polls it sampled from then on. A guest called
-    /// asynchronously (`call_async`, on a fiber) runs on whichever thread polls its future, and
-    /// a multi-threaded runtime (tokio's) moves tasks between its workers: wrapping the task
-    /// that calls the guest samples each worker it runs on.
-    pub fn sampled<F: Future>(&self, future: F) -> impl Future<Output = F::Output> {
-        let handle = self.clone();
-        async move {
-            let mut future = std::pin::pin!(future);
-            std::future::poll_fn(move |cx| {
-                if let Err(e) = handle.sample_this_thread() {
-                    let warning = format!("a thread running a guest is not sampled: {e:#}");
-                    lock(&handle.warnings).push(warning);
-                }
-                future.as_mut().poll(cx)
-            })
-            .await
-        }
-    }
-
-    /// Samples the calling thread; the sampler is asked once per thread (a failure is not
-    /// retried).
-    fn sample_this_thread(&self) -> Result<()> {
+    /// Samples the calling thread from now on, as [`attach`](Self::attach) does the thread
+    /// that attaches a store. A guest called asynchronously (`call_async`, on a fiber) runs on
+    /// whichever thread polls its future, and a multi-threaded runtime (tokio's) moves tasks
+    /// between its workers: call this as each of them starts (`on_thread_start`). The sampler
+    /// is asked once per thread (a failure is not retried).
+    pub fn sample_this_thread(&self) -> Result<()> {
         if SAMPLED_BY.get() == self.id {
             return Ok(());
         }
@@ -756,11 +750,12 @@ impl ProfilerHandle {
     fn attach_epoch_callback<T: 'static>(
         &self,
         store: &mut Store<T>,
-        key: StoreKey,
+        labels: Arc<LabelsNow>,
         samples_at_epochs: bool,
     ) {
         let pipeline = self.pipeline.clone();
         let interrupt = self.interrupt.clone();
+        let yields = self.yields.clone();
         let reader = Arc::new(ReaderSlot::new());
         if samples_at_epochs {
             let data = StoreData::of(store.data());
@@ -790,13 +785,16 @@ impl ProfilerHandle {
                 let values = SampleValues { cpu_ns, wall_ns };
                 (last_thread, last_cpu, last_wall) = (thread, cpu, wall);
                 let taken = Taken {
-                    store: Some(key),
+                    labels: labels.get(),
                     thread,
                     time_ns: wall,
                 };
                 epoch::take_sample(&ctx, reader.get(), taken, pipeline.as_ref(), values);
             }
-            Ok(UpdateDeadline::Continue(1))
+            Ok(match yields.load(Ordering::Relaxed) {
+                true => UpdateDeadline::Yield(1),
+                false => UpdateDeadline::Continue(1),
+            })
         });
     }
 
@@ -808,6 +806,15 @@ impl ProfilerHandle {
 
     fn resolver(&self) -> std::sync::MutexGuard<'_, Resolver> {
         self.pipeline.resolver()
+    }
+
+    /// From now on, at each epoch check, the guests of the attached stores yield to their
+    /// executor, as Wasmtime's `epoch_deadline_async_yield_and_update` has them (the profiler
+    /// owns a store's epoch callback): a server's timers then run while a guest computes, so
+    /// that it can time a request out. For asynchronous calls only (`call_async`): a
+    /// synchronous call fails at its next epoch check.
+    pub fn yield_at_epochs(&self) {
+        self.yields.store(true, Ordering::Relaxed);
     }
 
     /// Makes the guest's current call return [`Interrupted`] at its next epoch check, on an

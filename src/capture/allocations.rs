@@ -6,8 +6,9 @@
 //! blocks to the [`Sink`], never waiting for the stages after it.
 
 use std::collections::hash_map::Entry;
+use std::sync::Arc;
 
-use super::{GuestStack, Sink, StoreKey};
+use super::{GuestStack, LabelsNow, Sink, StoreKey};
 use crate::memory::rewrite::{block_slot, bytes_unseeded, report, Allocator};
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -99,8 +100,8 @@ impl Blocks {
 /// its own memory, where the same addresses mean other blocks.
 pub struct Allocations {
     sampler: HeapSampler,
-    /// The attached stores.
-    stores: FxHashMap<StoreData, StoreKey>,
+    /// The attached stores, and the labels each has now.
+    stores: FxHashMap<StoreData, (StoreKey, Arc<LabelsNow>)>,
     /// By the store they are in (`None`: a store not attached).
     blocks: FxHashMap<Option<StoreKey>, Blocks>,
 }
@@ -115,14 +116,15 @@ impl Allocations {
         }
     }
 
-    /// The store whose data is at `data` is `key`'s, until [`store_dropped`](Self::store_dropped).
-    pub fn store_attached(&mut self, data: StoreData, key: StoreKey) {
-        self.stores.insert(data, key);
+    /// The store whose data is at `data` is `key`'s, its allocations labeled as `labels` says
+    /// when they are made, until [`store_dropped`](Self::store_dropped).
+    pub fn store_attached(&mut self, data: StoreData, key: StoreKey, labels: Arc<LabelsNow>) {
+        self.stores.insert(data, (key, labels));
     }
 
     /// The store's memory is gone, and with it its blocks.
     pub fn store_dropped(&mut self, data: StoreData, sink: &dyn Sink) {
-        let Some(key) = self.stores.remove(&data) else {
+        let Some((key, _)) = self.stores.remove(&data) else {
             return;
         };
         if self
@@ -150,7 +152,10 @@ impl Allocations {
             Some(spent) => self.sampler.next_interval().saturating_sub_unsigned(spent),
             None => countdown,
         };
-        let store = self.stores.get(&data).copied();
+        let (store, labels) = match self.stores.get(&data) {
+            Some((key, labels)) => (Some(*key), labels.get()),
+            None => (None, None),
+        };
         let blocks = self.blocks.entry(store).or_default();
         let mut next = countdown;
         if freed != 0 && blocks.remove(freed) {
@@ -162,7 +167,8 @@ impl Allocations {
             if !collected {
                 blocks.insert(allocated);
             }
-            sink.allocation(stack(), store, allocated, u64::from(size as u32), collected);
+            let size = u64::from(size as u32);
+            sink.allocation(stack(), store, labels, allocated, size, collected);
             next = self.sampler.next_interval();
         }
         report(
@@ -180,11 +186,11 @@ mod tests {
     use wasmtime::WasmBacktrace;
 
     use super::*;
-    use crate::capture::{NativeSample, SampleValues, Taken};
+    use crate::capture::{LabelsKey, NativeSample, SampleValues, Taken};
     use crate::memory::rewrite::{Allocator, UNSEEDED};
 
-    /// An allocation as the sink heard it: (store, address, size, collected).
-    type Heard = (Option<StoreKey>, u32, u64, bool);
+    /// An allocation as the sink heard it: (store, labels, address, size, collected).
+    type Heard = (Option<StoreKey>, Option<LabelsKey>, u32, u64, bool);
 
     /// What reached the sink: allocations; (store, address) of frees; stores dropped with
     /// blocks live.
@@ -203,11 +209,12 @@ mod tests {
             &self,
             _: GuestStack,
             store: Option<StoreKey>,
+            labels: Option<LabelsKey>,
             address: u32,
             size: u64,
             collected: bool,
         ) {
-            let seen = (store, address, size, collected);
+            let seen = (store, labels, address, size, collected);
             self.allocations.lock().unwrap().push(seen);
         }
         fn free(&self, store: Option<StoreKey>, address: u32) {
@@ -236,12 +243,15 @@ mod tests {
         assert_eq!(answer, report(5, false, false));
         // A free of a block never sampled does not.
         a.on_call(ONE, (malloc, 0, 128, 0, 5), &seen, backtrace);
-        assert_eq!(*seen.allocations.lock().unwrap(), [(None, 64, 10, false)]);
+        assert_eq!(
+            *seen.allocations.lock().unwrap(),
+            [(None, None, 64, 10, false)]
+        );
         assert_eq!(*seen.frees.lock().unwrap(), [(None, 64)]);
     }
 
     /// Two stores' memories hold different blocks at the same address; a store dropped with
-    /// blocks live says so, once.
+    /// blocks live says so, once. An allocation carries the labels its store had when made.
     #[test]
     fn each_store_has_its_own_blocks() {
         let store = wasmtime::Store::<()>::default();
@@ -249,10 +259,15 @@ mod tests {
         let seen = Seen::default();
         let mut a = Allocations::new(1, 7);
         let (one, two) = (StoreKey(1), StoreKey(2));
-        a.store_attached(ONE, one);
-        a.store_attached(TWO, two);
+        let (first, second) = (LabelsKey::unique(), LabelsKey::unique());
+        let labels_of_one = Arc::new(LabelsNow::default());
+        labels_of_one.set(Some(first));
+        a.store_attached(ONE, one, labels_of_one.clone());
+        a.store_attached(TWO, two, Arc::default());
         let malloc = Allocator::Malloc.code();
         a.on_call(ONE, (malloc, 10, 0, 64, -1), &seen, backtrace);
+        labels_of_one.set(Some(second));
+        a.on_call(ONE, (malloc, 10, 0, 96, -1), &seen, backtrace);
         // The same address in the other store: not live there.
         let answer = a.on_call(TWO, (malloc, 0, 64, 0, 5), &seen, backtrace);
         assert_eq!(answer, report(5, false, false));
@@ -264,7 +279,11 @@ mod tests {
         assert_eq!(answer, report(5, false, false));
         assert_eq!(
             *seen.allocations.lock().unwrap(),
-            [(Some(one), 64, 10, false), (Some(two), 64, 20, false)]
+            [
+                (Some(one), Some(first), 64, 10, false),
+                (Some(one), Some(second), 96, 10, false),
+                (Some(two), None, 64, 20, false)
+            ]
         );
         assert_eq!(*seen.frees.lock().unwrap(), [(Some(two), 64)]);
         assert_eq!(*seen.dropped.lock().unwrap(), [one]);

@@ -16,6 +16,8 @@ pub mod python_stack;
 pub mod signal;
 pub mod vmctx;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use anyhow::Result;
 use wasmtime::WasmBacktrace;
 
@@ -125,16 +127,53 @@ impl StackReader {
     }
 }
 
-/// A store attached to the profiler, as samples name the store they were taken in (whose
-/// labels they carry). Never zero.
+/// A store attached to the profiler, as samples name the store they were taken in (the
+/// Go or Python instance read is the store's; a sampled block is in the store's memory).
+/// Never zero.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct StoreKey(pub u64);
+
+/// A set of labels samples carry, registered with the stages after capture. Never zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LabelsKey(pub u64);
+
+impl LabelsKey {
+    /// A key no other set of labels of this process has.
+    pub fn unique() -> Self {
+        static LAST: AtomicU64 = AtomicU64::new(0);
+        LabelsKey(LAST.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+}
+
+/// The labels a store's samples carry now: a store serving one request after another, or
+/// several at once (a task each), is labeled anew as it switches. Read by the samplers (the
+/// signal handler included: one atomic load) as they take a sample.
+#[derive(Debug, Default)]
+pub struct LabelsNow(AtomicU64);
+
+impl LabelsNow {
+    pub fn get(&self) -> Option<LabelsKey> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            key => Some(LabelsKey(key)),
+        }
+    }
+
+    pub fn set(&self, labels: Option<LabelsKey>) {
+        self.0.store(labels.map_or(0, |k| k.0), Ordering::Relaxed);
+    }
+
+    /// The word the signal handler reads.
+    pub fn word(&self) -> &AtomicU64 {
+        &self.0
+    }
+}
 
 impl StoreKey {
     /// A key no other store of this process has.
     pub fn unique() -> Self {
-        static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        StoreKey(LAST.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1)
+        static LAST: AtomicU64 = AtomicU64::new(0);
+        StoreKey(LAST.fetch_add(1, Ordering::Relaxed) + 1)
     }
 }
 
@@ -152,8 +191,8 @@ pub fn keep_until_dropped<T: 'static>(
 /// Where and when a sample was taken.
 #[derive(Clone, Copy, Debug)]
 pub struct Taken {
-    /// The store whose guest ran, when the sampler could tell.
-    pub store: Option<StoreKey>,
+    /// The labels of the store whose guest ran, when the sampler could tell and it had some.
+    pub labels: Option<LabelsKey>,
     pub thread: ThreadId,
     /// `CLOCK_MONOTONIC`.
     pub time_ns: u64,
@@ -169,12 +208,13 @@ pub trait Sink: Send + Sync {
     /// Samples that never reached the sink (a full ring).
     fn lost(&self, samples: u64);
     /// A sampled allocation of `size` bytes at `address` of `store`'s memory (`None`: a
-    /// store not attached), made by the guest stack `stack`; `collected` if a garbage
-    /// collector frees it. On the guest thread.
+    /// store not attached), made by the guest stack `stack` while the store had `labels`;
+    /// `collected` if a garbage collector frees it. On the guest thread.
     fn allocation(
         &self,
         stack: GuestStack,
         store: Option<StoreKey>,
+        labels: Option<LabelsKey>,
         address: u32,
         size: u64,
         collected: bool,

@@ -2,9 +2,11 @@
 //! `wasi:http` component (both with [`interrupt`] handling Ctrl-C and SIGTERM, and
 //! [`outputs`] writing what they recorded, [`profiled`] setting up the profiler, and
 //! [`rewrite`] instrumenting the allocators for a memory profile, [`perf_files`] telling Linux
-//! perf of the guest's code, [`request_headers`] setting `serve -H`'s headers), `report` and
+//! perf of the guest's code, [`request_headers`] setting `serve -H`'s headers, [`instances`] the instances `serve`
+//! answers with), `report` and
 //! `convert` read profiles back.
 
+pub mod instances;
 pub mod interrupt;
 pub mod outputs;
 pub mod perf_files;

@@ -1,10 +1,11 @@
-//! `wasmspy serve`: serve a `wasi:http/proxy` component as `wasmtime serve` does, every
-//! request profiled on whichever worker thread runs it, its samples labeled with the request
-//! (`request`, `method`, `path`); the profile written when the server stops.
+//! `wasmspy serve`: serve a `wasi:http` component as `wasmtime serve` does, every request
+//! profiled on whichever worker thread runs it, its samples labeled with the request
+//! (`request`, `method`, `path`, `instance`); the profile written when the server stops.
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use http_body_util::{BodyExt, Full};
@@ -13,11 +14,12 @@ use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 use wasmspy::wasi_host::proxy::Proxy;
 use wasmspy::wasi_host::{self, Program};
-use wasmspy::ProfilerHandle;
+use wasmtime_wasi_http::handler::ProxyHandler;
 use wasmtime_wasi_http::io::TokioIo;
-use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
+use wasmtime_wasi_http::WasiBody;
 
 use crate::cli::{ServeArgs, SERVE_RATE};
+use crate::commands::instances::{Instances, RequestLabels, Reuse};
 use crate::commands::interrupt::GuestEnded;
 use crate::commands::outputs::{
     file_name, flush_periodically, print_warnings, start_server, write_on_signals, Outputs,
@@ -35,10 +37,6 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
     }
     if args.guest.wasmtime.wasm.component_model.replace(true) == Some(false) {
         anyhow::bail!("components are required for the serve command, and must not be disabled");
-    }
-    // Not applied to requests yet: refused rather than ignored.
-    if args.guest.wasmtime.wasm.timeout.is_some() {
-        anyhow::bail!("-W timeout: wasmspy serve does not time requests out yet");
     }
     if args.guest.wasmtime.debug.coredump.is_some() {
         anyhow::bail!("-D coredump: wasmspy serve writes no core dumps");
@@ -96,7 +94,27 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
     )
     .with_context(|| format!("cannot serve `{name}`"))?;
 
-    let runtime = wasi_host::runtime()?;
+    let reuse = Reuse::new(
+        &proxy,
+        args.max_instance_reuse_count,
+        args.max_instance_concurrent_reuse_count,
+        args.idle_instance_timeout,
+    );
+    // As `wasmtime serve`'s, a runtime of its own: its threads, which run the instances
+    // wherever its scheduler puts them, are all sampled.
+    let runtime = {
+        let profiler = profiler.handle();
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_time()
+            .enable_io()
+            .on_thread_start(move || {
+                if let Err(e) = profiler.sample_this_thread() {
+                    eprintln!("wasmspy: warning: a thread of the server is not sampled: {e:#}");
+                }
+            })
+            .build()
+            .context("cannot start the server's runtime")?
+    };
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind(args.addr))
         .with_context(|| format!("cannot listen at {}", args.addr))?;
@@ -133,16 +151,30 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
             .local_addr()
             .context("cannot read the bound address")?
     );
-    let requests = Arc::new(Requests {
+    // `-W timeout`, as `wasmtime serve` has it: a request, and the work after its response,
+    // may take that long; the guest yields at epoch checks so that the time is kept while it
+    // computes (with the signal sampler, a thread advances the epoch as Wasmtime's does).
+    let timeout = args.guest.wasmtime.wasm.timeout;
+    let _epochs = timeout.map(|timeout| {
+        profiler.handle().yield_at_epochs();
+        (profiler.sampler_name() != "epoch").then(|| EpochTicker::start(&engine, timeout))
+    });
+    let tracker = TaskTracker::new();
+    let instances = Instances::new(
         proxy,
-        profiler: profiler.handle(),
+        profiler.handle(),
+        reuse,
+        timeout.unwrap_or(Duration::MAX),
+        tracker.clone(),
+    );
+    let requests = Arc::new(Requests {
+        handler: ProxyHandler::new(instances),
         next: AtomicU64::new(1),
-        unprofiled: AtomicBool::new(false),
         headers,
         slots: args
             .max_concurrent_requests
             .map(|n| Semaphore::new(n as usize)),
-        tracker: TaskTracker::new(),
+        tracker,
     });
     let connections = Arc::new(Semaphore::new(
         args.max_concurrent_connections
@@ -178,7 +210,8 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
 }
 
 /// The engine settings of Wasmtime's options, as `wasmtime serve` makes them: the pooling
-/// allocator by default where the machine lets the process reserve its address space. With
+/// allocator by default where the machine lets the process reserve its address space, epoch
+/// interruption for `-W timeout`. With
 /// `allocator_rewrite` (a memory profile), room for what the rewrite adds to a module: a memory
 /// (its flags) and a table (its hook), unless the options say otherwise.
 fn engine_config(
@@ -193,22 +226,60 @@ fn engine_config(
         wasmtime.opts.pooling_max_tables_per_module.get_or_insert(2);
     }
     let pooling = wasi_host::pooling_available().then_some(true);
-    wasmtime.config(pooling).map_err(anyhow::Error::from)
+    let mut config = wasmtime.config(pooling).map_err(anyhow::Error::from)?;
+    if wasmtime.wasm.timeout.is_some() {
+        config.epoch_interruption(true);
+    }
+    Ok(config)
 }
 
-/// What every request needs: the component, the profiler, the next request's number.
+/// As `wasmtime serve` with `-W timeout`: the epoch advanced every 50 ms (or the timeout, if
+/// shorter), until dropped.
+struct EpochTicker {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// `wasmtime serve`'s period.
+const EPOCH_PERIOD: Duration = Duration::from_millis(50);
+
+impl EpochTicker {
+    fn start(engine: &wasmtime::Engine, timeout: Duration) -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (engine, stopped) = (engine.clone(), stop.clone());
+        let period = EPOCH_PERIOD.min(timeout);
+        let thread = std::thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                std::thread::sleep(period);
+                engine.increment_epoch();
+            }
+        });
+        EpochTicker {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// What every request needs: the instances, the next request's number.
 struct Requests {
-    proxy: Proxy,
-    profiler: ProfilerHandle,
+    handler: ProxyHandler<Instances>,
     next: AtomicU64,
-    /// Whether a request could not be profiled (said once).
-    unprofiled: AtomicBool,
     /// `-H`: set on every request.
     headers: RequestHeaders,
     /// `--max-concurrent-requests`: a permit per request being answered.
     slots: Option<Semaphore>,
-    /// Every request being answered, and every guest call still writing a body: what a
-    /// shutdown waits for.
+    /// Every request being answered, and every instance (which may go on writing a body
+    /// after the response's head is sent): what a shutdown waits for.
     tracker: TaskTracker,
 }
 
@@ -255,7 +326,7 @@ impl Requests {
     async fn handle(
         &self,
         request: hyper::Request<hyper::body::Incoming>,
-    ) -> hyper::Response<HyperOutgoingBody> {
+    ) -> hyper::Response<WasiBody> {
         let _slot = match &self.slots {
             Some(slots) => slots.acquire().await.ok(),
             None => None,
@@ -279,30 +350,14 @@ impl Requests {
         &self,
         number: u64,
         mut request: hyper::Request<hyper::body::Incoming>,
-    ) -> Result<hyper::Response<HyperOutgoingBody>> {
+    ) -> Result<hyper::Response<WasiBody>> {
         self.headers.apply(request.headers_mut());
-        // A new instance for every request: the instances are numbered as the requests, from 0.
-        let mut store = self.proxy.new_store(number - 1)?;
-        let path = request.uri().path().to_string();
-        let labels = [
-            ("request", number.to_string()),
-            ("method", request.method().to_string()),
-            ("path", path),
-        ];
-        let labels = labels.each_ref().map(|(k, v)| (*k, v.as_str()));
-        if let Err(e) = self.profiler.attach_with_labels(&mut store, &labels) {
-            // Served all the same, as `wasmtime serve` would.
-            if !self.unprofiled.swap(true, Ordering::Relaxed) {
-                eprintln!(
-                    "wasmspy: warning: request {number} and others like it not profiled: {e:#}"
-                );
-            }
-        }
-        let profiler = self.profiler.clone();
-        self.proxy
-            .handle(store, request, |call| {
-                self.tracker.spawn(profiler.sampled(call))
-            })
-            .await
+        let labels = RequestLabels {
+            number,
+            method: request.method().to_string(),
+            path: request.uri().path().to_string(),
+        };
+        let request = request.map(|body| body.map_err(Into::into).boxed_unsync());
+        Ok(self.handler.handle(labels, request).await?)
     }
 }

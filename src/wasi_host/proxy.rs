@@ -1,24 +1,15 @@
-//! Serves a `wasi:http/proxy` component the way `wasmtime serve` does: a new store per
-//! request, the component pre-instantiated once, each request's `wasi:http/incoming-handler`
-//! call on a task of the multi-threaded runtime (its fiber resumed by whichever worker polls
-//! it). Without `-S cli` the guest gets the proxy world's interfaces only; with it, all of
-//! WASI's, as `wasmtime serve -S cli` has it; and the proposals `-S` turns on.
-
-use std::future::Future;
-use std::pin::Pin;
+//! A `wasi:http` component linked as `wasmtime serve` links it: a `wasi:http/incoming-handler`
+//! (WASI 0.2) or, unless `-S p3=n`, a `wasi:http/handler` (WASI 0.3), pre-instantiated once for
+//! the instances Wasmtime's [`ProxyHandler`](wasmtime_wasi_http::handler::ProxyHandler) makes
+//! and reuses. Without `-S cli` the guest gets the proxy world's interfaces only; with it, all
+//! of WASI's, as `wasmtime serve -S cli` has it; and the proposals `-S` turns on.
 
 use anyhow::{anyhow, Result};
 use wasmtime::component::{Component, Linker};
 use wasmtime::Store;
-use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
-use wasmtime_wasi_http::p2::bindings::ProxyPre;
-use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
-use wasmtime_wasi_http::WasiHttpView;
+use wasmtime_wasi_http::handler::{self, ProxyPre};
 
 use super::{link, new_store, Host, ServedInstance, WasiConfig};
-
-/// The guest's handling of one request, for the caller to run as a task.
-pub type GuestCall = Pin<Box<dyn Future<Output = wasmtime::Result<()>> + Send>>;
 
 pub struct Proxy {
     pre: ProxyPre<Host>,
@@ -28,9 +19,9 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Links `component`, with what `define` adds to the linker, and checks that it is a
-    /// `wasi:http/proxy`; each instance gets `wasi`, its stdout and stderr lines prefixed with
-    /// its number if `log_prefix`.
+    /// Links `component`, with what `define` adds to the linker, and checks that it exports a
+    /// handler; each instance gets `wasi`, its stdout and stderr lines prefixed with its
+    /// number if `log_prefix`.
     pub fn new(
         component: &Component,
         wasi: WasiConfig,
@@ -39,20 +30,45 @@ impl Proxy {
     ) -> Result<Self> {
         let mut linker = Linker::new(component.engine());
         define(&mut linker)?;
+        let p3 = link::wasip3_on(&wasi.wasi);
         if link::cli(&wasi.wasi)? == Some(true) {
             link::add_wasi(&mut linker, &wasi.wasi)?;
             wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+            if p3 {
+                wasmtime_wasi_http::p3::add_to_linker(&mut linker)?;
+            }
         } else {
             wasmtime_wasi_http::p2::add_to_linker_async(&mut linker)?;
+            if p3 {
+                wasmtime_wasi_http::p3::add_to_linker(&mut linker)?;
+                wasmtime_wasi::p3::clocks::add_to_linker(&mut linker)?;
+                wasmtime_wasi::p3::random::add_to_linker(&mut linker)?;
+                wasmtime_wasi::p3::cli::add_to_linker(&mut linker)?;
+            }
         }
         link::add_proposals(&mut linker, &wasi.wasi)?;
         link::define_unknown(&mut linker, component, &wasi)?;
         let pre = linker
             .instantiate_pre(component)
             .map_err(|e| anyhow!("{e:#}"))?;
-        let pre = ProxyPre::new(pre).map_err(|e| {
-            anyhow!("the component is not a wasi:http/proxy (it must export wasi:http/incoming-handler): {e:#}")
-        })?;
+        // As `wasmtime serve`: a WASI 0.3 handler if the component exports one.
+        let p3_pre = if p3 {
+            wasmtime_wasi_http::p3::bindings::ServicePre::new(pre.clone()).ok()
+        } else {
+            None
+        };
+        let pre = match p3_pre {
+            Some(pre) => ProxyPre::P3(pre),
+            None => ProxyPre::P2(
+                wasmtime_wasi_http::p2::bindings::ProxyPre::new(pre).map_err(|e| {
+                    anyhow!(
+                        "the component is not a wasi:http/proxy: it exports no \
+                         wasi:http/incoming-handler{}: {e:#}",
+                        if p3 { " nor wasi:http/handler" } else { "" }
+                    )
+                })?,
+            ),
+        };
         Ok(Proxy {
             pre,
             wasi,
@@ -60,8 +76,13 @@ impl Proxy {
         })
     }
 
-    /// A store for one request, with the guest's environment and directories, whose instance
-    /// is the `id`th made.
+    /// Whether the component is a WASI 0.3 handler, which an instance may run several
+    /// requests of at once.
+    pub fn is_p3(&self) -> bool {
+        matches!(self.pre, ProxyPre::P3(_))
+    }
+
+    /// A store for an instance, with the guest's environment and directories, the `id`th made.
     pub fn new_store(&self, id: u64) -> Result<Store<Host>> {
         let wasi = WasiConfig {
             served: Some(ServedInstance {
@@ -70,46 +91,18 @@ impl Proxy {
             }),
             ..self.wasi.clone()
         };
-        new_store(self.pre.engine(), &wasi)
+        new_store(self.engine(), &wasi)
     }
 
-    /// Hands `request` to a new instance in `store`. The guest's call is given to `spawn`,
-    /// which runs it as a task (it may go on writing the body after the response's head is
-    /// sent); the response is returned once the guest sets it.
-    pub async fn handle(
-        &self,
-        mut store: Store<Host>,
-        request: hyper::Request<hyper::body::Incoming>,
-        spawn: impl FnOnce(GuestCall) -> tokio::task::JoinHandle<wasmtime::Result<()>>,
-    ) -> Result<hyper::Response<HyperOutgoingBody>> {
-        let (sender, receiver) = tokio::sync::oneshot::channel();
-        let (req, out) = {
-            let mut http = store.data_mut().http();
-            let req = http
-                .new_incoming_request(Scheme::Http, request)
-                .map_err(anyhow::Error::from)?;
-            let out = http
-                .new_response_outparam(sender)
-                .map_err(anyhow::Error::from)?;
-            (req, out)
-        };
-        let pre = self.pre.clone();
-        let task = spawn(Box::pin(async move {
-            let proxy = pre.instantiate_async(&mut store).await?;
-            proxy
-                .wasi_http_incoming_handler()
-                .call_handle(&mut store, req, out)
-                .await
-        }));
-        match receiver.await {
-            Ok(Ok(response)) => Ok(response),
-            Ok(Err(code)) => Err(anyhow!("the guest answered with an error: {code:?}")),
-            // The store, and with it the sender, was dropped without a response.
-            Err(_) => Err(match task.await {
-                Ok(Ok(())) => anyhow!("the guest returned without setting a response"),
-                Ok(Err(e)) => anyhow::Error::from(e),
-                Err(e) => anyhow!("the guest's task failed: {e}"),
-            }),
+    /// Instantiates the component in `store`.
+    pub async fn instantiate(&self, store: &mut Store<Host>) -> wasmtime::Result<handler::Proxy> {
+        self.pre.instantiate_async(store).await
+    }
+
+    fn engine(&self) -> &wasmtime::Engine {
+        match &self.pre {
+            ProxyPre::P2(pre) => pre.engine(),
+            ProxyPre::P3(pre) => pre.engine(),
         }
     }
 }

@@ -92,6 +92,8 @@ pub struct RawSample {
     pub kind: Kind,
     /// The key of the store whose Wasm is innermost on the stack; 0 when unknown.
     pub store: u64,
+    /// That store's labels when the sample was taken; 0 for none.
+    pub labels: u64,
     pub depth: usize,
     pub cpu_delta_ns: u64,
     pub wall_delta_ns: u64,
@@ -111,6 +113,7 @@ impl RawSample {
         RawSample {
             kind: Kind::Guest,
             store: 0,
+            labels: 0,
             depth: 0,
             cpu_delta_ns: 0,
             wall_delta_ns: 0,
@@ -362,6 +365,10 @@ impl ThreadState {
                 }
             }
             add_python_stack(s);
+            s.labels = match s.store {
+                0 => 0,
+                store => store_contexts::labels_of(store),
+            };
         });
         if !pushed {
             self.lost.fetch_add(1, Ordering::Relaxed);

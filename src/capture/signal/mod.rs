@@ -25,7 +25,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use super::go_stack::GoCode;
-use super::{NativeSample, Pcs, PythonStack, SampleValues, Sampler, Sink, StoreKey, Taken};
+use super::{LabelsKey, NativeSample, Pcs, PythonStack, SampleValues, Sampler, Sink, Taken};
 use crate::clock::{current_thread_cpu_clock, sampling_period, Clock};
 use crate::profile::ThreadId;
 use crate::sync::lock;
@@ -297,7 +297,7 @@ fn drain_state(state: &ThreadState, sink: &dyn Sink) {
             Kind::Pulley => NativeSample::Pulley(pcs),
         };
         let taken = Taken {
-            store: (s.store != 0).then_some(StoreKey(s.store)),
+            labels: (s.labels != 0).then_some(LabelsKey(s.labels)),
             thread: ThreadId(state.tid as u32),
             time_ns: s.time_ns,
         };

@@ -28,6 +28,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use anyhow::{bail, Context as _, Result};
@@ -37,7 +38,7 @@ use wasmtime_environ::{HostPtr, PtrSize};
 use super::pulley_layout::{find_executor, ExecutorAt, VmLayout};
 use super::pulley_stack;
 use crate::capture::vmctx::{context_of_instance, vmctx_of};
-use crate::capture::StoreKey;
+use crate::capture::{LabelsNow, StoreKey};
 use crate::sync::lock;
 
 /// How many stores can be watched at once: as many instances as Wasmtime's pooling allocator
@@ -51,6 +52,8 @@ struct Slot {
     tid: AtomicI32,
     /// The store's [`StoreKey`].
     key: AtomicU64,
+    /// The address of the word of the store's [`LabelsNow`], which its [`Publication`] keeps.
+    labels: AtomicUsize,
     context: AtomicUsize,
     /// On Pulley: the address of the store's word that points to its interpreter's current
     /// state, and where in that state its `Vm` is (see [`super::pulley_layout`]); zero for
@@ -64,6 +67,7 @@ static TABLE: [Slot; SLOTS] = [const {
         taken: AtomicBool::new(false),
         tid: AtomicI32::new(0),
         key: AtomicU64::new(0),
+        labels: AtomicUsize::new(0),
         context: AtomicUsize::new(0),
         pulley_executor: AtomicUsize::new(0),
         vm_in_state: AtomicUsize::new(0),
@@ -116,6 +120,21 @@ pub fn key_of(context: usize) -> Option<StoreKey> {
     key
 }
 
+/// The labels now of the published store whose key is `key` (see [`LabelsNow`]); 0 for none.
+/// Async-signal-safe.
+pub fn labels_of(key: u64) -> u64 {
+    let mut labels = 0;
+    for slot in &TABLE[..USED.load(Ordering::Acquire).min(SLOTS)] {
+        if slot.context.load(Ordering::Acquire) != 0 && slot.key.load(Ordering::Relaxed) == key {
+            let word = slot.labels.load(Ordering::Relaxed) as *const AtomicU64;
+            // SAFETY: set before the context was published, to a word its Publication owns;
+            // withdrawing the publication waits for running handlers before that word goes.
+            labels = unsafe { (*word).load(Ordering::Relaxed) };
+        }
+    }
+    labels
+}
+
 /// Where the exit record's fields are in a `VMStoreContext`.
 #[derive(Clone, Copy)]
 pub struct Offsets {
@@ -161,6 +180,8 @@ struct PulleyStores {
 /// Keeps a store's context published while it lives in the store.
 pub struct Publication {
     slot: usize,
+    /// Read through the slot until the publication is withdrawn.
+    _labels: Arc<LabelsNow>,
 }
 
 impl Drop for Publication {
@@ -186,11 +207,15 @@ impl StoreContexts {
         Ok(StoreContexts { probe, pulley })
     }
 
-    /// Publishes `store`'s context, and `key`, for the handler, until the store is dropped. Adds the probe's instance and a host function to
-    /// the store.
-    /// The publication lasts as long as the value returned, which the store must own
-    /// ([`keep_until_dropped`]) or outlive.
-    pub fn publish<T: 'static>(&self, store: &mut Store<T>, key: StoreKey) -> Result<Publication> {
+    /// Publishes `store`'s context, its `key` and its `labels`, for the handler. Adds the
+    /// probe's instance to the store. The publication lasts as long as the value returned,
+    /// which the store must own ([`keep_until_dropped`]) or outlive.
+    pub fn publish<T: 'static>(
+        &self,
+        store: &mut Store<T>,
+        key: StoreKey,
+        labels: Arc<LabelsNow>,
+    ) -> Result<Publication> {
         let context = self.find(store)?;
         let pulley = match &self.pulley {
             Some(pulley) => {
@@ -213,6 +238,10 @@ impl StoreContexts {
             .tid
             .store(unsafe { libc::gettid() }, Ordering::Relaxed);
         TABLE[slot].key.store(key.0, Ordering::Relaxed);
+        TABLE[slot].labels.store(
+            labels.word() as *const AtomicU64 as usize,
+            Ordering::Relaxed,
+        );
         let (executor, vm_in_state) = pulley.map_or((0, 0), |at| {
             (context.wrapping_add_signed(at.from_context), at.vm_in_state)
         });
@@ -224,7 +253,10 @@ impl StoreContexts {
             .store(vm_in_state, Ordering::Relaxed);
         TABLE[slot].context.store(context, Ordering::Release);
         USED.fetch_max(slot + 1, Ordering::SeqCst);
-        Ok(Publication { slot })
+        Ok(Publication {
+            slot,
+            _labels: labels,
+        })
     }
 
     /// The address of `store`'s `VMStoreContext`.
@@ -258,7 +290,7 @@ mod tests {
     use wasmtime::Func;
 
     use super::*;
-    use crate::capture::keep_until_dropped;
+    use crate::capture::{keep_until_dropped, LabelsKey};
 
     /// # Safety
     /// `addr` must be valid for reads of a `T`, and aligned for it.
@@ -268,7 +300,9 @@ mod tests {
     }
 
     fn publish<T: 'static>(contexts: &StoreContexts, store: &mut Store<T>) {
-        let publication = contexts.publish(store, StoreKey::unique()).unwrap();
+        let publication = contexts
+            .publish(store, StoreKey::unique(), Arc::default())
+            .unwrap();
         keep_until_dropped(store, publication);
     }
 
@@ -320,6 +354,25 @@ mod tests {
         drop(store);
         drop(other);
         assert!(published().iter().all(|c| !ours.contains(c)));
+    }
+
+    /// The handler reads the labels a store has now, until the store is dropped.
+    #[test]
+    fn a_stores_labels_are_read_as_they_are_now() {
+        let engine = Engine::default();
+        let contexts = StoreContexts::new(&engine).unwrap();
+        let mut store = Store::new(&engine, ());
+        let (key, labels) = (StoreKey::unique(), Arc::new(LabelsNow::default()));
+        let publication = contexts.publish(&mut store, key, labels.clone()).unwrap();
+        keep_until_dropped(&mut store, publication);
+        assert_eq!(labels_of(key.0), 0);
+        let (first, second) = (LabelsKey::unique(), LabelsKey::unique());
+        labels.set(Some(first));
+        assert_eq!(labels_of(key.0), first.0);
+        labels.set(Some(second));
+        assert_eq!(labels_of(key.0), second.0);
+        drop(store);
+        assert_eq!(labels_of(key.0), 0);
     }
 
     #[test]

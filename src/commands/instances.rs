@@ -1,0 +1,288 @@
+//! The instances `wasmspy serve` answers requests with, made, reused and dropped by Wasmtime's
+//! own [`ProxyHandler`] as `wasmtime serve` has them (a WASI 0.2 instance for one request by
+//! default, a WASI 0.3 one for up to 128, 16 at once), each profiled: its store attached,
+//! labeled `instance`, then relabeled with each request it starts (`request`, `method`,
+//! `path`, `instance`). Requests run at once in one instance are tasks of the component model's
+//! async ABI; a call hook gives the store the labels of the request whose task enters Wasm.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use rustc_hash::FxHashMap;
+use tokio_util::task::task_tracker::TaskTrackerToken;
+use wasmspy::sync::lock;
+use wasmspy::wasi_host::proxy::Proxy;
+use wasmspy::wasi_host::Host;
+use wasmspy::{ProfilerHandle, SampleLabels, StoreLabels};
+use wasmtime::component::GuestTaskId;
+use wasmtime::{CallHook, Store, StoreContextMut};
+use wasmtime_wasi_http::handler::{
+    HandlerState, Instance, ShouldAccept, WorkerExpiration, WorkerState, WorkerStatus,
+};
+
+/// `wasmtime serve`'s defaults for `--max-instance-reuse-count`.
+const P3_REUSE: usize = 128;
+const P2_REUSE: usize = 1;
+/// `wasmtime serve`'s default for `--max-instance-concurrent-reuse-count` (WASI 0.3 only).
+const P3_CONCURRENT_REUSE: usize = 16;
+
+/// How instances are reused, from `wasmtime serve`'s options.
+pub struct Reuse {
+    /// Requests an instance answers before it is dropped.
+    pub requests: usize,
+    /// Requests it answers at once.
+    pub concurrent: usize,
+    /// How long an idle instance is kept for another request.
+    pub idle: Duration,
+}
+
+impl Reuse {
+    /// The options' values, or `wasmtime serve`'s defaults for a handler of `proxy`'s kind.
+    pub fn new(
+        proxy: &Proxy,
+        requests: Option<usize>,
+        concurrent: Option<usize>,
+        idle: Duration,
+    ) -> Self {
+        let p3 = proxy.is_p3();
+        Reuse {
+            requests: requests.unwrap_or(if p3 { P3_REUSE } else { P2_REUSE }),
+            // A WASI 0.2 handler cannot be called concurrently.
+            concurrent: if p3 {
+                concurrent.unwrap_or(P3_CONCURRENT_REUSE)
+            } else {
+                1
+            },
+            idle,
+        }
+    }
+}
+
+/// A request, as its labels name it.
+pub struct RequestLabels {
+    /// From 1, in arrival order.
+    pub number: u64,
+    pub method: String,
+    pub path: String,
+}
+
+/// What every instance is made from.
+pub struct Instances {
+    pub proxy: Proxy,
+    pub profiler: ProfilerHandle,
+    pub reuse: Reuse,
+    /// `-W timeout`: how long a request may take; `Duration::MAX` for no limit.
+    pub request_timeout: Duration,
+    next_instance: AtomicU64,
+    /// Whether an instance could not be profiled (said once).
+    unprofiled: AtomicBool,
+    /// Taken by every instance: what a shutdown waits for.
+    tracker: tokio_util::task::TaskTracker,
+}
+
+impl Instances {
+    pub fn new(
+        proxy: Proxy,
+        profiler: ProfilerHandle,
+        reuse: Reuse,
+        request_timeout: Duration,
+        tracker: tokio_util::task::TaskTracker,
+    ) -> Self {
+        Instances {
+            proxy,
+            profiler,
+            reuse,
+            request_timeout,
+            next_instance: AtomicU64::new(0),
+            unprofiled: AtomicBool::new(false),
+            tracker,
+        }
+    }
+
+    /// Attaches the profiler to an instance's store, labeled with its number; with requests
+    /// answered at once, their tasks' labels given to the store as each enters Wasm. `None`
+    /// (said once) where it cannot: the instance is served all the same, as `wasmtime serve`
+    /// would.
+    fn profile(&self, store: &mut Store<Host>, id: u64) -> Option<Labeling> {
+        let id_label = id.to_string();
+        let labels = match self
+            .profiler
+            .attach_with_labels(store, &[("instance", &id_label)])
+        {
+            Ok(labels) => labels,
+            Err(e) => {
+                if !self.unprofiled.swap(true, Ordering::Relaxed) {
+                    eprintln!(
+                        "wasmspy: warning: instance {id} and others like it not profiled: {e:#}"
+                    );
+                }
+                return None;
+            }
+        };
+        let tasks = (self.reuse.concurrent > 1).then(|| {
+            let tasks = Arc::new(Mutex::new(FxHashMap::default()));
+            label_tasks(store, labels.clone(), Arc::clone(&tasks));
+            tasks
+        });
+        Some(Labeling {
+            store: labels,
+            tasks,
+        })
+    }
+}
+
+/// The labels of the request each task runs, by the task the handler's call created: the root
+/// of the component model's async call stack of whatever runs.
+type TaskLabels = Arc<Mutex<FxHashMap<GuestTaskId, SampleLabels>>>;
+
+/// Gives the store the labels of the request whose task enters Wasm (a call, or a return from
+/// the host to a task that was waiting). A call hook: it runs at every crossing between Wasm
+/// and the host, so it is set only where requests share an instance.
+fn label_tasks(store: &mut Store<Host>, labels: StoreLabels, tasks: TaskLabels) {
+    store.call_hook(move |mut store: StoreContextMut<'_, Host>, hook| {
+        if matches!(hook, CallHook::CallingWasm | CallHook::ReturningFromHost) {
+            if let Some(task) = store.async_call_stack().ok().and_then(|s| s.last()) {
+                if let Some(request) = lock(&tasks).get(&task) {
+                    labels.set(request);
+                }
+            }
+        }
+        Ok(())
+    });
+}
+
+/// An instance's labels.
+struct Labeling {
+    store: StoreLabels,
+    /// With requests answered at once: each one's labels, by its task.
+    tasks: Option<TaskLabels>,
+}
+
+impl HandlerState for Instances {
+    type StoreData = Host;
+    type WorkerExpiration = Expiration;
+    type WorkerState = Worker;
+
+    async fn instantiate(&self) -> wasmtime::Result<Instance<Host, Expiration, Worker>> {
+        let id = self.next_instance.fetch_add(1, Ordering::Relaxed);
+        let mut store = self
+            .proxy
+            .new_store(id)
+            .map_err(wasmtime::Error::from_anyhow)?;
+        let labeling = self.profile(&mut store, id);
+        let proxy = self.proxy.instantiate(&mut store).await?;
+        Ok(Instance {
+            store,
+            proxy,
+            view: wasmtime_wasi_http::WasiHttpView::http,
+            expiration: Expiration {
+                idle: self.reuse.idle,
+                request: self.request_timeout,
+                sleep: Box::pin(tokio::time::sleep(Duration::MAX)),
+            },
+            state: Worker {
+                id,
+                profiler: self.profiler.clone(),
+                labeling,
+                requests: self.reuse.requests,
+                concurrent: self.reuse.concurrent,
+                request_timeout: self.request_timeout,
+                _alive: self.tracker.token(),
+            },
+        })
+    }
+}
+
+/// When an instance is dropped: idle past `--idle-instance-timeout`, or a request (or the
+/// work after its response) past `-W timeout`, as `wasmtime serve` decides.
+pub struct Expiration {
+    idle: Duration,
+    request: Duration,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl WorkerExpiration for Expiration {
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        status: WorkerStatus,
+        start: Instant,
+    ) -> Poll<()> {
+        let timeout = match status {
+            WorkerStatus::Idle => self.idle,
+            WorkerStatus::Requests | WorkerStatus::PostReturn => self.request,
+        };
+        match start.checked_add(timeout) {
+            Some(deadline) => {
+                let deadline = tokio::time::Instant::from_std(deadline);
+                if self.sleep.deadline() != deadline {
+                    self.sleep.as_mut().reset(deadline);
+                }
+                self.sleep.as_mut().poll(cx)
+            }
+            None => Poll::Pending,
+        }
+    }
+}
+
+/// An instance's state.
+pub struct Worker {
+    id: u64,
+    profiler: ProfilerHandle,
+    labeling: Option<Labeling>,
+    requests: usize,
+    concurrent: usize,
+    request_timeout: Duration,
+    /// Held while the instance lives.
+    _alive: TaskTrackerToken,
+}
+
+impl WorkerState for Worker {
+    type StoreData = Host;
+    type RequestData = RequestLabels;
+
+    fn should_accept_request(&self, concurrent: usize, total: usize) -> ShouldAccept {
+        if total >= self.requests {
+            ShouldAccept::Never
+        } else if concurrent >= self.concurrent {
+            ShouldAccept::No
+        } else {
+            ShouldAccept::Yes
+        }
+    }
+
+    fn on_request_start(
+        &self,
+        _: StoreContextMut<'_, Host>,
+        request: RequestLabels,
+        task: GuestTaskId,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + Sync>> {
+        if let Some(labeling) = &self.labeling {
+            let (number, instance) = (request.number.to_string(), self.id.to_string());
+            let labels = self.profiler.labels(&[
+                ("request", &number),
+                ("method", &request.method),
+                ("path", &request.path),
+                ("instance", &instance),
+            ]);
+            labeling.store.set(&labels);
+            // Kept while the instance lives (at most `--max-instance-reuse-count` requests):
+            // a task goes on after its response, writing the body.
+            if let Some(tasks) = &labeling.tasks {
+                lock(tasks).insert(task, labels);
+            }
+        }
+        Box::pin(tokio::time::sleep(self.request_timeout))
+    }
+
+    fn drop(&self, store: Store<Host>, result: wasmtime::Result<()>) {
+        if let Err(e) = result {
+            eprintln!("wasmspy: error: instance {} failed: {e:?}", self.id);
+        }
+        drop(store);
+    }
+}
