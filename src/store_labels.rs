@@ -1,8 +1,9 @@
 //! Labels that change while a store runs. A server that answers request after request in one
 //! instance, or several at once (a task of the component model's async ABI each), labels each
 //! request's samples and allocations with its own: [`ProfilerHandle::labels`] makes a set once,
-//! [`StoreLabels::set`] gives it to the store as it switches (two atomic stores when the set
-//! changes, none when it does not), and the samplers read it as they take a sample.
+//! [`StoreLabels::set`] gives it to the store as it switches (an atomic store, under a lock of
+//! the store's own, when the set changes; an atomic load when it does not), and the samplers
+//! read it as they take a sample.
 //!
 //! [`ProfilerHandle::labels`]: crate::ProfilerHandle::labels
 

@@ -124,7 +124,7 @@ impl Instances {
             }
         };
         let tasks = (self.reuse.concurrent > 1).then(|| {
-            let tasks = Arc::new(Mutex::new(FxHashMap::default()));
+            let tasks = Arc::new(TaskLabels::default());
             label_tasks(store, labels.clone(), Arc::clone(&tasks));
             tasks
         });
@@ -137,17 +137,36 @@ impl Instances {
 
 /// The labels of the request each task runs, by the task the handler's call created: the root
 /// of the component model's async call stack of whatever runs.
-type TaskLabels = Arc<Mutex<FxHashMap<GuestTaskId, SampleLabels>>>;
+#[derive(Default)]
+struct TaskLabels {
+    by_task: Mutex<FxHashMap<GuestTaskId, SampleLabels>>,
+    /// Counts the insertions: a task's id is reused once it has ended, for another request.
+    inserted: AtomicU64,
+}
+
+impl TaskLabels {
+    fn insert(&self, task: GuestTaskId, labels: SampleLabels) {
+        lock(&self.by_task).insert(task, labels);
+        self.inserted.fetch_add(1, Ordering::Release);
+    }
+}
 
 /// Gives the store the labels of the request whose task enters Wasm (a call, or a return from
 /// the host to a task that was waiting). A call hook: it runs at every crossing between Wasm
-/// and the host, so it is set only where requests share an instance.
-fn label_tasks(store: &mut Store<Host>, labels: StoreLabels, tasks: TaskLabels) {
+/// and the host, so it is set only where requests share an instance, and looks the task up
+/// only when another one runs than last time, or a request has started since.
+fn label_tasks(store: &mut Store<Host>, labels: StoreLabels, tasks: Arc<TaskLabels>) {
+    let mut labeled = None;
     store.call_hook(move |mut store: StoreContextMut<'_, Host>, hook| {
         if matches!(hook, CallHook::CallingWasm | CallHook::ReturningFromHost) {
             if let Some(task) = store.async_call_stack().ok().and_then(|s| s.last()) {
-                if let Some(request) = lock(&tasks).get(&task) {
-                    labels.set(request);
+                // A task not yet known (its request not started) is looked up again next time.
+                let now = (task, tasks.inserted.load(Ordering::Acquire));
+                if labeled != Some(now) {
+                    if let Some(request) = lock(&tasks.by_task).get(&task) {
+                        labels.set(request);
+                        labeled = Some(now);
+                    }
                 }
             }
         }
@@ -159,7 +178,7 @@ fn label_tasks(store: &mut Store<Host>, labels: StoreLabels, tasks: TaskLabels) 
 struct Labeling {
     store: StoreLabels,
     /// With requests answered at once: each one's labels, by its task.
-    tasks: Option<TaskLabels>,
+    tasks: Option<Arc<TaskLabels>>,
 }
 
 impl HandlerState for Instances {
@@ -269,11 +288,13 @@ impl WorkerState for Worker {
                 ("path", &request.path),
                 ("instance", &instance),
             ]);
-            labeling.store.set(&labels);
-            // Kept while the instance lives (at most `--max-instance-reuse-count` requests):
-            // a task goes on after its response, writing the body.
-            if let Some(tasks) = &labeling.tasks {
-                lock(tasks).insert(task, labels);
+            match &labeling.tasks {
+                // Given to the store by the call hook, as the task enters Wasm (the hook alone
+                // sets the store's labels, so that it knows which task's they are). Kept while
+                // the instance lives (at most `--max-instance-reuse-count` requests): a task
+                // goes on after its response, writing the body.
+                Some(tasks) => tasks.insert(task, labels),
+                None => labeling.store.set(&labels),
             }
         }
         Box::pin(tokio::time::sleep(self.request_timeout))

@@ -42,6 +42,10 @@ impl Profiled {
             }
         }
         let mut config = config(&mut guest.wasmtime, outputs.memory.is_some())?;
+        // As `wasmtime run` and `wasmtime serve`: `-W timeout` stops compiled code at epochs.
+        if guest.wasmtime.wasm.timeout.is_some() {
+            config.epoch_interruption(true);
+        }
         override_for_profiling(guest, &options, &mut config);
         let engine = Engine::new(&config)?;
         let profiler = Profiler::new(&engine, options.clone())?;

@@ -52,7 +52,7 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
         &mut args.guest,
         RECORD_RATE,
         &outputs,
-        |wasmtime, _| engine_config(wasmtime),
+        |wasmtime, _| wasmtime.config(None).map_err(anyhow::Error::from),
         &wasm,
         &name,
     )?;
@@ -195,16 +195,6 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
         server.stop();
     }
     Ok(code)
-}
-
-/// The engine settings of Wasmtime's options, as `wasmtime run` makes them: `-W timeout`
-/// needs epoch interruption.
-fn engine_config(wasmtime: &mut wasmtime_cli_flags::CommonOptions) -> Result<wasmtime::Config> {
-    let mut config = wasmtime.config(None).map_err(anyhow::Error::from)?;
-    if wasmtime.wasm.timeout.is_some() {
-        config.epoch_interruption(true);
-    }
-    Ok(config)
 }
 
 /// `--preload NAME=PATH`: the module compiled and registered with the profiler, so that its

@@ -153,11 +153,13 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
     );
     // `-W timeout`, as `wasmtime serve` has it: a request, and the work after its response,
     // may take that long; the guest yields at epoch checks so that the time is kept while it
-    // computes (with the signal sampler, a thread advances the epoch as Wasmtime's does).
+    // computes, a thread advancing the epoch as Wasmtime's does. With either sampler: the epoch
+    // sampler's ticks follow the CPU clock of one thread, which may not be the guest's (each
+    // sample's CPU time is measured, so more epochs split it, not add to it).
     let timeout = args.guest.wasmtime.wasm.timeout;
     let _epochs = timeout.map(|timeout| {
         profiler.handle().yield_at_epochs();
-        (profiler.sampler_name() != "epoch").then(|| EpochTicker::start(&engine, timeout))
+        EpochTicker::start(&engine, timeout)
     });
     let tracker = TaskTracker::new();
     let instances = Instances::new(
@@ -210,8 +212,7 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
 }
 
 /// The engine settings of Wasmtime's options, as `wasmtime serve` makes them: the pooling
-/// allocator by default where the machine lets the process reserve its address space, epoch
-/// interruption for `-W timeout`. With
+/// allocator by default where the machine lets the process reserve its address space. With
 /// `allocator_rewrite` (a memory profile), room for what the rewrite adds to a module: a memory
 /// (its flags) and a table (its hook), unless the options say otherwise.
 fn engine_config(
@@ -226,11 +227,7 @@ fn engine_config(
         wasmtime.opts.pooling_max_tables_per_module.get_or_insert(2);
     }
     let pooling = wasi_host::pooling_available().then_some(true);
-    let mut config = wasmtime.config(pooling).map_err(anyhow::Error::from)?;
-    if wasmtime.wasm.timeout.is_some() {
-        config.epoch_interruption(true);
-    }
-    Ok(config)
+    wasmtime.config(pooling).map_err(anyhow::Error::from)
 }
 
 /// As `wasmtime serve` with `-W timeout`: the epoch advanced every 50 ms (or the timeout, if

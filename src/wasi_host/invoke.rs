@@ -102,8 +102,10 @@ pub async fn call_component_func(
     instance: &ComponentInstance,
     call: &str,
 ) -> wasmtime::Result<()> {
-    let (export, ty) = find(store, component, call)?;
-    let untyped = UntypedFuncCall::parse(call).map_err(|e| format_err!("{e}"))?;
+    let untyped = UntypedFuncCall::parse(call).map_err(|e| {
+        format_err!("Failed to parse invoke '{call}': See https://docs.wasmtime.dev/cli-options.html#run for syntax: {e}")
+    })?;
+    let (export, ty) = find(store, component, &untyped)?;
     let param_types = WasmFunc::params(&ty).collect::<Vec<_>>();
     let params = untyped
         .to_wasm_params(&param_types)
@@ -128,16 +130,13 @@ pub async fn call_component_func(
     Ok(())
 }
 
-/// The export `call` names: a function of the component's own, or, for a bare name, the one
+/// The export `untyped` calls: a function of the component's own, or, for a bare name, the one
 /// function of that name among its exported instances.
 fn find(
     store: &Store<Host>,
     component: &Component,
-    call: &str,
+    untyped: &UntypedFuncCall<'_>,
 ) -> wasmtime::Result<(ComponentExportIndex, ComponentFunc)> {
-    let untyped = UntypedFuncCall::parse(call).map_err(|e| {
-        format_err!("Failed to parse invoke '{call}': See https://docs.wasmtime.dev/cli-options.html#run for syntax: {e}")
-    })?;
     let name = untyped
         .item_name()
         .map_err(|e| format_err!("parsing `{}` as a wit item name: {e}", untyped.name()))?;

@@ -28,6 +28,7 @@ impl Proxy {
         log_prefix: bool,
         define: impl FnOnce(&mut Linker<Host>) -> wasmtime::Result<()>,
     ) -> Result<Self> {
+        link::check_options(&wasi, true)?;
         let mut linker = Linker::new(component.engine());
         define(&mut linker)?;
         let p3 = link::wasip3_on(&wasi.wasi);

@@ -50,6 +50,13 @@ pub fn record(dir: &Path, extra: &[&str], module: &Path, args: &[&str]) -> (Outp
     (output, out)
 }
 
+/// As [`record`], for a run that must exit 0: its output and its profile.
+pub fn record_ok(dir: &Path, extra: &[&str], module: &Path, args: &[&str]) -> (Output, Decoded) {
+    let (out, path) = record(dir, extra, module, args);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    (out, Decoded::load(&path))
+}
+
 /// Runs `wasmspy record --mem-rate 1 --mem-profile DIR/heap.pb.gz -- MODULE ARGS...`: every
 /// allocation sampled.
 pub fn record_every_allocation(dir: &Path, module: &Path, args: &[&str]) -> (Output, PathBuf) {

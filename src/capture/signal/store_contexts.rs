@@ -123,16 +123,16 @@ pub fn key_of(context: usize) -> Option<StoreKey> {
 /// The labels now of the published store whose key is `key` (see [`LabelsNow`]); 0 for none.
 /// Async-signal-safe.
 pub fn labels_of(key: u64) -> u64 {
-    let mut labels = 0;
     for slot in &TABLE[..USED.load(Ordering::Acquire).min(SLOTS)] {
+        // Keys are unique: the first match is the store.
         if slot.context.load(Ordering::Acquire) != 0 && slot.key.load(Ordering::Relaxed) == key {
             let word = slot.labels.load(Ordering::Relaxed) as *const AtomicU64;
             // SAFETY: set before the context was published, to a word its Publication owns;
             // withdrawing the publication waits for running handlers before that word goes.
-            labels = unsafe { (*word).load(Ordering::Relaxed) };
+            return unsafe { (*word).load(Ordering::Relaxed) };
         }
     }
-    labels
+    0
 }
 
 /// Where the exit record's fields are in a `VMStoreContext`.
@@ -312,7 +312,7 @@ mod tests {
         contexts
     }
 
-    /// The tests that count published stores take turns.
+    /// The tests that count published stores, and those that publish one meanwhile, take turns.
     static COUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     /// As many stores as a pooling allocator holds at once are published, all at once.
@@ -359,6 +359,7 @@ mod tests {
     /// The handler reads the labels a store has now, until the store is dropped.
     #[test]
     fn a_stores_labels_are_read_as_they_are_now() {
+        let _turn = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
         let engine = Engine::default();
         let contexts = StoreContexts::new(&engine).unwrap();
         let mut store = Store::new(&engine, ());
