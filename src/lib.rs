@@ -30,6 +30,7 @@ pub mod profile;
 pub mod profiler;
 pub mod record;
 pub mod resolve;
+pub mod runtimes;
 pub mod server;
 mod store_labels;
 pub mod sync;

@@ -40,13 +40,10 @@ use wasmtime::{
 
 use crate::capture::allocations::{Allocations, AllocatorCall, StoreData};
 use crate::capture::epoch::{self, EpochSampler};
-use crate::capture::go_stack::{GoCode, GoFrames};
-use crate::capture::python_stack::PythonCode;
-use crate::capture::vmctx::{GoInstance, MemoryOf};
 pub use crate::capture::MAX_STACK_DEPTH;
 use crate::capture::{
-    keep_until_dropped, GuestStack, LabelsNow, SampleValues, Sampler, SamplerKind, Sink,
-    StackReader, StoreKey, Taken, SIGNALS_AVAILABLE,
+    keep_until_dropped, GuestStack, LabelsNow, SampleValues, Sampler, SamplerKind, Sink, StoreKey,
+    Taken, SIGNALS_AVAILABLE,
 };
 use crate::clock::{monotonic_ns, thread_cpu_ns, Clock};
 use crate::memory::component::ALLOCATOR_HOOK;
@@ -55,9 +52,9 @@ use crate::pipeline::Pipeline;
 use crate::profile::{Labels, Profile};
 use crate::record::{KindCounts, Mark, Recorder};
 use crate::resolve::{ListedFunction, ModuleId, Resolver};
+use crate::runtimes::{GuestPoint, InstanceView, Runtime, RuntimeInstance};
 use crate::store_labels::{SampleLabels, StoreLabels};
 use crate::sync::lock;
-use crate::wasm::go::FIRST_PC_F;
 
 static NEXT_PROFILER_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -158,21 +155,19 @@ pub struct ProfilerHandle {
     warnings: Arc<Mutex<Vec<String>>>,
     /// Which allocations the rewritten allocators sample, when memory is profiled.
     allocations: Option<Arc<Mutex<Allocations>>>,
-    /// The registered Go modules' code, whose instances [`ProfilerHandle::attach_instance`]
-    /// shows the sampler.
-    go_codes: Arc<Mutex<Vec<Arc<GoCode>>>>,
-    /// The registered CPython modules' texts, with what their Python stacks are read with.
-    python_codes: Arc<Mutex<Vec<PythonText>>>,
-    /// With the epoch sampler: per attached store, the instance its epoch callback reads the
-    /// language's own stack of (Go's, Python's), once shown.
+    /// The texts of the registered modules of a language runtime (Go, CPython), whose
+    /// instances [`ProfilerHandle::attach_instance`] shows the samplers, with their runtime.
+    runtimes: Arc<Mutex<Vec<RuntimeText>>>,
+    /// With the epoch sampler: per attached store, the runtime instance whose stack its epoch
+    /// callback reads, once shown.
     epoch_readers: Arc<Mutex<FxHashMap<StoreData, Arc<ReaderSlot>>>>,
 }
 
-/// A CPython module's text, with what its Python stacks are read with.
-type PythonText = (Range<usize>, Arc<PythonCode>);
+/// A runtime's module's text, with the runtime.
+type RuntimeText = (Range<usize>, Arc<dyn Runtime>);
 
-/// A store's instance whose language's own stack is read, once shown to the profiler.
-type ReaderSlot = OnceLock<StackReader>;
+/// A store's runtime instance, once shown to the profiler.
+type ReaderSlot = OnceLock<RuntimeInstance>;
 
 /// Takes a store's [`ReaderSlot`] out of the profiler's map as the store drops.
 struct EpochReaderOfStore {
@@ -258,8 +253,7 @@ impl Profiler {
                 id: NEXT_PROFILER_ID.fetch_add(1, Ordering::Relaxed),
                 warnings: Arc::default(),
                 allocations,
-                go_codes: Arc::default(),
-                python_codes: Arc::default(),
+                runtimes: Arc::default(),
                 epoch_readers: Arc::default(),
             },
         })
@@ -292,37 +286,18 @@ impl Profiler {
             .resolver()
             .add_module(file_name, module, wasm.into(), None)?;
         self.code_registered();
-        self.go_registered(id, module, None);
-        self.python_registered(id, module);
+        self.runtime_registered(id, module);
         Ok(())
     }
 
-    /// Keeps a CPython module's layout for its instances shown to
-    /// [`ProfilerHandle::attach_instance`].
-    fn python_registered(&self, id: ModuleId, module: &Module) {
-        if let Some(code) = self.handle.resolver().python_code(id) {
+    /// Keeps the runtime of a module just registered, if it has one, for its instances shown
+    /// to [`ProfilerHandle::attach_instance`].
+    fn runtime_registered(&self, id: ModuleId, module: &Module) {
+        if let Some(runtime) = self.handle.resolver().runtime(id) {
             let text = module.text().as_ptr_range();
             let text = text.start as usize..text.end as usize;
-            lock(&self.handle.python_codes).push((text, code));
+            lock(&self.handle.runtimes).push((text, runtime));
         }
-    }
-
-    /// Shows the sampler a Go module's code, whose goroutine stacks it reads in the instances
-    /// shown to [`ProfilerHandle::attach_instance`].
-    fn go_registered(&self, id: ModuleId, module: &Module, rewritten: Option<&Rewritten>) {
-        let Some(go) = self.handle.resolver().go_module(id) else {
-            return;
-        };
-        let imported = go.imported_functions();
-        let code = Arc::new(GoCode::new(module, GoFrames::of(&go), |index| {
-            let original = match rewritten {
-                Some(r) => r.original_function(index)?,
-                None => index,
-            };
-            Some(original.checked_sub(imported)? + FIRST_PC_F)
-        }));
-        lock(&self.handle.sampler).add_go_code(code.clone());
-        lock(&self.handle.go_codes).push(code);
     }
 
     /// Registers a component (`wasmtime::component::Component`), as
@@ -382,7 +357,7 @@ impl Profiler {
             Some(rewritten.clone()),
         )?;
         self.code_registered();
-        self.go_registered(id, module, Some(&rewritten));
+        self.runtime_registered(id, module);
         Ok(())
     }
 
@@ -533,16 +508,28 @@ fn new_signal_sampler(_: &ProfilerOptions, _: Arc<dyn Sink>) -> Box<dyn Sampler>
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
-use crate::capture::signal::{
-    guest_instances::publish as publish_reader, store_contexts::StoreContexts,
-};
+use crate::capture::signal::{runtime_instances, store_contexts::StoreContexts};
+
+/// Shows the signal handler a runtime instance of `store`, until the store is dropped.
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+fn publish_runtime<T: 'static>(
+    store: impl AsContextMut<Data = T>,
+    runtime: RuntimeInstance,
+) -> Result<()> {
+    // SAFETY: a runtime instance is made for an instance of its runtime's module, here in
+    // `store`.
+    unsafe { runtime_instances::publish(store, runtime.runtime().clone(), *runtime.view()) }
+}
 
 /// No signal sampler: no instance is published (`attach_instance` returns before).
 #[cfg(not(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 )))]
-fn publish_reader(_: &StackReader) -> Result<()> {
+fn publish_runtime<T: 'static>(_: impl AsContextMut<Data = T>, _: RuntimeInstance) -> Result<()> {
     unreachable!("SIGNALS_AVAILABLE is false on this platform")
 }
 
@@ -638,13 +625,13 @@ impl ProfilerHandle {
         self.install_hook(store, instance, None)
     }
 
-    /// As [`install_allocator_hook`](Self::install_allocator_hook); with `reader`, the
+    /// As [`install_allocator_hook`](Self::install_allocator_hook); with `runtime`, the
     /// instance's language's own stack (Go's, Python's) is the allocations'.
     fn install_hook<T: 'static>(
         &self,
         mut store: impl AsContextMut<Data = T>,
         instance: &Instance,
-        reader: Option<StackReader>,
+        runtime: Option<RuntimeInstance>,
     ) -> wasmtime::Result<()> {
         let Some(table) = instance.get_table(&mut store, HOOK_TABLE) else {
             return Ok(());
@@ -669,8 +656,8 @@ impl ProfilerHandle {
                 let data = StoreData::of(caller.data());
                 let backtrace = || {
                     let backtrace = WasmBacktrace::capture(&caller);
-                    match &reader {
-                        Some(reader) => reader.at_allocator(backtrace),
+                    match &runtime {
+                        Some(runtime) => runtime.stack(backtrace, GuestPoint::Allocator),
                         None => GuestStack::wasm(backtrace),
                     }
                 };
@@ -700,31 +687,28 @@ impl ProfilerHandle {
     ) -> Result<()> {
         let text = instance.module(&store).text().as_ptr_range();
         let text = text.start as usize..text.end as usize;
-        let go = lock(&self.go_codes)
-            .iter()
-            .find(|c| *c.text() == text)
-            .cloned();
-        let python = lock(&self.python_codes)
+        let runtime = lock(&self.runtimes)
             .iter()
             .find(|(t, _)| *t == text)
-            .map(|(_, code)| code.clone());
-        let reader = match (go, python) {
-            (Some(code), _) => Some(StackReader::Go(GoInstance::of(&mut store, instance)?, code)),
-            (None, Some(code)) => Some(StackReader::Python(
-                MemoryOf::of(&mut store, instance)?,
-                code,
-            )),
-            (None, None) => None,
+            .map(|(_, runtime)| runtime.clone());
+        let runtime = match runtime {
+            Some(runtime) => {
+                let view = InstanceView::of(&mut store, instance, runtime.globals())?;
+                // SAFETY: `instance` is of the runtime's module (its code is); the store keeps
+                // what is made of this (the allocator hook, the epoch callback's slot).
+                Some(unsafe { RuntimeInstance::new(runtime, view) })
+            }
+            None => None,
         };
-        self.install_hook(&mut store, instance, reader.clone())?;
-        if let Some(reader) = &reader {
+        self.install_hook(&mut store, instance, runtime.clone())?;
+        if let Some(runtime) = &runtime {
             let data = StoreData::of(store.as_context().data());
             if let Some(slot) = lock(&self.epoch_readers).get(&data) {
-                let _ = slot.set(reader.clone());
+                let _ = slot.set(runtime.clone());
             }
         }
-        if let (Some(reader), true) = (reader, self.store_contexts.is_some()) {
-            keep_until_dropped(store, publish_reader(&reader)?);
+        if let (Some(runtime), true) = (runtime, self.store_contexts.is_some()) {
+            publish_runtime(store, runtime)?;
         }
         Ok(())
     }

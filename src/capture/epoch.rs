@@ -13,9 +13,10 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use wasmtime::{AsContext, Engine, WasmBacktrace};
 
-use super::{GuestStack, SampleValues, Sampler, Sink, StackReader, Taken};
+use super::{GuestStack, SampleValues, Sampler, Sink, Taken};
 use crate::clock::{clock_ns, current_thread_cpu_clock, sampling_period, Clock};
 use crate::profile::ThreadId;
+use crate::runtimes::{GuestPoint, RuntimeInstance};
 
 pub struct EpochSampler {
     engine: Engine,
@@ -99,18 +100,18 @@ impl Drop for EpochSampler {
     }
 }
 
-/// Takes the store's current guest stack, with the language's own stack `reader` reads in
-/// it (a goroutine's, Python's). Runs on the guest thread.
+/// Takes the store's current guest stack, with the stack of the runtime instance `runtime`
+/// in it (a goroutine's, Python's). Runs on the guest thread.
 pub fn take_sample(
     store: impl AsContext,
-    reader: Option<&StackReader>,
+    runtime: Option<&RuntimeInstance>,
     taken: Taken,
     sink: &dyn Sink,
     values: SampleValues,
 ) {
     let backtrace = WasmBacktrace::capture(store);
-    let stack = match reader {
-        Some(reader) => reader.at_epoch(backtrace),
+    let stack = match runtime {
+        Some(runtime) => runtime.stack(backtrace, GuestPoint::Epoch),
         None => GuestStack::wasm(backtrace),
     };
     sink.backtrace(stack, taken, values);

@@ -7,8 +7,6 @@
 
 pub mod allocations;
 pub mod epoch;
-pub mod go_stack;
-pub mod python_stack;
 #[cfg(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
@@ -64,29 +62,33 @@ pub enum NativeSample<'a> {
 pub struct Pcs<'a> {
     /// Native code addresses.
     pub native: &'a [usize],
-    /// When the innermost Wasm frame (the last of `native`) is a Go module's: the rest of the
-    /// goroutine's stack, Go's PCs read from linear memory (see [`go_stack`]).
-    pub go: &'a [usize],
-    pub python: Option<PythonStack<&'a [usize]>>,
+    /// The stack of the language runtime the innermost Wasm frames run (see
+    /// [`crate::runtimes`]), after the native frames, where one was read.
+    pub splice: Option<Splice<'a>>,
 }
 
-/// In a CPython instance, its Python stack (see [`python_stack`]): `frames` (packed
-/// [`python_stack::PyFrame`]s, innermost first) named by the [`python_stack::PythonCode`] at
-/// address `code`.
+/// A language runtime's stack in a sample: words of its own meaning, innermost first, that it
+/// splices into the sample's native frames when the sample is resolved.
 #[derive(Clone, Copy, Debug)]
-pub struct PythonStack<F> {
-    pub code: usize,
-    pub frames: F,
+pub struct Splice<'a> {
+    /// The runtime that read them ([`crate::runtimes::id_of`]).
+    pub runtime: usize,
+    pub words: &'a [usize],
 }
 
 /// A guest stack taken on the guest thread (a sample at an epoch, a sampled allocation):
-/// Wasmtime's backtrace, and in a Go module, the PCs of the goroutine's stack in linear memory
-/// (see [`go_stack`]), which replace the backtrace's frames from `go_at` on.
+/// Wasmtime's backtrace, and where a language runtime's stack was read, its words.
 pub struct GuestStack {
     pub backtrace: WasmBacktrace,
-    pub go_at: usize,
-    pub go: Vec<usize>,
-    pub python: Option<PythonStack<Vec<usize>>>,
+    pub splice: Option<Spliced>,
+}
+
+/// A runtime's stack taken with a backtrace: it follows the backtrace's first `at` frames.
+pub struct Spliced {
+    pub at: usize,
+    /// The runtime that read it ([`crate::runtimes::id_of`]).
+    pub runtime: usize,
+    pub words: Vec<usize>,
 }
 
 impl GuestStack {
@@ -94,41 +96,13 @@ impl GuestStack {
     pub fn wasm(backtrace: WasmBacktrace) -> Self {
         GuestStack {
             backtrace,
-            go_at: 0,
-            go: Vec::new(),
-            python: None,
-        }
-    }
-}
-
-/// An instance whose language's own stack samples read from its memory: a Go module's
-/// (goroutine stacks, [`go_stack`]) or CPython's (Python frames, [`python_stack`]).
-#[derive(Clone)]
-pub enum StackReader {
-    Go(vmctx::GoInstance, std::sync::Arc<go_stack::GoCode>),
-    Python(vmctx::MemoryOf, std::sync::Arc<python_stack::PythonCode>),
-}
-
-impl StackReader {
-    /// Off the signal path, at an epoch: the guest stack with `backtrace`'s frames.
-    pub fn at_epoch(&self, backtrace: WasmBacktrace) -> GuestStack {
-        match self {
-            StackReader::Go(instance, code) => go_stack::at_epoch(backtrace, code, instance),
-            StackReader::Python(instance, code) => code.at_guest_thread(backtrace, instance),
-        }
-    }
-
-    /// Off the signal path, in the allocator hook (see [`go_stack::at_allocator`]).
-    pub fn at_allocator(&self, backtrace: WasmBacktrace) -> GuestStack {
-        match self {
-            StackReader::Go(instance, code) => go_stack::at_allocator(backtrace, code, instance),
-            StackReader::Python(instance, code) => code.at_guest_thread(backtrace, instance),
+            splice: None,
         }
     }
 }
 
 /// A store attached to the profiler, as samples name the store they were taken in (the
-/// Go or Python instance read is the store's; a sampled block is in the store's memory).
+/// runtime instance read is the store's; a sampled block is in the store's memory).
 /// Never zero.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct StoreKey(pub u64);
@@ -286,9 +260,6 @@ pub trait Sampler: Send {
     fn stop(&mut self);
     /// Adds the text of modules registered after `start`.
     fn add_code(&self, _code: &[std::ops::Range<usize>]) {}
-    /// Adds a Go module's code, whose goroutine stacks the sampler reads (see [`go_stack`]),
-    /// before or after `start`.
-    fn add_go_code(&self, _code: std::sync::Arc<go_stack::GoCode>) {}
     /// True when samples are taken in the store's epoch-deadline callback.
     fn samples_at_epochs(&self) -> bool {
         false

@@ -12,7 +12,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rustc_hash::FxHashMap;
 
-use crate::capture::python_stack::CodeName;
 use crate::capture::{SampleValues, StoreKey};
 use crate::clock::{monotonic_ns, sampling_period, Clock};
 use crate::profile::{
@@ -31,8 +30,8 @@ pub const SAMPLES: usize = 0;
 pub const CPU: usize = 1;
 pub const WALL: usize = 2;
 
-/// A Python frame whose code object's names did not fit the table of names.
-const PYTHON_UNKNOWN: &str = "<python>";
+/// An interpreted frame of a runtime that names none.
+const INTERPRETED_UNKNOWN: &str = "<interpreted>";
 
 /// Value indices of a heap profile's samples, as Go's.
 pub const ALLOC_OBJECTS: usize = 0;
@@ -138,7 +137,7 @@ impl Recorder {
     ) {
         let labels = labels.map_or(LabelsId::NONE, |l| self.label_sets.intern(l));
         match frames.first() {
-            Some(RawFrame::Wasm { .. } | RawFrame::Python { .. }) => self.counts.guest += 1,
+            Some(RawFrame::Wasm { .. } | RawFrame::Interpreted { .. }) => self.counts.guest += 1,
             Some(RawFrame::Runtime) | None => self.counts.runtime += 1,
             Some(_) => self.counts.host_call += 1,
         }
@@ -267,16 +266,15 @@ impl Recorder {
                 );
                 self.named_frame(Some(self.mappings[module]), 0, name)
             }
-            RawFrame::Python { module, code, line } => {
-                let function = match resolver.python_name(module, code) {
-                    Some(name) => python_function(name),
-                    None => Function {
-                        name: PYTHON_UNKNOWN.to_string(),
+            RawFrame::Interpreted { module, code, line } => {
+                let function = resolver
+                    .interpreted_function(module, code)
+                    .unwrap_or_else(|| Function {
+                        name: INTERPRETED_UNKNOWN.to_string(),
                         system_name: String::new(),
                         file: String::new(),
                         start_line: 0,
-                    },
-                };
+                    });
                 let mapping = self.mappings.get(module).copied();
                 self.builder.line_frame(&function, line, mapping, 0)
             }
@@ -576,19 +574,6 @@ impl Recorder {
 pub struct Mark {
     elapsed_ns: u64,
     totals: Table<KeyId, Tally>,
-}
-
-/// A Python function as profiles name it: qualified names repeat across files (`<module>`,
-/// `main`, `__init__`), and pprof's views merge functions by name, so the name says the file
-/// too, as py-spy's does (`main (app.py)`); the qualified name alone is its system name.
-fn python_function(name: CodeName) -> Function {
-    let base = name.filename.rsplit('/').next().unwrap_or_default();
-    Function {
-        name: format!("{} ({base})", name.qualname),
-        system_name: name.qualname,
-        file: name.filename,
-        start_line: name.first_line,
-    }
 }
 
 fn plain_name(name: &str) -> FunctionName {

@@ -17,12 +17,11 @@ use rustc_hash::FxHashMap;
 use wasmtime::component::Component;
 use wasmtime::{FrameInfo, Module};
 
-use crate::capture::go_stack::NATIVE_RETURN;
-use crate::capture::python_stack::{CodeId, CodeName, PyFrame, PythonCode};
-use crate::capture::{GuestStack, NativeSample, PythonStack, PULLEY_PC_CANDIDATES};
+use crate::capture::{GuestStack, NativeSample, Splice, PULLEY_PC_CANDIDATES};
 use crate::memory::component::RewrittenComponent;
 use crate::memory::rewrite::Rewritten;
-use crate::profile::{Id, Mapping, Table};
+use crate::profile::{Function, Id, Mapping, Table};
+use crate::runtimes::{id_of, Runtime, SpliceContext};
 use crate::wasm::component::core_modules;
 use build_id::BuildId;
 use code_map::{CodeLocation, CodeMap, CodeOwner, CompiledFunction};
@@ -73,11 +72,11 @@ pub enum RawFrame {
     UnknownHostCall,
     /// Inside Wasmtime's own code: trampolines, libcalls such as `memory.grow`.
     Runtime,
-    /// A Python frame of CPython module `module`: its code object's entry in the module's
-    /// names (see [`crate::capture::python_stack`]) and its line (0: unknown).
-    Python {
+    /// A frame of the interpreted language of a runtime (see [`crate::runtimes`]) in module
+    /// `module`: its code, as the runtime numbers it, and its line (0: unknown).
+    Interpreted {
         module: ModuleId,
-        code: CodeId,
+        code: u32,
         line: u32,
     },
 }
@@ -127,13 +126,9 @@ pub struct Resolver {
     native_frames: FxHashMap<usize, Option<(RawFrame, bool)>>,
     /// Return address into Wasm code that left for the host → the frame of what it called.
     exit_frames: FxHashMap<usize, RawFrame>,
-    /// A Go module's PC → its frame.
-    go_frames: FxHashMap<(ModuleId, u64), Option<RawFrame>>,
     use_dwarf: bool,
-    /// CPython's samples: Python frames interleaved with its C frames (else Python's alone).
-    python_native: bool,
-    /// CPython's eval loop, by module, once looked for (see [`crate::wasm::python::eval_loop`]).
-    eval_loops: FxHashMap<ModuleId, Option<u32>>,
+    /// Whether interpreted runtimes' samples show their native frames with their own.
+    runtime_native: bool,
     /// Pulley functions' instructions, by the address of their code, once decoded.
     function_ops: FxHashMap<usize, FunctionOps>,
     opcode_names: HashMap<&'static str, Arc<str>>,
@@ -141,20 +136,19 @@ pub struct Resolver {
 
 impl Resolver {
     /// `use_dwarf`: map code to source lines with the modules' DWARF, not only to functions;
-    /// `python_native`: show CPython's C frames with its Python frames.
-    pub fn new(use_dwarf: bool, python_native: bool) -> Self {
+    /// `runtime_native`: show an interpreter's native frames (CPython's C functions) with the
+    /// frames of the language it runs.
+    pub fn new(use_dwarf: bool, runtime_native: bool) -> Self {
         Resolver {
             modules: Table::default(),
             component_modules: Vec::new(),
             code_map: CodeMap::default(),
             native_frames: FxHashMap::default(),
             exit_frames: FxHashMap::default(),
-            go_frames: FxHashMap::default(),
             function_ops: FxHashMap::default(),
             opcode_names: HashMap::new(),
             use_dwarf,
-            python_native,
-            eval_loops: FxHashMap::default(),
+            runtime_native,
         }
     }
 
@@ -173,23 +167,24 @@ impl Resolver {
         let compiled = Compiled::Module(module.clone());
         let symbolizer =
             ModuleSymbolizer::new(file_name, ModuleBytes::whole(wasm), self.use_dwarf)?;
+        if let Some(runtime) = symbolizer.runtime() {
+            runtime.compiled(module, &|index| match &rewritten {
+                Some(r) => r.original_function(index),
+                None => Some(index),
+            });
+        }
         self.register(file_name, compiled, 0, symbolizer, rewritten);
         Ok(id)
     }
 
-    /// What registered module `module`'s Python stacks are read with, if it is CPython.
-    pub fn python_code(&self, module: ModuleId) -> Option<Arc<PythonCode>> {
-        self.modules[module].symbolizer.python().cloned()
+    /// The language runtime of registered module `module`, where wasmspy reads one.
+    pub fn runtime(&self, module: ModuleId) -> Option<Arc<dyn Runtime>> {
+        self.modules[module].symbolizer.runtime().cloned()
     }
 
-    /// The names of a Python frame's code object (see [`RawFrame::Python`]).
-    pub fn python_name(&self, module: ModuleId, code: CodeId) -> Option<CodeName> {
-        self.modules[module].symbolizer.python()?.names().get(code)
-    }
-
-    /// The Go view of registered module `module`, if Go built it.
-    pub fn go_module(&self, module: ModuleId) -> Option<Arc<crate::wasm::go::GoModule>> {
-        self.modules[module].symbolizer.go().cloned()
+    /// The function of an interpreted frame (see [`RawFrame::Interpreted`]).
+    pub fn interpreted_function(&self, module: ModuleId, code: u32) -> Option<Function> {
+        self.modules[module].symbolizer.runtime()?.function(code)
     }
 
     /// Registers a component: each of its core modules is a module of its own, named
@@ -332,7 +327,7 @@ impl Resolver {
     ) -> Option<OpcodeAt> {
         frames.clear();
         let mut opcode = None;
-        let (leaf, callers, go) = match sample {
+        let (leaf, callers, pcs) = match sample {
             // A leaf outside Wasm functions (a trampoline) is Wasmtime's.
             NativeSample::Guest(pcs) => (
                 self.native_frame(pcs.native[0])
@@ -374,165 +369,48 @@ impl Resolver {
                 frames.push(frame);
             }
         }
-        // The goroutine's stack goes on from the innermost Go frame, the last native one (its
-        // frame looked up above, so cached).
-        if let (Some(&innermost), false) = (go.native.last(), go.go.is_empty()) {
-            let pc = if go.native.len() == 1 {
-                innermost
-            } else {
-                innermost - 1
-            };
-            if let Some((
-                RawFrame::Wasm {
-                    module: Some(module),
-                    ..
-                },
-                _,
-            )) = self.native_frame(pc)
-            {
-                self.go_frames(module, go.go, frames);
-            }
-        }
-        if let Some(python) = go.python {
-            self.python_frames(python, frames);
+        if let Some(splice) = pcs.splice {
+            self.splice(splice, frames);
         }
         opcode
     }
 
-    /// The frames of a stack taken on the guest thread, leaf first: in a Go module, the
-    /// backtrace's frames up to its innermost Go frame, then the goroutine's stack.
+    /// The frames of a stack taken on the guest thread, leaf first: the backtrace's, and a
+    /// runtime's stack spliced in where one was read.
     pub fn stack_frames(&mut self, stack: &GuestStack) -> Vec<RawFrame> {
         let all = stack.backtrace.frames();
-        if let Some(python) = &stack.python {
-            let mut frames = self.backtrace_frames(all);
-            let python = PythonStack {
-                code: python.code,
-                frames: &python.frames[..],
-            };
-            self.python_frames(python, &mut frames);
-            return frames;
-        }
-        if stack.go.is_empty() {
+        let Some(spliced) = &stack.splice else {
             return self.backtrace_frames(all);
-        }
-        let mut frames = self.backtrace_frames(&all[..stack.go_at.min(all.len())]);
-        if let Some(&RawFrame::Wasm {
-            module: Some(module),
-            ..
-        }) = frames.last()
-        {
-            self.go_frames(module, &stack.go, &mut frames);
-        }
+        };
+        let mut frames = self.backtrace_frames(&all[..spliced.at.min(all.len())]);
+        let splice = Splice {
+            runtime: spliced.runtime,
+            words: &spliced.words,
+        };
+        self.splice(splice, &mut frames);
         frames
     }
 
-    /// Puts CPython's Python stack into its frames (`frames`, leaf first): by default in place
-    /// of its C frames (the leaf stays when it is not Wasm: a host call, the runtime), as
-    /// py-spy shows Python frames alone; with `python_native`, each activation's Python frames
-    /// in place of the eval loop's frame that runs them.
-    fn python_frames(&mut self, python: PythonStack<&[usize]>, frames: &mut Vec<RawFrame>) {
-        let module = self.modules.iter_ids().find_map(|(id, m)| {
-            let code = m.symbolizer.python()?;
-            (Arc::as_ptr(code) as usize == python.code).then_some(id)
+    /// Has the runtime that read `splice` put it into `frames`, the sample's resolved native
+    /// frames, leaf first.
+    fn splice(&mut self, splice: Splice<'_>, frames: &mut Vec<RawFrame>) {
+        let found = self.modules.iter_ids().find_map(|(id, m)| {
+            let runtime = m.symbolizer.runtime()?;
+            (id_of(runtime) == splice.runtime).then(|| (id, runtime.clone()))
         });
-        let Some(module) = module else {
+        let Some((module, runtime)) = found else {
             return;
         };
-        let frame_of = |word: &usize| match PyFrame::unpack(*word) {
-            PyFrame::Code { id, line } => Some(RawFrame::Python {
-                module,
-                code: id,
-                line,
-            }),
-            PyFrame::Activation => None,
+        let wasm = self.modules[module].symbolizer.shared_wasm();
+        let native = self.runtime_native;
+        let mut native_frame = |pc| self.native_frame(pc);
+        let mut cx = SpliceContext {
+            module,
+            wasm: &wasm,
+            native,
+            native_frame: &mut native_frame,
         };
-        if !self.python_native {
-            let keep = usize::from(!matches!(
-                frames.first(),
-                Some(RawFrame::Wasm { .. }) | None
-            ));
-            frames.truncate(keep);
-            frames.extend(python.frames.iter().filter_map(frame_of));
-            return;
-        }
-        // Innermost first; the walk ends each with its entry's marker.
-        let mut activations: Vec<&[usize]> = python
-            .frames
-            .split(|&word| PyFrame::unpack(word) == PyFrame::Activation)
-            .collect();
-        if activations.last().is_some_and(|a| a.is_empty()) {
-            activations.pop();
-        }
-        let eval = *self.eval_loops.entry(module).or_insert_with(|| {
-            crate::wasm::python::eval_loop(self.modules[module].symbolizer.wasm())
-                .ok()
-                .flatten()
-        });
-        let is_eval = |f: &RawFrame| {
-            matches!(f, RawFrame::Wasm { module: Some(m), func_index, .. }
-                if *m == module && Some(*func_index) == eval)
-        };
-        // Paired from the outermost: an activation being entered or left has its eval frame
-        // on the Wasm stack but is not in the Python chain.
-        let evals = frames.iter().filter(|f| is_eval(f)).count();
-        let unpaired = activations.len().saturating_sub(evals);
-        let mut pending = activations.into_iter();
-        // Activations no eval frame runs (none found): above the C frames.
-        let mut inner: Vec<RawFrame> = pending
-            .by_ref()
-            .take(unpaired)
-            .flatten()
-            .filter_map(frame_of)
-            .collect();
-        let mut merged = Vec::with_capacity(frames.len() + inner.len());
-        let mut unmatched = evals.saturating_sub(pending.len());
-        for f in frames.drain(..) {
-            if !is_eval(&f) {
-                merged.push(f);
-                continue;
-            }
-            if unmatched > 0 {
-                unmatched -= 1;
-                merged.push(f);
-                continue;
-            }
-            merged.append(&mut inner);
-            merged.extend(pending.next().into_iter().flatten().filter_map(frame_of));
-        }
-        merged.append(&mut inner);
-        *frames = merged;
-    }
-
-    /// The frames of the PCs `pcs` of a goroutine's stack in registered module `module`.
-    fn go_frames(&mut self, module: ModuleId, pcs: &[usize], frames: &mut Vec<RawFrame>) {
-        for &pc in pcs {
-            if pc & NATIVE_RETURN != 0 {
-                if let Some((frame, false)) =
-                    self.native_frame((pc & !NATIVE_RETURN).wrapping_sub(1))
-                {
-                    frames.push(frame);
-                }
-                continue;
-            }
-            let key = (module, pc as u64);
-            let frame = match self.go_frames.get(&key) {
-                Some(&frame) => frame,
-                None => {
-                    let m = &self.modules[module].symbolizer;
-                    let frame = m
-                        .go()
-                        .and_then(|go| go.location_of(m.wasm(), pc as u64))
-                        .map(|(func_index, offset)| RawFrame::Wasm {
-                            module: Some(module),
-                            func_index,
-                            offset,
-                        });
-                    self.go_frames.insert(key, frame);
-                    frame
-                }
-            };
-            frames.extend(frame);
-        }
+        runtime.splice(&mut cx, splice.words, frames);
     }
 
     /// What Wasmtime's `module` is: a registered module, an adapter in a registered

@@ -1,15 +1,12 @@
 //! What a Wasm binary says, read with `wasmparser`, for the stages that need it (the allocator
 //! rewrite before the run, the resolver after): a component's core modules and the WIT
 //! functions their imports lower ([`component`]), the demangling of the names in them
-//! ([`demangle`]), Go's own symbol table in a module built by Go ([`go`]), where a C
-//! program keeps its own data, from its DWARF ([`dwarf_layout`]), and CPython's, to read its
-//! Python stack ([`python`]).
+//! ([`demangle`]), and where a C program keeps its own data, from its DWARF
+//! ([`dwarf_layout`]): CPython's, to read its Python stack ([`crate::runtimes::cpython`]).
 
 pub mod component;
 pub mod demangle;
 pub mod dwarf_layout;
-pub mod go;
-pub mod python;
 
 #[cfg(test)]
 pub(crate) mod tests {

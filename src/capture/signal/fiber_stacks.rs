@@ -9,84 +9,35 @@
 //! - a range is published only while its memory is mapped: published after `mmap`, withdrawn
 //!   before `munmap`, which waits for running handlers (one may read a suspended fiber);
 //! - [`range_of`] is async-signal-safe: atomic loads over a fixed table, no allocation, no locks,
-//!   bounded by [`SLOTS`]; a range being written is skipped (a sequence lock per slot), so a
-//!   range read is one that was published whole;
+//!   bounded by [`SLOTS`] (see [`super::slot_table`]);
 //! - a stack that finds no free slot works as any other, unpublished: samples taken on it keep
 //!   only their leaf.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use wasmtime::{StackCreator, StackMemory};
+
+use super::slot_table::{Payload, Publication, SlotTable};
 
 /// How many fiber stacks can be walked at once: one per guest call in progress.
 pub const SLOTS: usize = 256;
 
-/// One published stack, `[low, high)`, read under a sequence lock: `seq` is odd while the
-/// range is being written, and changes with every write, so a reader that sees the same even
-/// `seq` before and after reading the range read one consistent range.
-struct Slot {
-    taken: AtomicBool,
-    seq: AtomicUsize,
-    low: AtomicUsize,
-    high: AtomicUsize,
+/// A published stack, `[low, high)`: its end is the slot's live word.
+struct Low(AtomicUsize);
+
+impl Payload for Low {
+    const EMPTY: Self = Low(AtomicUsize::new(0));
 }
 
-static TABLE: [Slot; SLOTS] = [const {
-    Slot {
-        taken: AtomicBool::new(false),
-        seq: AtomicUsize::new(0),
-        low: AtomicUsize::new(0),
-        high: AtomicUsize::new(0),
-    }
-}; SLOTS];
-
-impl Slot {
-    fn write(&self, range: Range<usize>) {
-        self.seq.fetch_add(1, Ordering::SeqCst);
-        self.low.store(range.start, Ordering::SeqCst);
-        self.high.store(range.end, Ordering::SeqCst);
-        self.seq.fetch_add(1, Ordering::SeqCst);
-    }
-
-    fn read(&self) -> Option<Range<usize>> {
-        let before = self.seq.load(Ordering::SeqCst);
-        if before % 2 == 1 {
-            return None;
-        }
-        let range = self.low.load(Ordering::SeqCst)..self.high.load(Ordering::SeqCst);
-        (self.seq.load(Ordering::SeqCst) == before && !range.is_empty()).then_some(range)
-    }
-}
-
-/// One past the highest slot ever taken: the handler reads no further, so that with one fiber
-/// stack it reads one cache line, not the whole table.
-static USED: AtomicUsize = AtomicUsize::new(0);
+static TABLE: SlotTable<Low, SLOTS> = SlotTable::new();
 
 /// The published fiber stack that holds `addr`. Async-signal-safe.
 pub fn range_of(addr: usize) -> Option<Range<usize>> {
-    TABLE[..USED.load(Ordering::SeqCst).min(SLOTS)]
-        .iter()
-        .filter_map(Slot::read)
-        .find(|range| range.contains(&addr))
-}
-
-fn publish(range: Range<usize>) -> Option<usize> {
-    let i = TABLE.iter().position(|slot| {
-        slot.taken
-            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-    })?;
-    TABLE[i].write(range);
-    USED.fetch_max(i + 1, Ordering::SeqCst);
-    Some(i)
-}
-
-/// Returns once no handler can be reading the stack: it may be unmapped then.
-fn withdraw(i: usize) {
-    TABLE[i].write(0..0);
-    super::handler::wait_for_running_handlers();
-    TABLE[i].taken.store(false, Ordering::SeqCst);
+    TABLE.find_map(|high, low| {
+        let range = low.0.load(Ordering::Relaxed)..high;
+        range.contains(&addr).then_some(range)
+    })
 }
 
 /// Wasmtime's allocator of fiber stacks, for `Config::with_host_stack`.
@@ -104,7 +55,8 @@ struct FiberStack {
     /// The whole mapping: the guard page, then the stack.
     base: usize,
     len: usize,
-    slot: Option<usize>,
+    /// Withdrawn before the mapping goes.
+    published: Option<Publication>,
 }
 
 fn page_size() -> usize {
@@ -141,9 +93,11 @@ impl FiberStack {
         let mut stack = FiberStack {
             base,
             len,
-            slot: None,
+            published: None,
         };
-        stack.slot = publish(stack.range());
+        let range = stack.range();
+        stack.published =
+            TABLE.publish(range.end, |low| low.0.store(range.start, Ordering::Relaxed));
         Ok(stack)
     }
 }
@@ -165,9 +119,7 @@ unsafe impl StackMemory for FiberStack {
 
 impl Drop for FiberStack {
     fn drop(&mut self) {
-        if let Some(slot) = self.slot {
-            withdraw(slot);
-        }
+        drop(self.published.take());
         // SAFETY: the mapping made in `new`, no longer published, unmapped once.
         unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
     }

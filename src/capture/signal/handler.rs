@@ -7,11 +7,11 @@
 //!   preemption; see [`super::timer`]) and reads of memory proven mapped (below). `errno` is
 //!   saved and restored.
 //! - **Bounded**: at most [`MAX_FRAMES`] frame records followed, at most
-//!   [`store_contexts::SLOTS`] store contexts read; in a Go module, at most [`MAX_FRAMES`] words
-//!   of Go's stack read per candidate start of its walk (a handful, see
-//!   [`crate::capture::go_stack`]); in CPython, at most
-//!   [`python_stack::MAX_STEPS`](crate::capture::python_stack::MAX_STEPS) Python frames, and of
-//!   each frame's line table the part before its instruction.
+//!   [`store_contexts::SLOTS`] store contexts read; a language runtime's walk as bounded as its
+//!   folder of [`crate::runtimes`] states (Go: at most [`MAX_FRAMES`] words of Go's stack per
+//!   candidate start, a handful; CPython: at most
+//!   [`MAX_STEPS`](crate::runtimes::cpython::MAX_STEPS) Python frames, and of each frame's line
+//!   table the part before its instruction).
 //! - **Reads only mapped memory**: stack reads stay in `[sp, top)` of the stack `sp` is on
 //!   (live frames; the sampled thread is the one the handler runs on): the guest thread's own
 //!   stack, or a fiber stack that [`fiber_stacks`] publishes while it is mapped (guests called
@@ -22,7 +22,7 @@
 //!   the thread runs its own stack, is read within that fiber's published mapping. Code reads
 //!   (instruction bytes at the PC) happen only for a PC inside a registered module's text.
 //!   Store contexts are read only while [`store_contexts`] publishes them (their stores alive);
-//!   a Go or CPython instance's `VMContext` and linear memory only while [`guest_instances`]
+//!   a runtime instance's `VMContext` and linear memory only while [`runtime_instances`]
 //!   publishes it, its memory within the length Wasmtime records for it at that instant. A
 //!   Pulley interpreter's state and stack, and the native words where its dispatch loop keeps
 //!   its PC, as [`pulley_stack`] states.
@@ -49,15 +49,12 @@
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use super::fiber_stacks;
-use super::guest_instances;
 use super::pulley_stack::{self, Interrupted, PC_CANDIDATES};
 use super::ring::Ring;
+use super::runtime_instances;
 use super::store_contexts::{self, Offsets};
 use super::timer::SignalTimer;
-use crate::capture::go_stack::{self, Start};
-use crate::capture::python_stack::PythonCode;
 use crate::clock::clock_ns;
-use crate::wasm::go::Role;
 
 pub const MAX_FRAMES: usize = crate::capture::MAX_STACK_DEPTH;
 /// Which of a thread's timers sent a signal.
@@ -98,14 +95,11 @@ pub struct RawSample {
     pub cpu_delta_ns: u64,
     pub wall_delta_ns: u64,
     pub time_ns: u64,
-    /// Leaf first: the interrupted PC, then return addresses; from `go_at` on, if set, the
-    /// PCs of a goroutine's stack in linear memory (see [`crate::capture::go_stack`]).
+    /// Leaf first: the interrupted PC, then return addresses; from `splice`'s index on, if
+    /// set, the words of a language runtime's stack (see [`crate::runtimes`]).
     pub pcs: [usize; MAX_FRAMES],
-    pub go_at: Option<usize>,
-    /// In a CPython instance: where its Python stack starts in `pcs` (after the native and Go
-    /// ones), and the address of its module's [`PythonCode`] (see
-    /// [`crate::capture::python_stack`]).
-    pub python_at: Option<(usize, usize)>,
+    /// Where the runtime's words start in `pcs`, and the runtime's id.
+    pub splice: Option<(usize, usize)>,
 }
 
 impl RawSample {
@@ -119,8 +113,7 @@ impl RawSample {
             wall_delta_ns: 0,
             time_ns: 0,
             pcs: [0; MAX_FRAMES],
-            go_at: None,
-            python_at: None,
+            splice: None,
         }
     }
 
@@ -339,8 +332,8 @@ impl ThreadState {
             s.pcs[0] = regs.pc;
             s.depth = 1;
             s.store = 0;
-            s.go_at = None;
-            s.python_at = None;
+            s.splice = None;
+            let mut leaf_at = None;
             let stack = self.stack_at(regs.sp);
             if self.in_code(regs.pc) {
                 s.kind = Kind::Guest;
@@ -352,19 +345,19 @@ impl ThreadState {
                     };
                     self.walk(regs, stack, s);
                 }
-                add_go_stack(s, 0);
+                leaf_at = Some(0);
             } else {
                 s.kind = Kind::Host;
                 if let Some(exit) = stack.and_then(|st| self.last_exit(regs.sp, st)) {
                     s.store = exit.store;
                     push(s, exit.pc);
                     self.follow_chain(exit.stack, exit.fp, s);
-                    add_go_stack(s, 1);
+                    leaf_at = Some(1);
                 } else {
                     self.add_pulley_stack(regs, stack, s);
                 }
             }
-            add_python_stack(s);
+            add_runtime_stack(s, leaf_at);
             s.labels = match s.store {
                 0 => 0,
                 store => store_contexts::labels_of(store),
@@ -574,96 +567,14 @@ impl Stack {
     }
 }
 
-/// When the innermost Wasm frame, `s.pcs[leaf_at]`, is a Go module's: replaces the Wasm
-/// frames under its innermost Go frame by the goroutine's whole stack, read from the
-/// instance's linear memory. Left as it is when the stack does not check out.
-fn add_go_stack(s: &mut RawSample, leaf_at: usize) {
-    let Some(code) = s
-        .pcs()
-        .get(leaf_at)
-        .and_then(|&pc| guest_instances::code_at(pc))
-    else {
-        return;
-    };
-    let Some(instance) = guest_instances::go_instance_for(code, s.store) else {
-        return;
-    };
-    let (registers, memory) = instance.read();
-    if registers.sp == 0 || registers.g == 0 {
-        // Go's runtime has not started: the Wasm stack is all there is, left as it is.
-        return;
-    }
-    // The Go function of each Wasm frame, with its return address: the leaf at its PC,
-    // callers at their calls. An allocator's wrapper is none.
-    let mut wasm = [(0u32, 0usize); MAX_GO_WASM_FRAMES];
-    let mut count = 0;
-    let mut first = None;
-    for (i, &pc) in s.pcs().iter().enumerate().skip(leaf_at) {
-        let Some(pc_f) = code.pc_f_at(if i == 0 { pc } else { pc.wrapping_sub(1) }) else {
-            continue;
-        };
-        // A function called as plain Wasm, innermost, has no frame on Go's stack: its caller
-        // is the innermost Go frame.
-        if count == 0 && code.frames.role(pc_f) == Some(Role::Plain) {
-            continue;
-        }
-        first.get_or_insert(i);
-        wasm[count] = (pc_f, pc);
-        count += 1;
-        if count == MAX_GO_WASM_FRAMES {
-            break;
-        }
-    }
-    let Some(at) = first else {
-        return;
-    };
-    let start = match code.frames.role(wasm[0].0) {
-        Some(Role::ResumeLoop) => Start::Resume,
-        _ => Start::Leaf,
-    };
-    let go_at = at + 1;
-    match go_stack::walk(
-        &code.frames,
-        &memory,
-        registers,
-        &wasm[..count],
-        start,
-        &mut s.pcs[go_at..],
-    ) {
-        Some(written) => {
-            s.depth = go_at + written;
-            s.go_at = Some(go_at);
-        }
-        // The Wasm frames, as many as were kept, for a stack that does not check out.
-        None => {
-            for (i, &(_, pc)) in wasm[..count].iter().enumerate() {
-                s.pcs[at + i] = pc;
-            }
-            s.depth = at + count;
-        }
+/// When the sample's store runs a language runtime (Go, CPython): its stack, spliced in
+/// after the native frames (see [`crate::runtimes`]). `leaf_at`: the innermost Wasm frame's
+/// index, where the sample has one.
+fn add_runtime_stack(s: &mut RawSample, leaf_at: Option<usize>) {
+    if let Some(splice) = runtime_instances::walk(s.store, &mut s.pcs, &mut s.depth, leaf_at) {
+        s.splice = Some(splice);
     }
 }
-
-/// When the sample's store runs CPython: appends its Python stack, at most
-/// [`MAX_FRAMES`] − [`MAX_WASM_UNDER_PYTHON`] frames, after at most [`MAX_WASM_UNDER_PYTHON`]
-/// of the sample's own (the innermost).
-fn add_python_stack(s: &mut RawSample) {
-    let Some((instance, code)) = guest_instances::python_instance_for(s.store) else {
-        return;
-    };
-    let at = s.depth.min(MAX_WASM_UNDER_PYTHON);
-    let written = code.walk(&instance.read(), &mut s.pcs[at..]);
-    if written > 0 {
-        s.depth = at + written;
-        s.python_at = Some((at, code as *const PythonCode as usize));
-    }
-}
-
-/// The native frames a sample of CPython keeps under its Python stack.
-const MAX_WASM_UNDER_PYTHON: usize = MAX_FRAMES / 4;
-
-/// The Wasm frames of a Go module a sample keeps for its walk of Go's stack.
-const MAX_GO_WASM_FRAMES: usize = 64;
 
 fn push(s: &mut RawSample, pc: usize) {
     if s.depth < MAX_FRAMES {
@@ -873,7 +784,6 @@ pub fn clear_code() {
         .all(|slot| slot.load(Ordering::SeqCst).is_null())
     {
         CODE_LEN.store(0, Ordering::SeqCst);
-        guest_instances::clear();
     }
 }
 

@@ -6,12 +6,13 @@
 //! sample lands wherever the guest is: in loop-free code, in a host call, in Wasmtime itself.
 
 pub mod fiber_stacks;
-pub mod guest_instances;
 pub mod handler;
 mod pulley_layout;
 mod pulley_stack;
 pub use pulley_stack::interpreter as pulley_interpreter;
 mod ring;
+pub mod runtime_instances;
+mod slot_table;
 pub mod store_contexts;
 mod timer;
 
@@ -24,8 +25,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use super::go_stack::GoCode;
-use super::{LabelsKey, NativeSample, Pcs, PythonStack, SampleValues, Sampler, Sink, Taken};
+use super::{LabelsKey, NativeSample, Pcs, SampleValues, Sampler, Sink, Splice, Taken};
 use crate::clock::{current_thread_cpu_clock, sampling_period, Clock};
 use crate::profile::ThreadId;
 use crate::sync::lock;
@@ -61,8 +61,6 @@ pub struct SignalSampler {
     sink: Arc<dyn Sink>,
     guests: Vec<GuestThread>,
     running: Option<Running>,
-    /// The Go modules' code, shown to the handler while running.
-    go_codes: Mutex<Vec<Arc<GoCode>>>,
 }
 
 impl SignalSampler {
@@ -73,7 +71,6 @@ impl SignalSampler {
             sink,
             guests: Vec::new(),
             running: None,
-            go_codes: Mutex::default(),
         }
     }
 
@@ -154,9 +151,6 @@ impl Sampler for SignalSampler {
         }
         handler::clear_code();
         add_code(code);
-        for go in lock(&self.go_codes).iter() {
-            guest_instances::add_code(go.clone());
-        }
         let states = Arc::new(Mutex::new(Vec::new()));
         let (stop_drain, stopped) = mpsc::channel::<()>();
         let drain = {
@@ -238,13 +232,6 @@ impl Sampler for SignalSampler {
             add_code(code);
         }
     }
-
-    fn add_go_code(&self, code: Arc<GoCode>) {
-        if self.running.is_some() {
-            guest_instances::add_code(code.clone());
-        }
-        lock(&self.go_codes).push(code);
-    }
 }
 
 impl Drop for SignalSampler {
@@ -282,15 +269,19 @@ fn drain_state(state: &ThreadState, sink: &dyn Sink) {
             cpu_ns: s.cpu_delta_ns,
             wall_ns: s.wall_delta_ns,
         };
-        let (pcs, python) = match s.python_at {
-            Some((at, code)) => {
-                let (pcs, frames) = s.pcs().split_at(at);
-                (pcs, Some(PythonStack { code, frames }))
+        let pcs = match s.splice {
+            Some((at, runtime)) => {
+                let (native, words) = s.pcs().split_at(at.min(s.depth));
+                Pcs {
+                    native,
+                    splice: Some(Splice { runtime, words }),
+                }
             }
-            None => (s.pcs(), None),
+            None => Pcs {
+                native: s.pcs(),
+                splice: None,
+            },
         };
-        let (native, go) = pcs.split_at(s.go_at.unwrap_or(pcs.len()).min(pcs.len()));
-        let pcs = Pcs { native, go, python };
         let sample = match s.kind {
             Kind::Guest => NativeSample::Guest(pcs),
             Kind::Host => NativeSample::Host(pcs),

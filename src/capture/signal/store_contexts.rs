@@ -27,7 +27,7 @@
 //! handler tells the stores running on its own stack by where their records point.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
@@ -37,6 +37,7 @@ use wasmtime_environ::{HostPtr, PtrSize};
 
 use super::pulley_layout::{find_executor, ExecutorAt, VmLayout};
 use super::pulley_stack;
+use super::slot_table::{self, Payload, SlotTable};
 use crate::capture::vmctx::{context_of_instance, vmctx_of};
 use crate::capture::{LabelsNow, StoreKey};
 use crate::sync::lock;
@@ -46,15 +47,14 @@ use crate::sync::lock;
 /// every request it can take at once. A sample scans only up to the highest slot in use.
 pub const SLOTS: usize = 1024;
 
-struct Slot {
-    taken: AtomicBool,
+/// A store's slot: its context is the live word.
+struct StoreSlot {
     /// The thread that attached the store.
     tid: AtomicI32,
     /// The store's [`StoreKey`].
     key: AtomicU64,
     /// The address of the word of the store's [`LabelsNow`], which its [`Publication`] keeps.
     labels: AtomicUsize,
-    context: AtomicUsize,
     /// On Pulley: the address of the store's word that points to its interpreter's current
     /// state, and where in that state its `Vm` is (see [`super::pulley_layout`]); zero for
     /// compiled code.
@@ -62,43 +62,36 @@ struct Slot {
     vm_in_state: AtomicUsize,
 }
 
-static TABLE: [Slot; SLOTS] = [const {
-    Slot {
-        taken: AtomicBool::new(false),
+impl Payload for StoreSlot {
+    const EMPTY: Self = StoreSlot {
         tid: AtomicI32::new(0),
         key: AtomicU64::new(0),
         labels: AtomicUsize::new(0),
-        context: AtomicUsize::new(0),
         pulley_executor: AtomicUsize::new(0),
         vm_in_state: AtomicUsize::new(0),
-    }
-}; SLOTS];
+    };
+}
 
-/// One past the highest slot ever taken: the handler reads no further.
-static USED: AtomicUsize = AtomicUsize::new(0);
+static TABLE: SlotTable<StoreSlot, SLOTS> = SlotTable::new();
 
 /// Calls `f` with the address of each published store context, the store's key and the thread
 /// that attached it. Async-signal-safe.
 pub fn for_each(mut f: impl FnMut(usize, u64, libc::pid_t)) {
-    for slot in &TABLE[..USED.load(Ordering::Acquire).min(SLOTS)] {
-        let context = slot.context.load(Ordering::Acquire);
-        if context != 0 {
-            f(
-                context,
-                slot.key.load(Ordering::Relaxed),
-                slot.tid.load(Ordering::Relaxed),
-            );
-        }
-    }
+    TABLE.for_each(|context, slot| {
+        f(
+            context,
+            slot.key.load(Ordering::Relaxed),
+            slot.tid.load(Ordering::Relaxed),
+        )
+    });
 }
 
 /// Calls `f` with the context, the key, the executor word and the offset of the `Vm` in the
 /// state it points to of each published store that runs on Pulley. Async-signal-safe.
 pub fn for_each_pulley(mut f: impl FnMut(usize, u64, usize, usize)) {
-    for slot in &TABLE[..USED.load(Ordering::Acquire).min(SLOTS)] {
-        let context = slot.context.load(Ordering::Acquire);
+    TABLE.for_each(|context, slot| {
         let executor = slot.pulley_executor.load(Ordering::Relaxed);
-        if context != 0 && executor != 0 {
+        if executor != 0 {
             f(
                 context,
                 slot.key.load(Ordering::Relaxed),
@@ -106,7 +99,7 @@ pub fn for_each_pulley(mut f: impl FnMut(usize, u64, usize, usize)) {
                 slot.vm_in_state.load(Ordering::Relaxed),
             );
         }
-    }
+    });
 }
 
 /// The key of the published store whose context is at `context`.
@@ -123,16 +116,18 @@ pub fn key_of(context: usize) -> Option<StoreKey> {
 /// The labels now of the published store whose key is `key` (see [`LabelsNow`]); 0 for none.
 /// Async-signal-safe.
 pub fn labels_of(key: u64) -> u64 {
-    for slot in &TABLE[..USED.load(Ordering::Acquire).min(SLOTS)] {
-        // Keys are unique: the first match is the store.
-        if slot.context.load(Ordering::Acquire) != 0 && slot.key.load(Ordering::Relaxed) == key {
-            let word = slot.labels.load(Ordering::Relaxed) as *const AtomicU64;
-            // SAFETY: set before the context was published, to a word its Publication owns;
-            // withdrawing the publication waits for running handlers before that word goes.
-            return unsafe { (*word).load(Ordering::Relaxed) };
-        }
-    }
-    0
+    // Keys are unique: the first match is the store.
+    TABLE
+        .find_map(|_, slot| {
+            (slot.key.load(Ordering::Relaxed) == key).then(|| {
+                let word = slot.labels.load(Ordering::Relaxed) as *const AtomicU64;
+                // SAFETY: set before the context was published, to a word its Publication
+                // owns; withdrawing the publication waits for running handlers before that
+                // word goes.
+                unsafe { (*word).load(Ordering::Relaxed) }
+            })
+        })
+        .unwrap_or(0)
 }
 
 /// Where the exit record's fields are in a `VMStoreContext`.
@@ -179,17 +174,9 @@ struct PulleyStores {
 
 /// Keeps a store's context published while it lives in the store.
 pub struct Publication {
-    slot: usize,
-    /// Read through the slot until the publication is withdrawn.
+    _slot: slot_table::Publication,
+    /// Read through the slot until the publication is withdrawn (dropped after it).
     _labels: Arc<LabelsNow>,
-}
-
-impl Drop for Publication {
-    fn drop(&mut self) {
-        TABLE[self.slot].context.store(0, Ordering::SeqCst);
-        super::handler::wait_for_running_handlers();
-        TABLE[self.slot].taken.store(false, Ordering::SeqCst);
-    }
 }
 
 const PROBE: &str = r#"(module (func (export "probe")))"#;
@@ -226,35 +213,24 @@ impl StoreContexts {
             }
             None => None,
         };
-        let Some(slot) = TABLE.iter().position(|slot| {
-            slot.taken
-                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
-        }) else {
-            bail!("more than {SLOTS} stores are attached at once");
-        };
-        // SAFETY: gettid has no preconditions.
-        TABLE[slot]
-            .tid
-            .store(unsafe { libc::gettid() }, Ordering::Relaxed);
-        TABLE[slot].key.store(key.0, Ordering::Relaxed);
-        TABLE[slot].labels.store(
-            labels.word() as *const AtomicU64 as usize,
-            Ordering::Relaxed,
-        );
         let (executor, vm_in_state) = pulley.map_or((0, 0), |at| {
             (context.wrapping_add_signed(at.from_context), at.vm_in_state)
         });
-        TABLE[slot]
-            .pulley_executor
-            .store(executor, Ordering::Relaxed);
-        TABLE[slot]
-            .vm_in_state
-            .store(vm_in_state, Ordering::Relaxed);
-        TABLE[slot].context.store(context, Ordering::Release);
-        USED.fetch_max(slot + 1, Ordering::SeqCst);
+        let slot = TABLE
+            .publish(context, |slot| {
+                // SAFETY: gettid has no preconditions.
+                slot.tid.store(unsafe { libc::gettid() }, Ordering::Relaxed);
+                slot.key.store(key.0, Ordering::Relaxed);
+                slot.labels.store(
+                    labels.word() as *const AtomicU64 as usize,
+                    Ordering::Relaxed,
+                );
+                slot.pulley_executor.store(executor, Ordering::Relaxed);
+                slot.vm_in_state.store(vm_in_state, Ordering::Relaxed);
+            })
+            .with_context(|| format!("more than {SLOTS} stores are attached at once"))?;
         Ok(Publication {
-            slot,
+            _slot: slot,
             _labels: labels,
         })
     }

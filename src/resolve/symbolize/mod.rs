@@ -18,10 +18,8 @@ use wasmparser::{KnownCustom, Parser, Payload, TypeRef};
 use self::dwarf::{Dwarf, DwarfFrame, DwarfSections};
 pub use self::module_bytes::ModuleBytes;
 use self::names::Names;
-use crate::capture::python_stack::PythonCode;
+use crate::runtimes::{self, ModuleFacts, NamedFunction, Runtime};
 use crate::wasm::demangle::demangle;
-use crate::wasm::go::{self, GoFunction, GoModule};
-use crate::wasm::python::PythonLayout;
 
 /// A function's names as a profile shows them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -89,10 +87,9 @@ pub struct ModuleSymbolizer {
     file_name: String,
     wasm: ModuleBytes,
     names: Names,
-    /// Go's own table of the functions, in a module built by Go (which has no DWARF).
-    go: Option<Arc<GoModule>>,
-    /// CPython's layout, and the names of the code objects walks met, in a CPython module.
-    python: Option<Arc<PythonCode>>,
+    /// The language runtime the module is, or was built with, where wasmspy reads one: Go's
+    /// own table names a Go module's functions (it has no DWARF).
+    runtime: Option<Arc<dyn Runtime>>,
     dwarf: DwarfState,
     /// Module offset → its source frames, innermost first.
     frames: FxHashMap<u32, Arc<[SourceFrame]>>,
@@ -145,7 +142,7 @@ impl ModuleSymbolizer {
         let mut names = Names::default();
         let mut sections = DwarfSections::default();
         let mut warnings = Vec::new();
-        let mut built_by_go = false;
+        let mut custom_sections = Vec::new();
         for payload in Parser::new(0).parse_all(&wasm) {
             match payload.context("malformed Wasm module")? {
                 Payload::ImportSection(reader) => {
@@ -165,18 +162,27 @@ impl ModuleSymbolizer {
                             ));
                         }
                     }
-                    _ if reader.name() == go::BUILD_ID_SECTION => built_by_go = true,
                     _ if reader.name().starts_with(".debug_") => {
                         let start = reader.data_offset();
                         let range = start..start + reader.data().len();
                         sections.sections.push((reader.name().to_string(), range));
                     }
-                    _ => {}
+                    _ => custom_sections.push(reader.name()),
                 },
                 _ => {}
             }
         }
-        let python = python_of(file_name, &wasm, &sections, &names, &mut warnings);
+        let debug_str = sections
+            .sections
+            .iter()
+            .find(|(name, _)| name == ".debug_str")
+            .map_or(&[][..], |(_, range)| &wasm[range.clone()]);
+        let facts = ModuleFacts {
+            custom_sections: &custom_sections,
+            debug_str,
+            defines: &|name| names.defines(name),
+        };
+        let runtime = runtimes::detect(file_name, &wasm, &facts, &mut warnings);
         let dwarf = if !use_dwarf {
             DwarfState::Unavailable
         } else if sections.present() {
@@ -184,20 +190,11 @@ impl ModuleSymbolizer {
         } else {
             DwarfState::Absent
         };
-        let go = built_by_go
-            .then(|| GoModule::read(&wasm).map(Arc::new))
-            .flatten();
-        if built_by_go && go.is_none() {
-            warnings.push(format!(
-                "{file_name}: built by Go, but its symbol table (pclntab) is unreadable: functions named by its name section"
-            ));
-        }
         Ok(ModuleSymbolizer {
             file_name: file_name.to_string(),
             wasm,
             names,
-            go,
-            python,
+            runtime,
             dwarf,
             frames: FxHashMap::default(),
             lowered_indirect_calls: HashMap::new(),
@@ -220,31 +217,27 @@ impl ModuleSymbolizer {
         self.names.imported_function_count()
     }
 
-    /// The name of function `index` (in the function index space, imports first); a Go
-    /// function's as Go writes it, the `name` section's form kept as its system name.
+    /// The name of function `index` (in the function index space, imports first); a runtime's
+    /// own name where it has one (a Go function's as Go writes it), the `name` section's form
+    /// kept as its system name.
     pub fn function_name(&self, index: u32) -> FunctionName {
         let name = self.names.function_name(index);
-        match self.go_function(index) {
-            Some(go) => FunctionName {
-                name: go.name.clone(),
+        match self.runtime_function(index) {
+            Some(named) => FunctionName {
+                name: named.name,
                 system_name: name.system_name,
             },
             None => name,
         }
     }
 
-    fn go_function(&self, index: u32) -> Option<&GoFunction> {
-        self.go.as_ref()?.function(index)
+    fn runtime_function(&self, index: u32) -> Option<NamedFunction> {
+        self.runtime.as_ref()?.function_name(index)
     }
 
-    /// The Go view of a module built by Go.
-    pub fn go(&self) -> Option<&Arc<GoModule>> {
-        self.go.as_ref()
-    }
-
-    /// The Python view of CPython.
-    pub fn python(&self) -> Option<&Arc<PythonCode>> {
-        self.python.as_ref()
+    /// The language runtime of the module, where wasmspy reads one.
+    pub fn runtime(&self) -> Option<&Arc<dyn Runtime>> {
+        self.runtime.as_ref()
     }
 
     /// The source frames of the instruction at `offset` (in the module's bytes) of function
@@ -286,16 +279,16 @@ impl ModuleSymbolizer {
         described: Option<Vec<DwarfFrame>>,
     ) -> Arc<[SourceFrame]> {
         let Some(described) = described.filter(|d| !d.is_empty()) else {
-            if let Some(frames) = self.go_frames(func_index, offset) {
+            if let Some(frames) = self.runtime_frames(func_index, offset) {
                 return frames;
             }
-            let go = self.go_function(func_index);
+            let named = self.runtime_function(func_index);
             return Arc::new([SourceFrame {
                 function: self.function_name(func_index),
-                file: go.map(|f| f.file.clone()).unwrap_or_default(),
+                file: named.as_ref().map(|f| f.file.clone()).unwrap_or_default(),
                 line: 0,
                 column: 0,
-                start_line: go.map_or(0, |f| f.start_line),
+                start_line: named.map_or(0, |f| f.start_line),
             }]);
         };
         let outermost = described.len() - 1;
@@ -320,12 +313,13 @@ impl ModuleSymbolizer {
             .collect()
     }
 
-    /// Go's frames at `offset`, from its own table, with the calls inlined there.
-    fn go_frames(&self, func_index: u32, offset: u32) -> Option<Arc<[SourceFrame]>> {
+    /// The runtime's frames at `offset`, from its own table (Go's), with the calls inlined
+    /// there.
+    fn runtime_frames(&self, func_index: u32, offset: u32) -> Option<Arc<[SourceFrame]>> {
         let located = self
-            .go
+            .runtime
             .as_ref()?
-            .frames_at(&self.wasm, func_index, offset)?;
+            .source_frames(&self.wasm, func_index, offset)?;
         let outermost = located.len() - 1;
         Some(
             located
@@ -351,11 +345,9 @@ impl ModuleSymbolizer {
 
     fn dwarf_frames(&mut self, offsets: &[u32]) -> FxHashMap<u32, Vec<DwarfFrame>> {
         if let DwarfState::Absent = self.dwarf {
-            self.warnings.push(match self.go {
-                Some(_) => format!(
-                    "{} is Go's, without DWARF: names, files, lines and inlined calls come from Go's symbol table",
-                    self.file_name
-                ),
+            let without = self.runtime.as_ref().and_then(|r| r.without_dwarf());
+            self.warnings.push(match without {
+                Some(why) => format!("{} is {why}", self.file_name),
                 None => format!(
                     "{} has no DWARF debug info: the profile names functions, without file:line (build with -g for them)",
                     self.file_name
@@ -376,12 +368,11 @@ impl ModuleSymbolizer {
                     DwarfState::Ready(Box::new(dwarf))
                 }
                 Err(e) => {
-                    // CPython's Python frames do not come from this DWARF: only its C frames
-                    // (before Python runs, with `--native`) lack their lines.
-                    let names = match self.python {
-                        Some(_) => "its C functions are named, without file:line (its Python frames come from the interpreter's state)",
-                        None => "the profile names functions, without file:line",
-                    };
+                    let names = self
+                        .runtime
+                        .as_ref()
+                        .and_then(|r| r.with_unreadable_dwarf())
+                        .unwrap_or("the profile names functions, without file:line");
                     self.warnings
                         .push(format!("{}: {e:#}: {names}", self.file_name));
                     DwarfState::Unavailable
@@ -406,44 +397,6 @@ impl ModuleSymbolizer {
     /// Warnings not taken yet.
     pub fn take_warnings(&mut self) -> Vec<String> {
         std::mem::take(&mut self.warnings)
-    }
-}
-
-/// In CPython, what its Python stacks are read with, from its DWARF; a warning where it is
-/// CPython but the Python view is unavailable.
-fn python_of(
-    file_name: &str,
-    wasm: &[u8],
-    sections: &DwarfSections,
-    names: &Names,
-    warnings: &mut Vec<String>,
-) -> Option<Arc<PythonCode>> {
-    let strings = sections
-        .sections
-        .iter()
-        .find(|(name, _)| name == ".debug_str")
-        .map_or(&[][..], |(_, range)| &wasm[range.clone()]);
-    let unavailable = |why: &str| {
-        format!("{file_name}: CPython, but {why}: samples show its C functions, not Python frames")
-    };
-    if memchr::memmem::find(strings, b"_PyRuntime\0").is_none() {
-        if names.defines("_PyEval_EvalFrameDefault") {
-            warnings.push(unavailable(
-                "without DWARF debug info (no `_PyRuntime` and interpreter structures to read its frames by; build it with -g)",
-            ));
-        }
-        return None;
-    }
-    match PythonLayout::read(wasm) {
-        Ok(Ok(layout)) => Some(Arc::new(PythonCode::new(layout))),
-        Ok(Err(why)) => {
-            warnings.push(unavailable(&why));
-            None
-        }
-        Err(e) => {
-            warnings.push(unavailable(&format!("its DWARF is unreadable ({e:#})")));
-            None
-        }
     }
 }
 

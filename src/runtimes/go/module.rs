@@ -8,10 +8,7 @@
 //! A Go "PC" is `PC_F << 16 | PC_B`: `PC_F` is 0x1000 plus the function's index among the
 //! module's own (imports left out), `PC_B` a resume point within it ([`body`] finds them in
 //! the code). Go keeps its goroutines' stacks in linear memory, with these PCs as return
-//! addresses, which the samplers read ([`crate::capture::go_stack`]).
-
-mod body;
-mod pclntab;
+//! addresses, which the samplers read ([`super::stack`]).
 
 use std::sync::OnceLock;
 
@@ -19,10 +16,9 @@ use wasmparser::{
     DataKind, FunctionBody, KnownCustom, Operator, Parser, Payload, TypeRef, ValType,
 };
 
-use body::BodyMap;
-use pclntab::{Func, Pclntab, FLAG_TOP_FRAME};
-
-pub use pclntab::Located;
+use super::body::BodyMap;
+use super::pclntab::{Func, Pclntab, FLAG_TOP_FRAME};
+use crate::runtimes::NamedFrame;
 
 /// A Go function as its symbol table describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -149,7 +145,7 @@ impl GoModule {
 
     /// The frames at code offset `offset` of function `func_index`, innermost first (the calls
     /// inlined there, then the function): a call's line for a call, else its basic block's.
-    pub fn frames_at(&self, wasm: &[u8], func_index: u32, offset: u32) -> Option<Vec<Located>> {
+    pub fn frames_at(&self, wasm: &[u8], func_index: u32, offset: u32) -> Option<Vec<NamedFrame>> {
         let defined = func_index.checked_sub(self.imported_functions)?;
         let (_, func) = self.functions.get(defined as usize)?.as_ref()?;
         let pc = self.body_map(wasm, defined)?.pc_at(offset);

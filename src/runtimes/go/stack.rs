@@ -16,9 +16,9 @@ use std::ops::Range;
 
 use wasmtime::WasmBacktrace;
 
-use super::vmctx::{GoInstance, Memory};
-use super::{GuestStack, MAX_STACK_DEPTH};
-use crate::wasm::go::{GoModule, Role, FIRST_PC_F};
+use super::module::{GoModule, Role, FIRST_PC_F};
+use crate::capture::vmctx::Memory;
+use crate::capture::MAX_STACK_DEPTH;
 
 /// `g` fields: `stack.lo`, `stack.hi`, `m`, `sched.sp`, `sched.pc` (the same in Go 1.21 to
 /// 1.27); `m.g0`.
@@ -336,9 +336,15 @@ impl<M: Memory> Walker<'_, M> {
 }
 
 /// Off the signal path, in an epoch callback: the goroutine's stack under the Wasm frames of
-/// `backtrace`, in `instance` of the module whose code is `code`; the backtrace alone where
-/// it shows no Go frame or the stack does not check out.
-pub fn at_epoch(backtrace: WasmBacktrace, code: &GoCode, instance: &GoInstance) -> GuestStack {
+/// `backtrace`, in the instance (`registers`, `memory`) of the module whose code is `code`:
+/// how many of the backtrace's frames stay, and Go's PCs; `None` where it shows no Go frame or
+/// the stack does not check out.
+pub fn at_epoch(
+    backtrace: &WasmBacktrace,
+    code: &GoCode,
+    registers: Registers,
+    memory: &impl Memory,
+) -> Option<(usize, Vec<usize>)> {
     let text = code.text.start;
     let mut wasm = Vec::new();
     let mut first = None;
@@ -360,41 +366,30 @@ pub fn at_epoch(backtrace: WasmBacktrace, code: &GoCode, instance: &GoInstance) 
         Some(Role::ResumeLoop) => Start::Resume,
         _ => Start::Leaf,
     };
-    match (first, walked(code, instance, &wasm, start)) {
-        (Some(at), Some(go)) => GuestStack {
-            backtrace,
-            go_at: at + 1,
-            go,
-            python: None,
-        },
-        _ => GuestStack::wasm(backtrace),
-    }
+    let at = first?;
+    Some((at + 1, walked(code, registers, memory, &wasm, start)?))
 }
 
 /// Off the signal path, in the allocator hook, which the wrapper of a Go allocator calls once
 /// the allocator returned: the allocator's frame (the backtrace's first), then the goroutine's
 /// stack from its caller, whose PC the allocator just popped.
-pub fn at_allocator(backtrace: WasmBacktrace, code: &GoCode, instance: &GoInstance) -> GuestStack {
-    match walked(code, instance, &[], Start::Resume) {
-        Some(go) => GuestStack {
-            backtrace,
-            go_at: 1,
-            go,
-            python: None,
-        },
-        None => GuestStack::wasm(backtrace),
-    }
+pub fn at_allocator(
+    code: &GoCode,
+    registers: Registers,
+    memory: &impl Memory,
+) -> Option<(usize, Vec<usize>)> {
+    Some((1, walked(code, registers, memory, &[], Start::Resume)?))
 }
 
 fn walked(
     code: &GoCode,
-    instance: &GoInstance,
+    registers: Registers,
+    memory: &impl Memory,
     wasm: WasmFrames<'_>,
     start: Start,
 ) -> Option<Vec<usize>> {
-    let (registers, memory) = instance.read();
     let mut pcs = vec![0; MAX_STACK_DEPTH];
-    let written = walk(&code.frames, &memory, registers, wasm, start, &mut pcs)?;
+    let written = walk(&code.frames, memory, registers, wasm, start, &mut pcs)?;
     pcs.truncate(written);
     Some(pcs)
 }

@@ -1,7 +1,7 @@
 //! CPython's Python stack, read from a CPython instance's linear memory where its thread
 //! stopped (in the signal handler; in an epoch callback): each Python frame's code object and
 //! line, from the interpreter's own frame chain laid out as the module's DWARF says
-//! ([`crate::wasm::python`]).
+//! ([`super::layout`]).
 //!
 //! The walk is async-signal-safe: no allocation, no locks; every read goes through
 //! [`Memory`], within the memory's current length; the frame chain is followed for at most
@@ -21,13 +21,10 @@
 //! instructions before its frame), and the walk starts again from the calling activation.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
-use wasmtime::WasmBacktrace;
-
-use super::vmctx::{Memory, MemoryOf};
-use super::{GuestStack, PythonStack, MAX_STACK_DEPTH};
-use crate::wasm::python::{line_at, EntryMark, FrameChain, PythonLayout};
+use super::layout::{line_at, CodeType, EntryMark, FrameChain, PythonLayout};
+use crate::capture::vmctx::Memory;
 
 /// Python frames followed at most in one walk.
 pub const MAX_STEPS: usize = 4096;
@@ -80,6 +77,8 @@ impl PyFrame {
 pub struct PythonCode {
     layout: PythonLayout,
     names: CodeNames,
+    /// The type of code objects, once a walk told it by its name (see [`CodeType::Named`]).
+    code_type: AtomicU32,
 }
 
 impl PythonCode {
@@ -87,25 +86,12 @@ impl PythonCode {
         PythonCode {
             layout,
             names: CodeNames::new(),
+            code_type: AtomicU32::new(0),
         }
     }
 
     pub fn names(&self) -> &CodeNames {
         &self.names
-    }
-
-    /// Off the signal path, on the guest thread (an epoch callback, the allocator hook):
-    /// `backtrace` with the Python stack of `instance`.
-    pub fn at_guest_thread(&self, backtrace: WasmBacktrace, instance: &MemoryOf) -> GuestStack {
-        let mut frames = vec![0; MAX_STACK_DEPTH];
-        let written = self.walk(&instance.read(), &mut frames);
-        frames.truncate(written);
-        let mut stack = GuestStack::wasm(backtrace);
-        stack.python = (written > 0).then_some(PythonStack {
-            code: self as *const PythonCode as usize,
-            frames,
-        });
-        stack
     }
 
     /// Writes the Python stack of `memory`'s interpreter into `out`, innermost first (see
@@ -184,18 +170,20 @@ impl<M: Memory> Walk<'_, M> {
                 // Entry frames alone (the interpreter between calls) are no Python stack.
                 return Some(if named == 0 { 0 } else { written });
             }
-            let code = self.u32(frame, l.frame_code)?;
-            if self.u32(code, l.object_type)? != l.code_type {
-                return None;
-            }
             let previous = self.u32(frame, l.frame_previous)?;
             let (runs_code, first) = match l.entry {
                 EntryMark::IsEntry(at) => (true, self.u8(frame, at)? != 0),
                 EntryMark::Owner(at) => {
-                    let entry = self.u8(frame, at)? == FRAME_OWNED_BY_CSTACK;
+                    let entry = self.u8(frame, at)? >= FRAME_OWNED_BY_C;
                     (!entry, entry)
                 }
             };
+            // 3.14 tags the reference in its low bits; objects are aligned to 4 at least. An
+            // entry frame's is not always a code object (`None` since 3.14).
+            let code = self.u32(frame, l.frame_code)? & !3;
+            if runs_code && !self.is_code(self.u32(code, l.object_type)?) {
+                return None;
+            }
             // Named only while the output has room; the rest of the chain is still checked.
             if let (true, Some(slot)) = (runs_code, out.get_mut(written)) {
                 let instruction = self.u32(frame, l.frame_instruction)?;
@@ -238,6 +226,27 @@ impl<M: Memory> Walk<'_, M> {
             frame = previous;
         }
         None
+    }
+
+    /// Whether `ty` is the type of code objects; a type told by its name is remembered.
+    fn is_code(&self, ty: u32) -> bool {
+        match self.code.layout.code_type {
+            CodeType::Address(code_type) => ty == code_type,
+            CodeType::Named { tp_name } => {
+                if ty != 0 && self.code.code_type.load(Ordering::Relaxed) == ty {
+                    return true;
+                }
+                let mut name = [0; 5];
+                let named = self
+                    .u32(ty, tp_name)
+                    .and_then(|at| self.memory.read(u64::from(at), &mut name))
+                    .is_some_and(|()| &name == CODE_TYPE_NAME);
+                if named {
+                    self.code.code_type.store(ty, Ordering::Relaxed);
+                }
+                named
+            }
+        }
     }
 
     /// What identifies code object `code` (see [`CodeKey`]).
@@ -320,8 +329,11 @@ impl<M: Memory> Walk<'_, M> {
     }
 }
 
-/// `_PyInterpreterFrame.owner` of an entry frame.
-const FRAME_OWNED_BY_CSTACK: u8 = 3;
+/// `_PyInterpreterFrame.owner` of an entry frame, at least (see [`EntryMark::Owner`]).
+const FRAME_OWNED_BY_C: u8 = 3;
+
+/// A type's name that is a code object's (`tp_name`, a C string).
+const CODE_TYPE_NAME: &[u8; 5] = b"code\0";
 
 /// Bytes of linear memory read in chunks, as an iterator; ends early where memory does.
 struct Bytes<'a, M> {
@@ -545,7 +557,7 @@ mod tests {
                 previous: 4,
             },
             object_type: 4,
-            code_type: CODE_TYPE,
+            code_type: CodeType::Address(CODE_TYPE),
             frame_code: 0,
             frame_previous: 4,
             frame_instruction: 28,

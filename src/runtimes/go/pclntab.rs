@@ -6,7 +6,8 @@
 //! map its PCs (`PC_B`, the resume points within it) to the SP delta, file, line and inline
 //! tree index; inlined calls are described by `inlinedCall` records (`runtime/symtabinl.go`).
 
-use super::FIRST_PC_F;
+use super::module::FIRST_PC_F;
+use crate::runtimes::NamedFrame;
 
 /// `pcHeader`'s first bytes: the magic number of Go 1.20's format, two pad bytes, the
 /// instruction size quantum (1) and the pointer size (8).
@@ -24,15 +25,6 @@ const FUNCDATA_INLINE_TREE: u32 = 3;
 pub struct Func {
     at: usize,
     pub flag: u8,
-}
-
-/// A frame of a PC: the function, or a call inlined into it, and where it is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Located {
-    pub name: String,
-    pub file: String,
-    pub line: u32,
-    pub start_line: u32,
 }
 
 /// The table in the image of a module's data segments (offsets in it are addresses).
@@ -137,7 +129,7 @@ impl Pclntab {
 
     /// The frames at PC `pc` (a `PC_B`) of `func`, innermost first: the calls inlined there,
     /// then `func` itself.
-    pub fn frames_at(&self, func: Func, pc: u32) -> Option<Vec<Located>> {
+    pub fn frames_at(&self, func: Func, pc: u32) -> Option<Vec<NamedFrame>> {
         let line_table = self.u32_at(func.at + 24)?;
         let line_at = |at| self.value_at(line_table, at).map_or(0, |l| l.max(0) as u32);
         let mut frames = Vec::new();
@@ -150,7 +142,7 @@ impl Pclntab {
                 };
                 // `inlinedCall`: funcID u8, _ [3]u8, nameOff i32, parentPc i32, startLine i32.
                 let call = tree + 16 * index as usize;
-                frames.push(Located {
+                frames.push(NamedFrame {
                     name: self.string_at(self.names + self.u32_at(call + 4)? as usize)?,
                     file: self.file_at(func, at).unwrap_or_default(),
                     line: line_at(at),
@@ -159,7 +151,7 @@ impl Pclntab {
                 at = self.u32_at(call + 8)?;
             }
         }
-        frames.push(Located {
+        frames.push(NamedFrame {
             name: self.name(func)?,
             file: self.file_at(func, at).unwrap_or_default(),
             line: line_at(at),

@@ -1,6 +1,7 @@
 //! CPython built for WASI, as a reader of its Python stack needs it: where the interpreter's
 //! state is and how its structures are laid out, from the module's DWARF
-//! ([`super::dwarf_layout`]), so that one reader serves CPython 3.11, 3.12 and 3.13.
+//! ([`crate::wasm::dwarf_layout`]; 3.11 to 3.13) or from what CPython publishes of itself
+//! ([`super::debug_offsets`]; 3.13 to 3.15), so that one reader serves them all.
 //!
 //! The chain from the runtime to the running Python frame (`Include/internal/pycore_*.h`):
 //! `_PyRuntime.interpreters.main` → `PyInterpreterState.threads.head` (WASI runs one
@@ -14,15 +15,17 @@
 
 use anyhow::Result;
 
-use super::dwarf_layout::{self, Layout, Member};
+use crate::wasm::dwarf_layout::{self, Layout, Member};
 
 /// How the first frame of an activation of the eval loop is marked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EntryMark {
     /// `is_entry`, a bool at this offset, set on the activation's first frame (3.11).
     IsEntry(u32),
-    /// `owner`, a char at this offset, equal to `FRAME_OWNED_BY_CSTACK` (3) in an entry frame
-    /// pushed under the activation's first frame (3.12, 3.13).
+    /// `owner`, a char at this offset, 3 or more in an entry frame pushed under the
+    /// activation's first frame: `FRAME_OWNED_BY_CSTACK` (3) in 3.12 and 3.13,
+    /// `FRAME_OWNED_BY_INTERPRETER` (3) since 3.14, where `FRAME_OWNED_BY_CSTACK` (4, 3.14
+    /// only) marks frames of C that run no code either.
     Owner(u32),
 }
 
@@ -40,6 +43,15 @@ pub enum FrameChain {
     Direct { current_frame: u32 },
 }
 
+/// How a walk tells that an object is a code object, by its type (`ob_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CodeType {
+    /// `PyCode_Type` is at this address (its DWARF says).
+    Address(u32),
+    /// The type's name (`tp_name`, a C string, at this offset of a type object) is `code`.
+    Named { tp_name: u32 },
+}
+
 /// Where CPython keeps its state and what its structures look like, in a module's memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PythonLayout {
@@ -50,9 +62,9 @@ pub struct PythonLayout {
     /// `PyInterpreterState.threads.head`.
     pub threads_head: u32,
     pub chain: FrameChain,
-    /// `PyObject.ob_type`, and the address of `PyCode_Type`: what a code object's type is.
+    /// `PyObject.ob_type`, and how a code object's type is told.
     pub object_type: u32,
-    pub code_type: u32,
+    pub code_type: CodeType,
     /// `_PyInterpreterFrame` members.
     pub frame_code: u32,
     pub frame_previous: u32,
@@ -159,7 +171,7 @@ impl PythonLayout {
             threads_head: offset("PyInterpreterState.threads.head")?,
             chain,
             object_type: offset("PyObject.ob_type")?,
-            code_type: variable("PyCode_Type")?,
+            code_type: CodeType::Address(variable("PyCode_Type")?),
             frame_code: either(
                 "_PyInterpreterFrame.f_executable",
                 "_PyInterpreterFrame.f_code",

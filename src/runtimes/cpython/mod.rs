@@ -1,0 +1,224 @@
+//! CPython: the Python frames of the interpreter's own frame chain ([`walk`]), laid out as the
+//! module says ([`layout`]), named by their code objects with the line each runs, in place of
+//! CPython's C frames (py-spy's view), or each activation of the eval loop replaced by the
+//! Python frames it runs (`--native`, py-spy's `--native`).
+
+mod debug_offsets;
+pub mod layout;
+mod walk;
+
+use std::sync::{Arc, OnceLock};
+
+use wasmtime::WasmBacktrace;
+
+use super::{GuestPoint, InstanceView, ModuleFacts, Runtime, SpliceContext};
+use crate::capture::MAX_STACK_DEPTH;
+use crate::profile::Function;
+use crate::resolve::RawFrame;
+use layout::PythonLayout;
+pub use walk::{CodeId, CodeName, PyFrame, PythonCode, CODE_SLOTS, MAX_LINE_TABLE, MAX_STEPS};
+
+/// A CPython module.
+pub struct CPython {
+    code: PythonCode,
+    /// The function index of its eval loop, once looked for (see [`layout::eval_loop`]).
+    eval_loop: OnceLock<Option<u32>>,
+}
+
+/// The native frames a sample of CPython keeps under its Python stack.
+const MAX_NATIVE_UNDER_PYTHON: usize = MAX_STACK_DEPTH / 4;
+
+/// A Python frame whose code object's names did not fit the table of names.
+const UNKNOWN: &str = "<python>";
+
+/// CPython in `wasm`, if it is CPython whose layout can be read; a warning where it is
+/// CPython but the Python view is unavailable.
+pub fn detect(
+    file_name: &str,
+    wasm: &[u8],
+    facts: &ModuleFacts<'_>,
+    warnings: &mut Vec<String>,
+) -> Option<Arc<dyn Runtime>> {
+    let unavailable = |why: &str| {
+        format!("{file_name}: CPython, but {why}: samples show its C functions, not Python frames")
+    };
+    if memchr::memmem::find(facts.debug_str, b"_PyRuntime\0").is_none() {
+        // Without DWARF, CPython 3.13 and later say where they are and how they are laid out.
+        return match layout_without_dwarf(wasm) {
+            Some(Ok(layout)) => Some(Arc::new(CPython::new(layout))),
+            Some(Err(why)) => {
+                warnings.push(unavailable(&why));
+                None
+            }
+            None => {
+                if (facts.defines)("_PyEval_EvalFrameDefault") {
+                    warnings.push(unavailable(
+                        "without DWARF debug info or _Py_DebugOffsets (CPython 3.13 and later publish their layout there; build it with -g)",
+                    ));
+                }
+                None
+            }
+        };
+    }
+    match PythonLayout::read(wasm) {
+        Ok(Ok(layout)) => Some(Arc::new(CPython::new(layout))),
+        Ok(Err(why)) => {
+            warnings.push(unavailable(&why));
+            None
+        }
+        Err(e) => {
+            warnings.push(unavailable(&format!("its DWARF is unreadable ({e:#})")));
+            None
+        }
+    }
+}
+
+/// CPython's layout in `wasm` from the `_Py_DebugOffsets` in its data (3.13 and later), where
+/// it has one; why it cannot be read, for one it cannot.
+pub fn layout_without_dwarf(wasm: &[u8]) -> Option<Result<PythonLayout, String>> {
+    debug_offsets::find(wasm).map(|(runtime, offsets)| debug_offsets::layout(runtime, offsets))
+}
+
+impl CPython {
+    pub fn new(layout: PythonLayout) -> Self {
+        CPython {
+            code: PythonCode::new(layout),
+            eval_loop: OnceLock::new(),
+        }
+    }
+
+    /// The names of the code objects its walks met.
+    pub fn code(&self) -> &PythonCode {
+        &self.code
+    }
+}
+
+impl Runtime for CPython {
+    /// Appends the Python stack, at most [`MAX_STACK_DEPTH`] − [`MAX_NATIVE_UNDER_PYTHON`]
+    /// frames, after at most [`MAX_NATIVE_UNDER_PYTHON`] of the sample's own (the innermost).
+    unsafe fn walk(
+        &self,
+        instance: &InstanceView,
+        pcs: &mut [usize],
+        depth: &mut usize,
+        _leaf_at: Option<usize>,
+    ) -> Option<usize> {
+        let at = (*depth).min(MAX_NATIVE_UNDER_PYTHON);
+        // SAFETY: the caller's contract.
+        let memory = unsafe { instance.memory() };
+        let written = self.code.walk(&memory, pcs.get_mut(at..)?);
+        (written > 0).then(|| {
+            *depth = at + written;
+            at
+        })
+    }
+
+    unsafe fn at_guest_thread(
+        &self,
+        instance: &InstanceView,
+        backtrace: &WasmBacktrace,
+        _at: GuestPoint,
+    ) -> Option<(usize, Vec<usize>)> {
+        let mut frames = vec![0; MAX_STACK_DEPTH];
+        // SAFETY: the caller's contract.
+        let written = self.code.walk(&unsafe { instance.memory() }, &mut frames);
+        frames.truncate(written);
+        (written > 0).then(|| (backtrace.frames().len(), frames))
+    }
+
+    /// By default in place of its C frames (the leaf stays when it is not Wasm: a host call,
+    /// the runtime), as py-spy shows Python frames alone; with `--native`, each activation's
+    /// Python frames in place of the eval loop's frame that runs them.
+    fn splice(&self, cx: &mut SpliceContext<'_>, words: &[usize], frames: &mut Vec<RawFrame>) {
+        let module = cx.module;
+        let frame_of = |word: &usize| match PyFrame::unpack(*word) {
+            PyFrame::Code { id, line } => Some(RawFrame::Interpreted {
+                module,
+                code: id.0,
+                line,
+            }),
+            PyFrame::Activation => None,
+        };
+        if !cx.native {
+            let keep = usize::from(!matches!(
+                frames.first(),
+                Some(RawFrame::Wasm { .. }) | None
+            ));
+            frames.truncate(keep);
+            frames.extend(words.iter().filter_map(frame_of));
+            return;
+        }
+        // Innermost first; the walk ends each with its entry's marker.
+        let mut activations: Vec<&[usize]> = words
+            .split(|&word| PyFrame::unpack(word) == PyFrame::Activation)
+            .collect();
+        if activations.last().is_some_and(|a| a.is_empty()) {
+            activations.pop();
+        }
+        let eval = *self
+            .eval_loop
+            .get_or_init(|| layout::eval_loop(cx.wasm).ok().flatten());
+        let is_eval = |f: &RawFrame| {
+            matches!(f, RawFrame::Wasm { module: Some(m), func_index, .. }
+                if *m == module && Some(*func_index) == eval)
+        };
+        // Paired from the outermost: an activation being entered or left has its eval frame
+        // on the Wasm stack but is not in the Python chain.
+        let evals = frames.iter().filter(|f| is_eval(f)).count();
+        let unpaired = activations.len().saturating_sub(evals);
+        let mut pending = activations.into_iter();
+        // Activations no eval frame runs (none found): above the C frames.
+        let mut inner: Vec<RawFrame> = pending
+            .by_ref()
+            .take(unpaired)
+            .flatten()
+            .filter_map(frame_of)
+            .collect();
+        let mut merged = Vec::with_capacity(frames.len() + inner.len());
+        let mut unmatched = evals.saturating_sub(pending.len());
+        for f in frames.drain(..) {
+            if !is_eval(&f) {
+                merged.push(f);
+                continue;
+            }
+            if unmatched > 0 {
+                unmatched -= 1;
+                merged.push(f);
+                continue;
+            }
+            merged.append(&mut inner);
+            merged.extend(pending.next().into_iter().flatten().filter_map(frame_of));
+        }
+        merged.append(&mut inner);
+        *frames = merged;
+    }
+
+    /// Qualified names repeat across files (`<module>`, `main`, `__init__`), and pprof's views
+    /// merge functions by name, so the name says the file too, as py-spy's does
+    /// (`main (app.py)`); the qualified name alone is its system name.
+    fn function(&self, code: u32) -> Option<Function> {
+        Some(match self.code.names().get(CodeId(code)) {
+            Some(name) => {
+                let base = name.filename.rsplit('/').next().unwrap_or_default();
+                Function {
+                    name: format!("{} ({base})", name.qualname),
+                    system_name: name.qualname,
+                    file: name.filename,
+                    start_line: name.first_line,
+                }
+            }
+            None => Function {
+                name: UNKNOWN.to_string(),
+                system_name: String::new(),
+                file: String::new(),
+                start_line: 0,
+            },
+        })
+    }
+
+    fn with_unreadable_dwarf(&self) -> Option<&'static str> {
+        // Its Python frames do not come from its DWARF: only its C frames (before Python
+        // runs, with `--native`) lack their lines.
+        Some("its C functions are named, without file:line (its Python frames come from the interpreter's state)")
+    }
+}
