@@ -371,7 +371,7 @@ impl ProfilingArgs {
             sampler: self.sampler,
             clock: self.clock,
             dwarf: !self.no_dwarf,
-            python_native: self.native,
+            runtime_native: self.native,
             mem_rate: self.mem_profile.as_ref().map(|_| self.mem_rate),
             timeline,
         }

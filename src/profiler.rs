@@ -95,10 +95,11 @@ pub struct ProfilerOptions {
     /// Profile memory too: sample allocations every this many bytes on average (1: every
     /// allocation). Allocations reach the profiler through [`Profiler::install_allocator_hook`].
     pub mem_rate: Option<u64>,
-    /// CPython guests: Python frames interleaved with CPython's C (Wasm) frames, each
-    /// activation of its eval loop replaced by the Python frames it runs, as py-spy's
-    /// `--native`; when false, Python frames alone, as py-spy shows them by default.
-    pub python_native: bool,
+    /// Guests that run an interpreter (CPython): the interpreted frames interleaved with the
+    /// interpreter's own (Wasm) frames, each activation of its eval loop replaced by the
+    /// frames it runs, as py-spy's `--native`; when false, the interpreted frames alone, as
+    /// py-spy shows Python's by default.
+    pub runtime_native: bool,
     /// Keep the samples in time order, for the formats that show a timeline (Firefox
     /// Profiler, speedscope), within a fixed budget ([`crate::record::timeline`]). Without it a CPU
     /// profile has one sample per distinct stack, and memory grows with those alone.
@@ -113,7 +114,7 @@ impl Default for ProfilerOptions {
             clock: Clock::Cpu,
             dwarf: true,
             mem_rate: None,
-            python_native: false,
+            runtime_native: false,
             timeline: true,
         }
     }
@@ -230,7 +231,7 @@ impl Profiler {
             recorder.keep_timeline();
         }
         let pipeline = Arc::new(Pipeline::new(
-            Resolver::new(options.dwarf, options.python_native),
+            Resolver::new(options.dwarf, options.runtime_native),
             recorder,
         ));
         let (sampler, store_contexts): (Box<dyn Sampler>, _) = if use_signals {
@@ -584,10 +585,9 @@ impl ProfilerHandle {
             let samples_at_epochs = lock(&self.sampler).samples_at_epochs();
             self.attach_epoch_callback(store, labels.now(), samples_at_epochs);
         }
-        let published = match &self.store_contexts {
-            Some(contexts) => Some(contexts.publish(store, key, labels.now())?),
-            None => None,
-        };
+        if let Some(contexts) = &self.store_contexts {
+            contexts.publish(store, key, labels.now())?;
+        }
         let memory = self.allocations.as_ref().map(|allocations| {
             let data = StoreData::of(store.data());
             lock(allocations).store_attached(data, key, labels.now());
@@ -597,8 +597,8 @@ impl ProfilerHandle {
                 pipeline: Arc::downgrade(&self.pipeline),
             }
         });
-        // One value the store owns, all withdrawn when it drops.
-        keep_until_dropped(store, (published, labels.clone(), memory));
+        // One value the store owns, withdrawn when it drops.
+        keep_until_dropped(store, (labels.clone(), memory));
         Ok(labels)
     }
 

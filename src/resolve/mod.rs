@@ -129,6 +129,9 @@ pub struct Resolver {
     use_dwarf: bool,
     /// Whether interpreted runtimes' samples show their native frames with their own.
     runtime_native: bool,
+    /// The registered modules of a language runtime, by the runtime's id (as samples name it,
+    /// [`id_of`]).
+    runtimes: FxHashMap<usize, (ModuleId, Arc<dyn Runtime>)>,
     /// Pulley functions' instructions, by the address of their code, once decoded.
     function_ops: FxHashMap<usize, FunctionOps>,
     opcode_names: HashMap<&'static str, Arc<str>>,
@@ -149,6 +152,7 @@ impl Resolver {
             opcode_names: HashMap::new(),
             use_dwarf,
             runtime_native,
+            runtimes: FxHashMap::default(),
         }
     }
 
@@ -249,6 +253,11 @@ impl Resolver {
         symbolizer: ModuleSymbolizer,
         rewritten: Option<Arc<Rewritten>>,
     ) {
+        if let Some(runtime) = symbolizer.runtime() {
+            let module = self.next_module();
+            self.runtimes
+                .insert(id_of(runtime), (module, runtime.clone()));
+        }
         self.modules.push(RegisteredModule {
             compiled,
             start,
@@ -394,11 +403,7 @@ impl Resolver {
     /// Has the runtime that read `splice` put it into `frames`, the sample's resolved native
     /// frames, leaf first.
     fn splice(&mut self, splice: Splice<'_>, frames: &mut Vec<RawFrame>) {
-        let found = self.modules.iter_ids().find_map(|(id, m)| {
-            let runtime = m.symbolizer.runtime()?;
-            (id_of(runtime) == splice.runtime).then(|| (id, runtime.clone()))
-        });
-        let Some((module, runtime)) = found else {
+        let Some((module, runtime)) = self.runtimes.get(&splice.runtime).cloned() else {
             return;
         };
         let wasm = self.modules[module].symbolizer.shared_wasm();

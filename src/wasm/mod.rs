@@ -1,10 +1,12 @@
 //! What a Wasm binary says, read with `wasmparser`, for the stages that need it (the allocator
 //! rewrite before the run, the resolver after): a component's core modules and the WIT
 //! functions their imports lower ([`component`]), the demangling of the names in them
-//! ([`demangle`]), and where a C program keeps its own data, from its DWARF
+//! ([`demangle`]), where data segments put their bytes ([`data`]), and where a C program keeps
+//! its own data, from its DWARF
 //! ([`dwarf_layout`]): CPython's, to read its Python stack ([`crate::runtimes::cpython`]).
 
 pub mod component;
+pub mod data;
 pub mod demangle;
 pub mod dwarf_layout;
 

@@ -16,8 +16,9 @@
 //! holds the store context's address.
 //!
 //! Invariants the handler relies on:
-//! - a context is published only while its store's memory is alive: a [`Publication`] owned by
-//!   the store ([`keep_until_dropped`]) withdraws it and waits for running handlers to finish;
+//! - a context is published only while its store's memory is alive: the publication, which
+//!   [`StoreContexts::publish`] gives the store to own ([`keep_until_dropped`]), withdraws it
+//!   and waits for running handlers to finish;
 //! - [`for_each`] is async-signal-safe: atomic loads over a fixed table, bounded by [`SLOTS`];
 //!   a slot's key and thread are written before its context, so a context read comes with
 //!   them.
@@ -39,7 +40,7 @@ use super::pulley_layout::{find_executor, ExecutorAt, VmLayout};
 use super::pulley_stack;
 use super::slot_table::{self, Payload, SlotTable};
 use crate::capture::vmctx::{context_of_instance, vmctx_of};
-use crate::capture::{LabelsNow, StoreKey};
+use crate::capture::{keep_until_dropped, LabelsNow, StoreKey};
 use crate::sync::lock;
 
 /// How many stores can be watched at once: as many instances as Wasmtime's pooling allocator
@@ -173,7 +174,7 @@ struct PulleyStores {
 }
 
 /// Keeps a store's context published while it lives in the store.
-pub struct Publication {
+struct Publication {
     _slot: slot_table::Publication,
     /// Read through the slot until the publication is withdrawn (dropped after it).
     _labels: Arc<LabelsNow>,
@@ -194,15 +195,15 @@ impl StoreContexts {
         Ok(StoreContexts { probe, pulley })
     }
 
-    /// Publishes `store`'s context, its `key` and its `labels`, for the handler. Adds the
-    /// probe's instance to the store. The publication lasts as long as the value returned,
-    /// which the store must own ([`keep_until_dropped`]) or outlive.
+    /// Publishes `store`'s context, its `key` and its `labels`, for the handler, until the
+    /// store is dropped (the store owns the publication: [`keep_until_dropped`]). Adds the
+    /// probe's instance to the store.
     pub fn publish<T: 'static>(
         &self,
         store: &mut Store<T>,
         key: StoreKey,
         labels: Arc<LabelsNow>,
-    ) -> Result<Publication> {
+    ) -> Result<()> {
         let context = self.find(store)?;
         let pulley = match &self.pulley {
             Some(pulley) => {
@@ -229,10 +230,14 @@ impl StoreContexts {
                 slot.vm_in_state.store(vm_in_state, Ordering::Relaxed);
             })
             .with_context(|| format!("more than {SLOTS} stores are attached at once"))?;
-        Ok(Publication {
-            _slot: slot,
-            _labels: labels,
-        })
+        keep_until_dropped(
+            store,
+            Publication {
+                _slot: slot,
+                _labels: labels,
+            },
+        );
+        Ok(())
     }
 
     /// The address of `store`'s `VMStoreContext`.
@@ -266,7 +271,7 @@ mod tests {
     use wasmtime::Func;
 
     use super::*;
-    use crate::capture::{keep_until_dropped, LabelsKey};
+    use crate::capture::LabelsKey;
 
     /// # Safety
     /// `addr` must be valid for reads of a `T`, and aligned for it.
@@ -276,10 +281,9 @@ mod tests {
     }
 
     fn publish<T: 'static>(contexts: &StoreContexts, store: &mut Store<T>) {
-        let publication = contexts
+        contexts
             .publish(store, StoreKey::unique(), Arc::default())
             .unwrap();
-        keep_until_dropped(store, publication);
     }
 
     fn published() -> Vec<usize> {
@@ -340,8 +344,7 @@ mod tests {
         let contexts = StoreContexts::new(&engine).unwrap();
         let mut store = Store::new(&engine, ());
         let (key, labels) = (StoreKey::unique(), Arc::new(LabelsNow::default()));
-        let publication = contexts.publish(&mut store, key, labels.clone()).unwrap();
-        keep_until_dropped(&mut store, publication);
+        contexts.publish(&mut store, key, labels.clone()).unwrap();
         assert_eq!(labels_of(key.0), 0);
         let (first, second) = (LabelsKey::unique(), LabelsKey::unique());
         labels.set(Some(first));

@@ -9,20 +9,25 @@
 //! Which members each group lists grows from version to version; the one thing that differs
 //! between versions here is [`members`], the header's list for each.
 
-use wasmparser::{DataKind, Operator, Parser, Payload};
+use wasmparser::{Parser, Payload};
 
 use super::layout::{CodeType, EntryMark, FrameChain, PythonLayout};
+use crate::wasm::data::constant_address;
 
 const COOKIE: &[u8; 8] = b"xdebugpy";
 
-/// A group of `_Py_DebugOffsets`: a structure's name and its members after `size`.
+/// A group of `_Py_DebugOffsets`: a structure's name and its members, as the header lists
+/// them (`size` first, except in `err_stackitem`).
 type Group = (&'static str, &'static [&'static str]);
 
 /// The groups of `_Py_DebugOffsets` after the cookie, the version and `free_threaded`, in
 /// order, in the header of CPython 3.`minor`, up to the last one read here; `None` for a
 /// version this reader does not know. Groups that did not change are shared.
 fn groups(minor: u64) -> Option<&'static [Group]> {
-    const RUNTIME: Group = ("runtime_state", &["finalizing", "interpreters_head"]);
+    const RUNTIME: Group = (
+        "runtime_state",
+        &["size", "finalizing", "interpreters_head"],
+    );
     const GIL: [&str; 8] = [
         "imports_modules",
         "sysdict",
@@ -36,6 +41,7 @@ fn groups(minor: u64) -> Option<&'static [Group]> {
     const INTERPRETER_313: Group = (
         "interpreter_state",
         &[
+            "size",
             "id",
             "next",
             "threads_head",
@@ -53,6 +59,7 @@ fn groups(minor: u64) -> Option<&'static [Group]> {
     const INTERPRETER_314: Group = (
         "interpreter_state",
         &[
+            "size",
             "id",
             "next",
             "threads_head",
@@ -73,6 +80,7 @@ fn groups(minor: u64) -> Option<&'static [Group]> {
     const THREAD_313: Group = (
         "thread_state",
         &[
+            "size",
             "prev",
             "next",
             "interp",
@@ -86,6 +94,7 @@ fn groups(minor: u64) -> Option<&'static [Group]> {
     const THREAD_315: Group = (
         "thread_state",
         &[
+            "size",
             "prev",
             "next",
             "interp",
@@ -103,23 +112,30 @@ fn groups(minor: u64) -> Option<&'static [Group]> {
             "exc_state",
         ],
     );
-    const FRAME_313: Group = (
-        "interpreter_frame",
-        &["previous", "executable", "instr_ptr", "localsplus", "owner"],
-    );
+    const FRAME: [&str; 6] = [
+        "size",
+        "previous",
+        "executable",
+        "instr_ptr",
+        "localsplus",
+        "owner",
+    ];
+    const FRAME_313: Group = ("interpreter_frame", &FRAME);
     const FRAME_314: Group = (
         "interpreter_frame",
         &[
-            "previous",
-            "executable",
-            "instr_ptr",
-            "localsplus",
-            "owner",
+            FRAME[0],
+            FRAME[1],
+            FRAME[2],
+            FRAME[3],
+            FRAME[4],
+            FRAME[5],
             "stackpointer",
             "tlbc_index",
         ],
     );
-    const CODE: [&str; 9] = [
+    const CODE: [&str; 10] = [
+        "size",
         "filename",
         "name",
         "qualname",
@@ -135,14 +151,15 @@ fn groups(minor: u64) -> Option<&'static [Group]> {
         "code_object",
         &[
             CODE[0], CODE[1], CODE[2], CODE[3], CODE[4], CODE[5], CODE[6], CODE[7], CODE[8],
-            "co_tlbc",
+            CODE[9], "co_tlbc",
         ],
     );
-    const OBJECT: Group = ("pyobject", &["ob_type"]);
-    const TYPE_313: Group = ("type_object", &["tp_name", "tp_repr", "tp_flags"]);
+    const OBJECT: Group = ("pyobject", &["size", "ob_type"]);
+    const TYPE_313: Group = ("type_object", &["size", "tp_name", "tp_repr", "tp_flags"]);
     const TYPE_315: Group = (
         "type_object",
         &[
+            "size",
             "tp_name",
             "tp_repr",
             "tp_flags",
@@ -150,17 +167,21 @@ fn groups(minor: u64) -> Option<&'static [Group]> {
             "tp_dictoffset",
         ],
     );
-    const TUPLE: Group = ("tuple_object", &["ob_item", "ob_size"]);
-    const LIST: Group = ("list_object", &["ob_item", "ob_size"]);
-    const SET: Group = ("set_object", &["used", "table", "mask"]);
-    const DICT: Group = ("dict_object", &["ma_keys", "ma_values"]);
-    const FLOAT: Group = ("float_object", &["ob_fval"]);
-    const LONG: Group = ("long_object", &["lv_tag", "ob_digit"]);
-    const BYTES: Group = ("bytes_object", &["ob_size", "ob_sval"]);
-    const UNICODE: Group = ("unicode_object", &["state", "length", "asciiobject_size"]);
+    const TUPLE: Group = ("tuple_object", &["size", "ob_item", "ob_size"]);
+    const LIST: Group = ("list_object", &["size", "ob_item", "ob_size"]);
+    const SET: Group = ("set_object", &["size", "used", "table", "mask"]);
+    const DICT: Group = ("dict_object", &["size", "ma_keys", "ma_values"]);
+    const FLOAT: Group = ("float_object", &["size", "ob_fval"]);
+    const LONG: Group = ("long_object", &["size", "lv_tag", "ob_digit"]);
+    const BYTES: Group = ("bytes_object", &["size", "ob_size", "ob_sval"]);
+    const UNICODE: Group = (
+        "unicode_object",
+        &["size", "state", "length", "asciiobject_size"],
+    );
     const UNICODE_315: Group = (
         "unicode_object",
         &[
+            "size",
             "state",
             "length",
             "asciiobject_size",
@@ -210,7 +231,7 @@ fn groups(minor: u64) -> Option<&'static [Group]> {
             CODE_314,
             OBJECT,
             TYPE_315,
-            ("heap_type_object", &["ht_cached_keys"]),
+            ("heap_type_object", &["size", "ht_cached_keys"]),
             TUPLE,
             LIST,
             SET,
@@ -224,16 +245,11 @@ fn groups(minor: u64) -> Option<&'static [Group]> {
     })
 }
 
-/// Where `group.member` is in `_Py_DebugOffsets` laid out as `groups` say: each group its
-/// `size`, then its members, each a u64.
+/// Where `group.member` is in `_Py_DebugOffsets` laid out as `groups` say: the cookie, the
+/// version and `free_threaded`, then each group's members, a u64 each.
 fn position(groups: &[Group], group: &str, member: &str) -> Option<usize> {
-    // The cookie, the version, `free_threaded`.
     let mut at = 24;
     for &(name, members) in groups {
-        // The group's `size` (`err_stackitem`, 3.15, has none), else one of its members.
-        if name != "err_stackitem" {
-            at += 8;
-        }
         match members.iter().position(|m| *m == member) {
             Some(i) if name == group => return Some(at + 8 * i),
             _ => at += 8 * members.len(),
@@ -251,21 +267,13 @@ pub fn find(wasm: &[u8]) -> Option<(u32, &[u8])> {
             continue;
         };
         for data in reader.into_iter().flatten() {
-            let DataKind::Active {
-                memory_index: 0,
-                offset_expr,
-            } = data.kind
-            else {
+            let Some(start) = constant_address(&data) else {
                 continue;
             };
             let Some(at) = memchr::memmem::find(data.data, COOKIE) else {
                 continue;
             };
-            let mut ops = offset_expr.get_operators_reader();
-            let Ok(Operator::I32Const { value }) = ops.read() else {
-                continue;
-            };
-            let address = (value as u32).checked_add(u32::try_from(at).ok()?)?;
+            let address = start.checked_add(u32::try_from(at).ok()?)?;
             return Some((address, &data.data[at..]));
         }
     }

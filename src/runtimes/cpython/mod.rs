@@ -16,7 +16,8 @@ use crate::capture::MAX_STACK_DEPTH;
 use crate::profile::Function;
 use crate::resolve::RawFrame;
 use layout::PythonLayout;
-pub use walk::{CodeId, CodeName, PyFrame, PythonCode, CODE_SLOTS, MAX_LINE_TABLE, MAX_STEPS};
+pub use walk::MAX_STEPS;
+use walk::{CodeId, PyFrame, PythonCode};
 
 /// A CPython module.
 pub struct CPython {
@@ -85,11 +86,6 @@ impl CPython {
             code: PythonCode::new(layout),
             eval_loop: OnceLock::new(),
         }
-    }
-
-    /// The names of the code objects its walks met.
-    pub fn code(&self) -> &PythonCode {
-        &self.code
     }
 }
 

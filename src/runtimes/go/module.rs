@@ -12,13 +12,12 @@
 
 use std::sync::OnceLock;
 
-use wasmparser::{
-    DataKind, FunctionBody, KnownCustom, Operator, Parser, Payload, TypeRef, ValType,
-};
+use wasmparser::{FunctionBody, KnownCustom, Parser, Payload, TypeRef, ValType};
 
 use super::body::BodyMap;
 use super::pclntab::{Func, Pclntab, FLAG_TOP_FRAME};
 use crate::runtimes::NamedFrame;
+use crate::wasm::data::constant_address;
 
 /// A Go function as its symbol table describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -222,19 +221,9 @@ impl<'a> Module<'a> {
                 Payload::DataSection(reader) => {
                     for data in reader {
                         let data = data.ok()?;
-                        let DataKind::Active {
-                            memory_index: 0,
-                            offset_expr,
-                        } = data.kind
-                        else {
-                            continue;
-                        };
-                        let Ok(Operator::I32Const { value }) =
-                            offset_expr.get_operators_reader().read()
-                        else {
-                            continue;
-                        };
-                        module.segments.push((value as u32 as usize, data.data));
+                        if let Some(address) = constant_address(&data) {
+                            module.segments.push((address as usize, data.data));
+                        }
                     }
                 }
                 _ => {}
