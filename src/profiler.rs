@@ -52,6 +52,7 @@ use crate::pipeline::Pipeline;
 use crate::profile::{Labels, Profile};
 use crate::record::{KindCounts, Mark, Recorder};
 use crate::resolve::{ListedFunction, ModuleId, Resolver};
+use crate::runtimes::in_component::{ProbedMemory, PROBE};
 use crate::runtimes::{GuestPoint, InstanceView, Runtime, RuntimeInstance};
 use crate::store_labels::{SampleLabels, StoreLabels};
 use crate::sync::lock;
@@ -159,9 +160,15 @@ pub struct ProfilerHandle {
     /// The texts of the registered modules of a language runtime (Go, CPython), whose
     /// instances [`ProfilerHandle::attach_instance`] shows the samplers, with their runtime.
     runtimes: Arc<Mutex<Vec<RuntimeText>>>,
-    /// With the epoch sampler: per attached store, the runtime instance whose stack its epoch
-    /// callback reads, once shown.
-    epoch_readers: Arc<Mutex<FxHashMap<StoreData, Arc<ReaderSlot>>>>,
+    /// The attached stores, by the address of their data, while they live.
+    stores: Arc<Mutex<FxHashMap<StoreData, AttachedStore>>>,
+}
+
+/// What the profiler keeps of an attached store.
+struct AttachedStore {
+    key: StoreKey,
+    /// The runtime instance whose stack its epoch callback reads, once shown.
+    runtime: Arc<ReaderSlot>,
 }
 
 /// A runtime's module's text, with the runtime.
@@ -170,16 +177,16 @@ type RuntimeText = (Range<usize>, Arc<dyn Runtime>);
 /// A store's runtime instance, once shown to the profiler.
 type ReaderSlot = OnceLock<RuntimeInstance>;
 
-/// Takes a store's [`ReaderSlot`] out of the profiler's map as the store drops.
-struct EpochReaderOfStore {
+/// Takes a store out of the profiler's map of attached stores as it drops.
+struct StoreAttached {
     data: StoreData,
-    slots: Weak<Mutex<FxHashMap<StoreData, Arc<ReaderSlot>>>>,
+    stores: Weak<Mutex<FxHashMap<StoreData, AttachedStore>>>,
 }
 
-impl Drop for EpochReaderOfStore {
+impl Drop for StoreAttached {
     fn drop(&mut self) {
-        if let Some(slots) = self.slots.upgrade() {
-            lock(&slots).remove(&self.data);
+        if let Some(stores) = self.stores.upgrade() {
+            lock(&stores).remove(&self.data);
         }
     }
 }
@@ -255,7 +262,7 @@ impl Profiler {
                 warnings: Arc::default(),
                 allocations,
                 runtimes: Arc::default(),
-                epoch_readers: Arc::default(),
+                stores: Arc::default(),
             },
         })
     }
@@ -410,6 +417,37 @@ impl Profiler {
         )
     }
 
+    /// Defines in `linker` the host function through which a component probed by
+    /// [`probe_runtimes`](crate::runtimes::in_component::probe_runtimes) shows the instances of language runtimes inside it (its import
+    /// [`PROBE`]), as [`ProfilerHandle::attach_instance`] shows a module's: `component`,
+    /// registered before, is the one compiled from the probed bytes. Each instance is shown as
+    /// the component is instantiated, in a store attached before.
+    pub fn define_runtime_probe<T: 'static>(
+        &self,
+        linker: &mut wasmtime::component::Linker<T>,
+        component: &wasmtime::component::Component,
+    ) -> wasmtime::Result<()> {
+        let handle = self.handle.clone();
+        let text = component.text().as_ptr_range();
+        let text = text.start as usize..text.end as usize;
+        linker.root().func_wrap(
+            PROBE,
+            move |store: wasmtime::StoreContextMut<'_, T>, (memory,): (ProbedMemory,)| {
+                let runtime = handle.resolver().runtime_in_component(&text, memory.module);
+                let Some(runtime) = runtime else {
+                    return Ok(());
+                };
+                // SAFETY: Wasmtime's definition of a memory of the calling instance, in
+                // `store`, as long as which the runtime instance is kept (by the store).
+                let shown = unsafe {
+                    RuntimeInstance::in_component(runtime, memory.definition)
+                        .and_then(|runtime| handle.show_runtime(store, runtime))
+                };
+                shown.map_err(wasmtime::Error::from_anyhow)
+            },
+        )
+    }
+
     /// Starts sampling; the profile's time counts from here.
     pub fn start(&mut self) -> Result<()> {
         self.handle.pipeline.recorder().start();
@@ -511,18 +549,22 @@ fn new_signal_sampler(_: &ProfilerOptions, _: Arc<dyn Sink>) -> Box<dyn Sampler>
 ))]
 use crate::capture::signal::{runtime_instances, store_contexts::StoreContexts};
 
-/// Shows the signal handler a runtime instance of `store`, until the store is dropped.
+/// Shows the signal handler a runtime instance of `store`, whose key is `key`, until the
+/// store is dropped.
+///
+/// # Safety
+/// As [`runtime_instances::publish`].
 #[cfg(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
-fn publish_runtime<T: 'static>(
+unsafe fn publish_runtime<T: 'static>(
     store: impl AsContextMut<Data = T>,
+    key: StoreKey,
     runtime: RuntimeInstance,
 ) -> Result<()> {
-    // SAFETY: a runtime instance is made for an instance of its runtime's module, here in
-    // `store`.
-    unsafe { runtime_instances::publish(store, runtime.runtime().clone(), *runtime.view()) }
+    // SAFETY: the caller's contract.
+    unsafe { runtime_instances::publish(store, key, runtime) }
 }
 
 /// No signal sampler: no instance is published (`attach_instance` returns before).
@@ -530,7 +572,11 @@ fn publish_runtime<T: 'static>(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 )))]
-fn publish_runtime<T: 'static>(_: impl AsContextMut<Data = T>, _: RuntimeInstance) -> Result<()> {
+unsafe fn publish_runtime<T: 'static>(
+    _: impl AsContextMut<Data = T>,
+    _: StoreKey,
+    _: RuntimeInstance,
+) -> Result<()> {
     unreachable!("SIGNALS_AVAILABLE is false on this platform")
 }
 
@@ -581,15 +627,23 @@ impl ProfilerHandle {
         let key = StoreKey::unique();
         let labels = StoreLabels::new(self.labels(labels));
         self.sample_this_thread()?;
+        let data = StoreData::of(store.data());
+        let runtime = Arc::new(ReaderSlot::new());
+        let attached = AttachedStore {
+            key,
+            runtime: runtime.clone(),
+        };
+        lock(&self.stores).insert(data, attached);
+        let stores = Arc::downgrade(&self.stores);
+        keep_until_dropped(&mut *store, StoreAttached { data, stores });
         if self.engine.get_epoch_interruption() {
             let samples_at_epochs = lock(&self.sampler).samples_at_epochs();
-            self.attach_epoch_callback(store, labels.now(), samples_at_epochs);
+            self.attach_epoch_callback(store, labels.now(), samples_at_epochs.then_some(runtime));
         }
         if let Some(contexts) = &self.store_contexts {
             contexts.publish(store, key, labels.now())?;
         }
         let memory = self.allocations.as_ref().map(|allocations| {
-            let data = StoreData::of(store.data());
             lock(allocations).store_attached(data, key, labels.now());
             MemoryOfStore {
                 data,
@@ -701,14 +755,34 @@ impl ProfilerHandle {
             None => None,
         };
         self.install_hook(&mut store, instance, runtime.clone())?;
-        if let Some(runtime) = &runtime {
-            let data = StoreData::of(store.as_context().data());
-            if let Some(slot) = lock(&self.epoch_readers).get(&data) {
-                let _ = slot.set(runtime.clone());
-            }
+        match runtime {
+            // SAFETY: an instance in `store`.
+            Some(runtime) => unsafe { self.show_runtime(store, runtime) },
+            None => Ok(()),
         }
-        if let (Some(runtime), true) = (runtime, self.store_contexts.is_some()) {
-            publish_runtime(store, runtime)?;
+    }
+
+    /// Shows the samplers `runtime`'s instance, whose stack they then read: the store's epoch
+    /// callback, and the signal handler. Nothing for a store not attached.
+    ///
+    /// # Safety
+    /// `runtime` must be of an instance in `store`.
+    unsafe fn show_runtime<T: 'static>(
+        &self,
+        store: impl AsContextMut<Data = T>,
+        runtime: RuntimeInstance,
+    ) -> Result<()> {
+        let data = StoreData::of(store.as_context().data());
+        let key = match lock(&self.stores).get(&data) {
+            Some(attached) => {
+                let _ = attached.runtime.set(runtime.clone());
+                attached.key
+            }
+            None => return Ok(()),
+        };
+        if self.store_contexts.is_some() {
+            // SAFETY: the caller's contract; `key` is the store's.
+            unsafe { publish_runtime(store, key, runtime)? };
         }
         Ok(())
     }
@@ -729,24 +803,17 @@ impl ProfilerHandle {
         Ok(())
     }
 
-    /// Samples at epoch deadlines (the epoch sampler), and stops the guest there once
-    /// interrupted.
+    /// Samples at epoch deadlines where `samples` (the epoch sampler; the store's runtime
+    /// instance once shown), and stops the guest there once interrupted.
     fn attach_epoch_callback<T: 'static>(
         &self,
         store: &mut Store<T>,
         labels: Arc<LabelsNow>,
-        samples_at_epochs: bool,
+        samples: Option<Arc<ReaderSlot>>,
     ) {
         let pipeline = self.pipeline.clone();
         let interrupt = self.interrupt.clone();
         let yields = self.yields.clone();
-        let reader = Arc::new(ReaderSlot::new());
-        if samples_at_epochs {
-            let data = StoreData::of(store.data());
-            lock(&self.epoch_readers).insert(data, reader.clone());
-            let slots = Arc::downgrade(&self.epoch_readers);
-            keep_until_dropped(&mut *store, EpochReaderOfStore { data, slots });
-        }
         let mut last_thread = epoch::current_thread();
         let mut last_cpu = thread_cpu_ns();
         let mut last_wall = monotonic_ns();
@@ -755,7 +822,7 @@ impl ProfilerHandle {
             if interrupt.load(Ordering::Relaxed) {
                 return Err(Interrupted.into());
             }
-            if samples_at_epochs {
+            if let Some(runtime) = &samples {
                 let (thread, cpu, wall) =
                     (epoch::current_thread(), thread_cpu_ns(), monotonic_ns());
                 let wall_ns = wall.saturating_sub(last_wall);
@@ -773,7 +840,7 @@ impl ProfilerHandle {
                     thread,
                     time_ns: wall,
                 };
-                epoch::take_sample(&ctx, reader.get(), taken, pipeline.as_ref(), values);
+                epoch::take_sample(&ctx, runtime.get(), taken, pipeline.as_ref(), values);
             }
             Ok(match yields.load(Ordering::Relaxed) {
                 true => UpdateDeadline::Yield(1),

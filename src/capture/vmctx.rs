@@ -125,12 +125,12 @@ pub struct LinearMemory {
 
 impl LinearMemory {
     /// # Safety
-    /// `vmctx` must be a live instance's `VMContext`, holding at `offset` the pointer to its
-    /// memory's definition.
-    pub(crate) unsafe fn of(vmctx: usize, offset: u32) -> Self {
-        // SAFETY: the caller's contract; the definition lives as long as the instance.
+    /// `anchor` must hold at `offset` the pointer to a live memory's definition (a live
+    /// instance's `VMContext` does).
+    pub(crate) unsafe fn of(anchor: usize, offset: u32) -> Self {
+        // SAFETY: the caller's contract; the definition lives as long as the memory.
         unsafe {
-            let definition = read::<usize>(vmctx + offset as usize);
+            let definition = read::<usize>(anchor + offset as usize);
             let layout = HostPtr.vm_memory_definition();
             LinearMemory {
                 base: read::<usize>(definition + usize::from(layout.base())),

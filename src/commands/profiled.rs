@@ -1,6 +1,6 @@
 //! What `record` and `serve` set up before the guest runs: an engine configured by
-//! Wasmtime's options and then for the profiler's, the profiler, and the allocator rewrite
-//! when memory is profiled.
+//! Wasmtime's options and then for the profiler's, the profiler, and the program as compiled
+//! (its allocators rewritten when memory is profiled, a component's runtimes probed).
 
 use anyhow::Result;
 use wasmspy::capture::SamplerKind;
@@ -10,14 +10,14 @@ use wasmtime_cli_flags::CommonOptions;
 
 use crate::cli::{GuestArgs, ProfilingArgs};
 use crate::commands::outputs::{Counts, Outputs};
-use crate::commands::rewrite::Rewrite;
+use crate::commands::rewrite::Instrumented;
 
 pub struct Profiled {
     pub engine: Engine,
     pub profiler: Profiler,
     /// What `--verbose` prints.
     pub counts: Option<Counts>,
-    pub rewritten: Rewrite,
+    pub rewritten: Instrumented,
 }
 
 impl Profiled {
@@ -50,10 +50,7 @@ impl Profiled {
         let engine = Engine::new(&config)?;
         let profiler = Profiler::new(&engine, options.clone())?;
         let counts = args.verbose.then(|| Counts::of(&profiler, &options));
-        let rewritten = match &outputs.memory {
-            Some(_) => Rewrite::of(wasm, name)?,
-            None => Rewrite::None,
-        };
+        let rewritten = Instrumented::of(wasm, name, outputs.memory.is_some())?;
         Ok(Profiled {
             engine,
             profiler,

@@ -62,7 +62,7 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
         .with_context(|| format!("cannot compile `{}`", args.module.display()))?;
     let compile_time = compile_start.elapsed();
 
-    match (&program, &rewritten) {
+    match (&program, &rewritten.allocators) {
         (Program::Module(module), Rewrite::Module(r)) => {
             profiler.add_rewritten_module(&name, module, wasm.clone(), r.clone())?
         }
@@ -114,9 +114,12 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
                 .map_err(wasmtime::Error::from_anyhow)
         }),
         Program::Component(component) => {
-            wasi_host::run_component_with(&mut store, component, |linker| match rewritten {
-                Rewrite::Component(_) => profiler.define_component_allocator_hook(linker),
-                _ => Ok(()),
+            wasi_host::run_component_with(&mut store, component, |linker| {
+                profiler.define_runtime_probe(linker, component)?;
+                match rewritten.allocators {
+                    Rewrite::Component(_) => profiler.define_component_allocator_hook(linker),
+                    _ => Ok(()),
+                }
             })
         }
     };

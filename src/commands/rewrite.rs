@@ -1,10 +1,43 @@
-//! The allocator rewrite of the program a command runs, when a memory profile is asked for.
+//! What a command compiles of the program it runs: its allocators rewritten when a memory
+//! profile is asked for, a component's language runtimes probed.
 
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use wasmspy::memory::component::{rewrite_component, RewrittenComponent};
 use wasmspy::memory::rewrite::{rewrite, Rewritten};
+use wasmspy::runtimes::in_component::probe_runtimes;
+
+/// The program as compiled.
+pub struct Instrumented {
+    pub allocators: Rewrite,
+    /// A component with language runtimes inside, probed (after the allocator rewrite).
+    probed: Option<Vec<u8>>,
+}
+
+impl Instrumented {
+    /// `wasm`, the program named `name`, its allocators rewritten if `memory`.
+    pub fn of(wasm: &[u8], name: &str, memory: bool) -> Result<Self> {
+        let allocators = match memory {
+            true => Rewrite::of(wasm, name)?,
+            false => Rewrite::None,
+        };
+        let probed = match wasmparser::Parser::is_component(wasm) {
+            true => probe_runtimes(allocators.code(wasm))
+                .with_context(|| format!("cannot show the language runtimes inside `{name}`"))?,
+            false => None,
+        };
+        Ok(Instrumented { allocators, probed })
+    }
+
+    /// What to compile: the instrumented program, or `original` when it is not.
+    pub fn code<'a>(&'a self, original: &'a [u8]) -> &'a [u8] {
+        match &self.probed {
+            Some(probed) => probed,
+            None => self.allocators.code(original),
+        }
+    }
+}
 
 pub enum Rewrite {
     Module(Arc<Rewritten>),

@@ -71,7 +71,7 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
     else {
         unreachable!("checked to be a component")
     };
-    match &rewritten {
+    match &rewritten.allocators {
         Rewrite::Component(r) => {
             profiler.add_rewritten_component(&name, &component, wasm.clone(), r)?
         }
@@ -83,15 +83,13 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
     // As `wasmtime serve`: the proxy world's interfaces unless `-S cli` asks for all of WASI.
     let wasi = args.guest.wasi_config(argv.clone())?;
     let headers = RequestHeaders::parse(&args.headers)?;
-    let proxy = Proxy::new(
-        &component,
-        wasi,
-        !args.no_logging_prefix,
-        |linker| match rewritten {
+    let proxy = Proxy::new(&component, wasi, !args.no_logging_prefix, |linker| {
+        profiler.define_runtime_probe(linker, &component)?;
+        match rewritten.allocators {
             Rewrite::Component(_) => profiler.define_component_allocator_hook(linker),
             _ => Ok(()),
-        },
-    )
+        }
+    })
     .with_context(|| format!("cannot serve `{name}`"))?;
 
     let reuse = Reuse::new(

@@ -131,10 +131,19 @@ pub struct Resolver {
     runtime_native: bool,
     /// The registered modules of a language runtime, by the runtime's id (as samples name it,
     /// [`id_of`]).
-    runtimes: FxHashMap<usize, (ModuleId, Arc<dyn Runtime>)>,
+    runtimes: FxHashMap<usize, RegisteredRuntime>,
     /// Pulley functions' instructions, by the address of their code, once decoded.
     function_ops: FxHashMap<usize, FunctionOps>,
     opcode_names: HashMap<&'static str, Arc<str>>,
+}
+
+/// A language runtime, in the registered module it is detected in.
+#[derive(Clone)]
+struct RegisteredRuntime {
+    module: ModuleId,
+    runtime: Arc<dyn Runtime>,
+    /// The modules its code may be in, its own first (see [`SpliceContext::code`]).
+    code: Arc<[(ModuleId, ModuleBytes)]>,
 }
 
 impl Resolver {
@@ -186,6 +195,23 @@ impl Resolver {
         self.modules[module].symbolizer.runtime().cloned()
     }
 
+    /// The runtime of core module `index` of the registered component whose code is `text`.
+    pub fn runtime_in_component(
+        &self,
+        text: &Range<usize>,
+        index: u32,
+    ) -> Option<Arc<dyn Runtime>> {
+        self.modules
+            .iter()
+            .find(|m| {
+                matches!(&m.compiled, Compiled::InComponent { text: t, index: i }
+                    if t == text && *i == index)
+            })?
+            .symbolizer
+            .runtime()
+            .cloned()
+    }
+
     /// The function of an interpreted frame (see [`RawFrame::Interpreted`]).
     pub fn interpreted_function(&self, module: ModuleId, code: u32) -> Option<Function> {
         self.modules[module].symbolizer.runtime()?.function(code)
@@ -210,6 +236,7 @@ impl Resolver {
             None => Vec::new(),
         };
         let mut owners = Vec::new();
+        let mut registered = Vec::new();
         for (index, core) in core_modules(&wasm)?.into_iter().enumerate() {
             let module_name = match &core.name {
                 Some(name) => name.clone(),
@@ -231,15 +258,37 @@ impl Resolver {
                 .get(index)
                 .map_or(core.range.start, |c| c.range.start) as u32;
             let rewrite = rewritten.and_then(|r| r.modules.get(index).cloned().flatten());
+            // Registered in this order, after the whole component is read.
             owners.push(CodeOwner {
-                module: self.next_module(),
+                module: ModuleId::from_index(self.modules.len() + index),
                 start,
             });
             let compiled_as = Compiled::InComponent {
                 text: text.clone(),
                 index: index as u32,
             };
+            registered.push((name, compiled_as, start, symbolizer, rewrite));
+        }
+        if registered.iter().any(|(.., s, _)| s.runtime().is_some()) {
+            for (.., symbolizer, _) in &mut registered {
+                symbolizer.runtime_shown_elsewhere();
+            }
+        }
+        let first = self.modules.len();
+        for (name, compiled_as, start, symbolizer, rewrite) in registered {
             self.register(&name, compiled_as, start, symbolizer, rewrite);
+        }
+        // A runtime's code may be in any module of the component.
+        let modules = &self.modules;
+        let ids = (first..modules.len()).map(ModuleId::from_index);
+        for registered in self.runtimes.values_mut() {
+            if registered.module.index() >= first {
+                let own = registered.code[0].clone();
+                let own_id = own.0;
+                let others = ids.clone().filter(|&m| m != own_id);
+                let others = others.map(|m| (m, modules[m].symbolizer.shared_wasm()));
+                registered.code = std::iter::once(own).chain(others).collect();
+            }
         }
         self.code_map.add_component(component, owners);
         Ok(())
@@ -255,8 +304,12 @@ impl Resolver {
     ) {
         if let Some(runtime) = symbolizer.runtime() {
             let module = self.next_module();
-            self.runtimes
-                .insert(id_of(runtime), (module, runtime.clone()));
+            let registered = RegisteredRuntime {
+                module,
+                runtime: runtime.clone(),
+                code: Arc::new([(module, symbolizer.shared_wasm())]),
+            };
+            self.runtimes.insert(id_of(runtime), registered);
         }
         self.modules.push(RegisteredModule {
             compiled,
@@ -403,15 +456,19 @@ impl Resolver {
     /// Has the runtime that read `splice` put it into `frames`, the sample's resolved native
     /// frames, leaf first.
     fn splice(&mut self, splice: Splice<'_>, frames: &mut Vec<RawFrame>) {
-        let Some((module, runtime)) = self.runtimes.get(&splice.runtime).cloned() else {
+        let Some(RegisteredRuntime {
+            module,
+            runtime,
+            code,
+        }) = self.runtimes.get(&splice.runtime).cloned()
+        else {
             return;
         };
-        let wasm = self.modules[module].symbolizer.shared_wasm();
         let native = self.runtime_native;
         let mut native_frame = |pc| self.native_frame(pc);
         let mut cx = SpliceContext {
             module,
-            wasm: &wasm,
+            code: &code,
             native,
             native_frame: &mut native_frame,
         };

@@ -13,6 +13,7 @@
 
 pub mod cpython;
 pub mod go;
+pub mod in_component;
 
 use std::sync::Arc;
 
@@ -23,6 +24,7 @@ use wasmtime_environ::{DefinedGlobalIndex, DefinedMemoryIndex, VMOffsets};
 use crate::capture::vmctx::{fields_of, vmctx_and_memory, LinearMemory};
 use crate::capture::{GuestStack, Spliced};
 use crate::profile::Function;
+use crate::resolve::symbolize::ModuleBytes;
 use crate::resolve::{ModuleId, RawFrame};
 
 /// A language runtime as the profile sees it in one module: see the module documentation.
@@ -129,9 +131,12 @@ pub struct NamedFrame {
 
 /// What a runtime's splice may ask of the resolver.
 pub struct SpliceContext<'a> {
-    /// The registered module the runtime is detected in, and its bytes.
+    /// The registered module the runtime is detected in.
     pub module: ModuleId,
-    pub wasm: &'a [u8],
+    /// The registered modules the runtime's native code may be in, with their bytes: its own
+    /// first, then, in a component, the component's others (componentize-py's CPython has
+    /// its data in one module, its code in another).
+    pub code: &'a [(ModuleId, ModuleBytes)],
     /// Whether the runtime's own native frames are shown with its frames (`--native`).
     pub native: bool,
     /// The frame of a native code address.
@@ -162,12 +167,13 @@ pub struct ModuleFacts<'a> {
     pub defines: &'a dyn Fn(&str) -> bool,
 }
 
-/// An instance of a runtime's module as walks read it: its `VMContext`, where the pointer to
-/// its memory's definition is in it, and where the globals its runtime reads are. Valid while
-/// the instance lives; reading through it is `unsafe` for that reason.
+/// An instance of a runtime's module as walks read it: an anchor (the instance's `VMContext`,
+/// or a [cell](RuntimeInstance::in_component) holding its memory's definition), where from it
+/// the pointer to its memory's definition is, and where the globals its runtime reads are.
+/// Valid while the instance lives; reading through it is `unsafe` for that reason.
 #[derive(Clone, Copy, Debug)]
 pub struct InstanceView {
-    vmctx: usize,
+    anchor: usize,
     memory: u32,
     globals: [u32; 2],
 }
@@ -192,7 +198,7 @@ impl InstanceView {
         }
         let (vmctx, memory) = vmctx_and_memory(&mut store, instance)?;
         let view = InstanceView {
-            vmctx,
+            anchor: vmctx,
             memory: offsets.vmctx_vmmemory_pointer(DefinedMemoryIndex::from_u32(0)),
             globals: at,
         };
@@ -210,10 +216,10 @@ impl InstanceView {
         u64::from(self.memory) | u64::from(self.globals[0]) << 21 | u64::from(self.globals[1]) << 42
     }
 
-    pub fn unpack(vmctx: usize, packed: u64) -> Self {
+    pub fn unpack(anchor: usize, packed: u64) -> Self {
         let field = |shift: u32| (packed >> shift & ((1 << 21) - 1)) as u32;
         InstanceView {
-            vmctx,
+            anchor,
             memory: field(0),
             globals: [field(21), field(42)],
         }
@@ -226,7 +232,7 @@ impl InstanceView {
     /// while it is published ([`crate::capture`]'s table of runtime instances).
     pub unsafe fn memory(&self) -> LinearMemory {
         // SAFETY: the caller's contract.
-        unsafe { LinearMemory::of(self.vmctx, self.memory) }
+        unsafe { LinearMemory::of(self.anchor, self.memory) }
     }
 
     /// The value of the `i`th global of those the view was made with.
@@ -235,22 +241,24 @@ impl InstanceView {
     /// As [`memory`](Self::memory); `T` must be the global's type.
     pub unsafe fn global<T: Copy>(&self, i: usize) -> T {
         // SAFETY: the caller's contract: a live instance's global definition.
-        unsafe { std::ptr::read_volatile((self.vmctx + self.globals[i] as usize) as *const T) }
+        unsafe { std::ptr::read_volatile((self.anchor + self.globals[i] as usize) as *const T) }
     }
 
-    /// The instance's `VMContext`.
-    pub fn vmctx(&self) -> usize {
-        self.vmctx
+    /// Where the view reads from, unique while the instance lives.
+    pub fn anchor(&self) -> usize {
+        self.anchor
     }
 }
 
-/// A runtime's instance, as the samplers on the guest thread read it (the epoch callback, the
-/// allocator hook). Made only for an instance of the runtime's module, and kept by the
-/// instance's store only.
+/// A runtime's instance, as the samplers read it (the signal handler's table, the epoch
+/// callback, the allocator hook). Made only for an instance of the runtime's module, and kept
+/// by the instance's store only.
 #[derive(Clone)]
 pub struct RuntimeInstance {
     runtime: Arc<dyn Runtime>,
     view: InstanceView,
+    /// The anchor of a view of an instance inside a component, kept while the view is.
+    _cell: Option<Arc<usize>>,
 }
 
 impl RuntimeInstance {
@@ -258,7 +266,35 @@ impl RuntimeInstance {
     /// `view` must be of an instance of `runtime`'s module, and this value must not outlive
     /// the instance's store.
     pub unsafe fn new(runtime: Arc<dyn Runtime>, view: InstanceView) -> Self {
-        RuntimeInstance { runtime, view }
+        RuntimeInstance {
+            runtime,
+            view,
+            _cell: None,
+        }
+    }
+
+    /// An instance of `runtime`'s module inside a component, which Wasmtime does not show
+    /// but by the definition of its memory (`definition`, a `VMMemoryDefinition`): a cell
+    /// holding it is the view's anchor. Its runtime reads no global.
+    ///
+    /// # Safety
+    /// `definition` must be that of a memory of the store whose instance's value this is,
+    /// which it must not outlive.
+    pub unsafe fn in_component(runtime: Arc<dyn Runtime>, definition: usize) -> Result<Self> {
+        if !runtime.globals().is_empty() {
+            bail!("the runtime reads globals, which an instance inside a component does not show");
+        }
+        let cell = Arc::new(definition);
+        let view = InstanceView {
+            anchor: &*cell as *const usize as usize,
+            memory: 0,
+            globals: [0; 2],
+        };
+        Ok(RuntimeInstance {
+            runtime,
+            view,
+            _cell: Some(cell),
+        })
     }
 
     pub fn runtime(&self) -> &Arc<dyn Runtime> {

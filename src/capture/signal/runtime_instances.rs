@@ -5,7 +5,8 @@
 //! Invariants the handler relies on:
 //! - an instance is published only while its store lives: the publication, owned by the store
 //!   ([`keep_until_dropped`]), withdraws it and waits for running handlers before the store's
-//!   memory is freed, and keeps the runtime allocated until then;
+//!   memory is freed, and keeps the runtime (and the view's anchor, where it is a cell)
+//!   allocated until then;
 //! - [`walk`] is async-signal-safe: atomic loads over a fixed table, bounded by its size (see
 //!   [`super::slot_table`]), then the runtime's walk, itself async-signal-safe.
 
@@ -16,9 +17,8 @@ use anyhow::{Context, Result};
 
 use super::slot_table::{self, Payload, SlotTable};
 use super::store_contexts;
-use crate::capture::keep_until_dropped;
-use crate::capture::vmctx::context_of_instance;
-use crate::runtimes::{id_of, InstanceView, Runtime};
+use crate::capture::{keep_until_dropped, StoreKey};
+use crate::runtimes::{id_of, InstanceView, Runtime, RuntimeInstance};
 
 /// Instances published at once: one per store, as many stores as can be attached.
 pub const MAX_INSTANCES: usize = store_contexts::SLOTS;
@@ -45,27 +45,25 @@ static TABLE: SlotTable<Published, MAX_INSTANCES> = SlotTable::new();
 /// Keeps an instance published, and its runtime allocated, while its store lives.
 struct Publication {
     _slot: slot_table::Publication,
-    _runtime: Box<Arc<dyn Runtime>>,
+    _instance: Box<RuntimeInstance>,
 }
 
-/// Publishes `view`, an instance of `runtime`'s module in `store`, for the handler, until the
-/// store is dropped.
+/// Publishes `instance` for the handler, until `store` is dropped.
 ///
 /// # Safety
-/// `view` must be of an instance in `store` of a module of `runtime`.
+/// `instance` must be of an instance in `store`, and `key` the store's.
 pub unsafe fn publish<T: 'static>(
     store: impl wasmtime::AsContextMut<Data = T>,
-    runtime: Arc<dyn Runtime>,
-    view: InstanceView,
+    key: StoreKey,
+    instance: RuntimeInstance,
 ) -> Result<()> {
-    // The instance of a store not attached is never walked: no sample names its store.
-    let key = store_contexts::key_of(context_of_instance(view.vmctx()));
-    let runtime = Box::new(runtime);
+    let instance = Box::new(instance);
+    let view = *instance.view();
     let slot = TABLE
-        .publish(view.vmctx(), |slot| {
-            slot.key.store(key.map_or(0, |k| k.0), Ordering::Relaxed);
+        .publish(view.anchor(), |slot| {
+            slot.key.store(key.0, Ordering::Relaxed);
             slot.runtime.store(
-                &*runtime as *const Arc<dyn Runtime> as usize,
+                instance.runtime() as *const Arc<dyn Runtime> as usize,
                 Ordering::Relaxed,
             );
             slot.offsets.store(view.pack(), Ordering::Relaxed);
@@ -75,7 +73,7 @@ pub unsafe fn publish<T: 'static>(
         store,
         Publication {
             _slot: slot,
-            _runtime: runtime,
+            _instance: instance,
         },
     );
     Ok(())
@@ -95,7 +93,7 @@ pub fn walk(
     if store == 0 {
         return None;
     }
-    TABLE.find_map(|vmctx, slot| {
+    TABLE.find_map(|anchor, slot| {
         if slot.key.load(Ordering::Relaxed) != store {
             return None;
         }
@@ -104,7 +102,7 @@ pub fn walk(
         // allocated until it is withdrawn and the running handlers waited for; the reference
         // does not outlive this handler.
         let runtime = unsafe { &*runtime };
-        let view = InstanceView::unpack(vmctx, slot.offsets.load(Ordering::Relaxed));
+        let view = InstanceView::unpack(anchor, slot.offsets.load(Ordering::Relaxed));
         // SAFETY: published: an instance of the runtime's module, alive.
         let at = unsafe { runtime.walk(&view, pcs, depth, leaf_at) }?;
         Some((at, id_of(runtime)))

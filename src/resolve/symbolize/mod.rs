@@ -98,6 +98,8 @@ pub struct ModuleSymbolizer {
     /// Whether a lookup already failed (one warning is enough).
     lookup_failed: bool,
     warnings: Vec<String>,
+    /// Why the module's runtime's stacks cannot be read, where it is one.
+    runtime_warnings: Vec<String>,
 }
 
 impl ModuleSymbolizer {
@@ -182,7 +184,8 @@ impl ModuleSymbolizer {
             debug_str,
             defines: &|name| names.defines(name),
         };
-        let runtime = runtimes::detect(file_name, &wasm, &facts, &mut warnings);
+        let mut runtime_warnings = Vec::new();
+        let runtime = runtimes::detect(file_name, &wasm, &facts, &mut runtime_warnings);
         let dwarf = if !use_dwarf {
             DwarfState::Unavailable
         } else if sections.present() {
@@ -200,6 +203,7 @@ impl ModuleSymbolizer {
             lowered_indirect_calls: HashMap::new(),
             lookup_failed: false,
             warnings,
+            runtime_warnings,
         })
     }
 
@@ -395,7 +399,14 @@ impl ModuleSymbolizer {
     }
 
     /// Warnings not taken yet.
+    /// No warning that the module's runtime cannot be read: another module of its component
+    /// shows it (CPython's data and code are in different modules of componentize-py's).
+    pub fn runtime_shown_elsewhere(&mut self) {
+        self.runtime_warnings.clear();
+    }
+
     pub fn take_warnings(&mut self) -> Vec<String> {
+        self.warnings.append(&mut self.runtime_warnings);
         std::mem::take(&mut self.warnings)
     }
 }

@@ -14,7 +14,7 @@ use wasmtime::WasmBacktrace;
 use super::{GuestPoint, InstanceView, ModuleFacts, Runtime, SpliceContext};
 use crate::capture::MAX_STACK_DEPTH;
 use crate::profile::Function;
-use crate::resolve::RawFrame;
+use crate::resolve::{ModuleId, RawFrame};
 use layout::PythonLayout;
 pub use walk::MAX_STEPS;
 use walk::{CodeId, PyFrame, PythonCode};
@@ -22,8 +22,9 @@ use walk::{CodeId, PyFrame, PythonCode};
 /// A CPython module.
 pub struct CPython {
     code: PythonCode,
-    /// The function index of its eval loop, once looked for (see [`layout::eval_loop`]).
-    eval_loop: OnceLock<Option<u32>>,
+    /// The module and function index of its eval loop, once looked for (see
+    /// [`layout::eval_loop`]).
+    eval_loop: OnceLock<Option<(ModuleId, u32)>>,
 }
 
 /// The native frames a sample of CPython keeps under its Python stack.
@@ -151,12 +152,15 @@ impl Runtime for CPython {
         if activations.last().is_some_and(|a| a.is_empty()) {
             activations.pop();
         }
-        let eval = *self
-            .eval_loop
-            .get_or_init(|| layout::eval_loop(cx.wasm).ok().flatten());
+        let eval = *self.eval_loop.get_or_init(|| {
+            cx.code.iter().find_map(|(module, wasm)| {
+                let eval = layout::eval_loop(wasm).ok().flatten()?;
+                Some((*module, eval))
+            })
+        });
         let is_eval = |f: &RawFrame| {
             matches!(f, RawFrame::Wasm { module: Some(m), func_index, .. }
-                if *m == module && Some(*func_index) == eval)
+                if Some((*m, *func_index)) == eval)
         };
         // Paired from the outermost: an activation being entered or left has its eval frame
         // on the Wasm stack but is not in the Python chain.

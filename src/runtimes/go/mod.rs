@@ -170,6 +170,7 @@ impl Runtime for Go {
 
     fn splice(&self, cx: &mut SpliceContext<'_>, words: &[usize], frames: &mut Vec<RawFrame>) {
         let mut locations = crate::sync::lock(&self.locations);
+        let wasm = &cx.code[0].1;
         for &pc in words {
             if pc & NATIVE_RETURN != 0 {
                 if let Some((frame, false)) =
@@ -181,7 +182,7 @@ impl Runtime for Go {
             }
             let location = *locations
                 .entry(pc as u64)
-                .or_insert_with(|| self.module.location_of(cx.wasm, pc as u64));
+                .or_insert_with(|| self.module.location_of(wasm, pc as u64));
             frames.extend(location.map(|(func_index, offset)| RawFrame::Wasm {
                 module: Some(cx.module),
                 func_index,
