@@ -2,7 +2,7 @@
 //! StarlingMonkey; componentize-qjs: QuickJS, in the component model's async ABI) and Python
 //! (componentize-py: CPython). Each runs under `wasmspy record`
 //! with `wasmtime run`'s stdout and exit code, and its profile names the interpreter's own
-//! functions (the scripts' functions are for a later issue). The components are built from
+//! functions, and the script's where wasmspy reads the interpreter's stack (CPython's). The components are built from
 //! `tests/fixtures/interpreters/` by its `build.sh`, which `scripts/test.sh` runs (they are
 //! 14–18 MB: built, not committed).
 
@@ -11,6 +11,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
+use common::timed_py::{assert_split_as_timed, Depth, Run};
 use common::*;
 
 /// The component built from `tests/fixtures/interpreters/`, if it is there.
@@ -31,16 +32,19 @@ fn component(name: &str) -> Option<PathBuf> {
     None
 }
 
-/// Records `component` with `flags`, checks its stdout and exit code against `wasmtime run`'s
-/// and `expected`, and returns its profile and what wasmspy said on stderr.
+/// Records `component` with `flags` (and wasmspy's own `profiling` flags), checks its stdout
+/// and exit code against `wasmtime run`'s and `expected`, and returns its profile and what
+/// wasmspy said on stderr.
 fn recorded(
     component: &PathBuf,
+    profiling: &[&str],
     flags: &[&str],
     args: &[&str],
     expected: &str,
 ) -> (Decoded, String) {
     let dir = tempfile::tempdir().unwrap();
-    let (ours, profile) = record(dir.path(), flags, component, args);
+    let ours_flags = [profiling, flags].concat();
+    let (ours, profile) = record(dir.path(), &ours_flags, component, args);
     let theirs = Command::new(wasmtime_cli())
         .arg("run")
         .args(flags)
@@ -72,7 +76,7 @@ fn a_javascript_component_shows_spidermonkey() {
         return;
     };
     // StarlingMonkey imports `wasi:http` for `fetch`.
-    let (p, _) = recorded(&js, &["-S", "http"], &[], "fib(27) = 196418\n");
+    let (p, _) = recorded(&js, &[], &["-S", "http"], &[], "fib(27) = 196418\n");
     let interpret = "js::Interpret(JSContext*, js::RunState&)";
     let share = inclusive_share(&p, interpret);
     assert!(
@@ -103,6 +107,7 @@ fn a_quickjs_component_of_the_async_abi_runs_and_is_sampled() {
     };
     let (p, _) = recorded(
         &qjs,
+        &[],
         &["--invoke", "greet(\"World\")"],
         &[],
         "\"Hello, World! 315\"\n",
@@ -116,25 +121,71 @@ fn a_quickjs_component_of_the_async_abi_runs_and_is_sampled() {
     );
 }
 
+/// componentize-py's CPython 3.14 has no DWARF, and its data (where `_Py_DebugOffsets` is) and
+/// its code are in different modules of the component: its Python frames show all the same,
+/// as the script's (`fib (fib.py)` under `Run.run`), read from the instance inside the
+/// component; with `--native`, each activation of the eval loop is replaced by its Python
+/// frames, between CPython's C frames.
 #[test]
-fn a_python_component_shows_cpython() {
+fn a_python_component_shows_its_python_frames() {
     let Some(py) = component("fib-py.wasm") else {
         return;
     };
-    let (p, said) = recorded(&py, &[], &["27"], "fib(27) = 196418\n");
-    // componentize-py's CPython has no DWARF: no Python frames, and wasmspy says why, once.
-    let why = "libpython3.14.so: CPython, but without DWARF debug info";
-    assert_eq!(said.matches(why).count(), 1, "{said}");
-    let eval = "_PyEval_EvalFrameDefault";
-    let share = inclusive_share(&p, eval);
-    assert!(
-        share > 0.5,
-        "{eval}: {share:.2}: {:?}",
-        p.top_self("samples")
-    );
-    let mappings: Vec<&str> = p.0.mapping.iter().map(|m| p.str(m.filename)).collect();
-    assert!(
-        mappings.contains(&"fib-py.wasm/libpython3.14.so"),
-        "{mappings:?}"
-    );
+    for native in [false, true] {
+        let what = format!("native {native}");
+        let flags: &[&str] = if native { &["--native"] } else { &[] };
+        let (p, said) = recorded(&py, flags, &[], &["27"], "fib(27) = 196418\n");
+        assert!(!said.contains("CPython, but"), "{what}: {said}");
+        let fib = "fib (fib.py)";
+        let share = inclusive_share(&p, fib);
+        assert!(
+            share > 0.5,
+            "{what}: {fib}: {share:.2}: {:?}",
+            p.top_self("samples")
+        );
+        let eval = "_PyEval_EvalFrameDefault";
+        for (names, _) in p.stacks() {
+            let Some(at) = names.iter().position(|n| n == fib) else {
+                continue;
+            };
+            // Leaf first: `fib`, `Run.run`, then the export's C frames (with --native).
+            let run = names.iter().position(|n| n == "Run.run (fib.py)");
+            assert!(run.is_some_and(|run| run > at), "{what}: {names:?}");
+            let run = run.unwrap();
+            if native {
+                assert!(!names.iter().any(|n| n == eval), "{what}: {names:?}");
+                assert!(
+                    names[run..].iter().any(|n| n == "_PyEval_Vector"),
+                    "{what}: {names:?}"
+                );
+            } else {
+                assert_eq!(run, names.len() - 1, "{what}: {names:?}");
+            }
+        }
+        let mappings: Vec<&str> = p.0.mapping.iter().map(|m| p.str(m.filename)).collect();
+        assert!(
+            mappings.contains(&"fib-py.wasm/libpython3.14.so"),
+            "{what}: {mappings:?}"
+        );
+    }
+}
+
+/// `tests/fixtures/python/timed.py`'s `main`, run from a componentize-py component's
+/// `wasi:cli/run` (`timed_run.py`): each loop's share of the CPU within 5 points of the share
+/// the script measured, each of their samples the loop → `main` → `Run.run`, both samplers.
+#[test]
+fn a_python_component_splits_as_the_script_timed_itself() {
+    let Some(py) = component("timed-py.wasm") else {
+        return;
+    };
+    let run = Run {
+        file: "/1/timed.py",
+        caller: ("Run.run (timed_run.py)", "/0/timed_run.py", 11),
+    };
+    for sampler in ["signal", "epoch"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (out, path) = record(dir.path(), &["--sampler", sampler], &py, &["60"]);
+        assert_eq!(out.status.code(), Some(0), "{sampler}: {}", stderr(&out));
+        assert_split_as_timed(sampler, &out, &path, &run, Depth::Exactly);
+    }
 }

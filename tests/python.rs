@@ -6,7 +6,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{fixture, record, skip, stderr, stdout, Decoded};
+use common::timed_py::{assert_split_as_timed, Depth, AS_PROGRAM};
+use common::{fixture, record, skip, stderr, Decoded};
 use wasmspy::runtimes::cpython::layout::{CodeType, EntryMark, FrameChain, PythonLayout};
 
 /// A CPython build the tests run: its module and the `--dir` mounts it needs.
@@ -142,76 +143,8 @@ fn python_stacks_split_as_the_script_timed_itself() {
                 said.contains("its Python frames come from the interpreter's state"),
                 "{what}: {said}"
             );
-            assert_split_as_timed(&what, &out, &path, Depth::Exactly);
+            assert_split_as_timed(&what, &out, &path, &AS_PROGRAM, Depth::Exactly);
         }
-    }
-}
-
-/// How deep the stacks of the loops' samples are: `<module>` → `main` → the loop, run as the
-/// program, or under more frames that run the script.
-#[derive(PartialEq)]
-enum Depth {
-    Exactly,
-    AtLeast,
-}
-
-/// `timed.py`'s run checked against its profile at `path`: each loop's share of the CPU
-/// within 5 points of the share the script measured, the loops 70 % of the CPU at least, and
-/// each of their samples innermost the loop (at one of its lines) → `main` (at the call's
-/// line) → the script's `<module>`.
-fn assert_split_as_timed(what: &str, out: &std::process::Output, path: &Path, depth: Depth) {
-    let measured: Vec<(String, f64)> = stdout(out)
-        .lines()
-        .filter_map(|l| {
-            let (name, share) = l.split_once(' ')?;
-            Some((format!("{name} (timed.py)"), share.parse().ok()?))
-        })
-        .collect();
-    assert_eq!(measured.len(), 2, "{what}: {}", stdout(out));
-    let p = Decoded::load(path);
-    let cpu = p.value_index("cpu");
-    let mut in_loops = [0i64; 2];
-    let mut total = 0;
-    for s in &p.0.sample {
-        total += s.value[cpu];
-        let frames: Vec<(String, String, i64)> = s
-            .location_id
-            .iter()
-            .flat_map(|&l| p.source_frames(l))
-            .map(|(name, file, line, _)| (name, file, line))
-            .collect();
-        let Some(i) = measured.iter().position(|(name, _)| *name == frames[0].0) else {
-            continue;
-        };
-        in_loops[i] += s.value[cpu];
-        // From the `def` line (called, its first instruction not run yet) to `return`.
-        let (lines, call_line) = match i {
-            0 => (8..=12, 26),
-            _ => (15..=19, 28),
-        };
-        let file = "/app/timed.py".to_string();
-        let deep = match depth {
-            Depth::Exactly => frames.len() == 3,
-            Depth::AtLeast => frames.len() >= 3,
-        };
-        assert!(
-            deep && lines.contains(&frames[0].2)
-                && frames[1] == ("main (timed.py)".into(), file.clone(), call_line)
-                && frames[2] == ("<module> (timed.py)".into(), file, 36),
-            "{what}: {frames:?}"
-        );
-    }
-    let both: i64 = in_loops.iter().sum();
-    assert!(
-        both * 10 >= total * 7,
-        "{what}: the loops have {both} of {total} ns of CPU"
-    );
-    for ((name, share), cpu) in measured.iter().zip(&in_loops) {
-        let profiled = *cpu as f64 / both as f64;
-        assert!(
-            (profiled - share).abs() <= 0.05,
-            "{what}: {name}: {profiled:.3} of the loops' CPU in the profile, {share} timed by the script"
-        );
     }
 }
 
@@ -384,6 +317,6 @@ fn cpython_315_stacks_split_as_the_script_timed_itself() {
         std::io::Write::write_all(&mut child.stdin.take().unwrap(), program.as_bytes()).unwrap();
         let out = child.wait_with_output().unwrap();
         assert_eq!(out.status.code(), Some(0), "{what}: {}", stderr(&out));
-        assert_split_as_timed(&what, &out, &profile, Depth::AtLeast);
+        assert_split_as_timed(&what, &out, &profile, &AS_PROGRAM, Depth::AtLeast);
     }
 }

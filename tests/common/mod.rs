@@ -5,6 +5,7 @@ pub mod child;
 pub mod gofmt;
 pub mod lines_input;
 pub mod own_cache;
+pub mod timed_py;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
