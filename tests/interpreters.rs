@@ -14,24 +14,6 @@ use std::process::Command;
 use common::timed_py::{assert_split_as_timed, Depth, Run};
 use common::*;
 
-/// The component built from `tests/fixtures/interpreters/`, if it is there.
-fn component(name: &str) -> Option<PathBuf> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("target/interpreters")
-        .join(name);
-    if path.exists() {
-        return Some(path);
-    }
-    skip(
-        name,
-        &format!(
-            "{} is missing: tests/fixtures/interpreters/build.sh builds it",
-            path.display()
-        ),
-    );
-    None
-}
-
 /// Records `component` with `flags` (and wasmspy's own `profiling` flags), checks its stdout
 /// and exit code against `wasmtime run`'s and `expected`, and returns its profile and what
 /// wasmspy said on stderr.
@@ -72,7 +54,7 @@ fn inclusive_share(p: &Decoded, function: &str) -> f64 {
 
 #[test]
 fn a_javascript_component_shows_spidermonkey() {
-    let Some(js) = component("fib-js.wasm") else {
+    let Some(js) = built_component("fib-js.wasm") else {
         return;
     };
     // StarlingMonkey imports `wasi:http` for `fetch`.
@@ -102,7 +84,7 @@ fn a_javascript_component_shows_spidermonkey() {
 /// export's lifted function.
 #[test]
 fn a_quickjs_component_of_the_async_abi_runs_and_is_sampled() {
-    let Some(qjs) = component("greet-qjs.wasm") else {
+    let Some(qjs) = built_component("greet-qjs.wasm") else {
         return;
     };
     let (p, _) = recorded(
@@ -128,7 +110,7 @@ fn a_quickjs_component_of_the_async_abi_runs_and_is_sampled() {
 /// frames, between CPython's C frames.
 #[test]
 fn a_python_component_shows_its_python_frames() {
-    let Some(py) = component("fib-py.wasm") else {
+    let Some(py) = built_component("fib-py.wasm") else {
         return;
     };
     for native in [false, true] {
@@ -175,7 +157,7 @@ fn a_python_component_shows_its_python_frames() {
 /// the script measured, each of their samples the loop → `main` → `Run.run`, both samplers.
 #[test]
 fn a_python_component_splits_as_the_script_timed_itself() {
-    let Some(py) = component("timed-py.wasm") else {
+    let Some(py) = built_component("timed-py.wasm") else {
         return;
     };
     let run = Run {

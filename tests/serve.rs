@@ -37,7 +37,7 @@ impl Server {
             .args(["serve", "--addr", "127.0.0.1:0", "-S", "cli"])
             .args(extra)
             .arg("--");
-        Server::spawn(command, component)
+        Server::spawn(command, &fixture(component))
     }
 
     /// `wasmtime serve --addr 127.0.0.1:0 -S cli EXTRA… COMPONENT`.
@@ -46,13 +46,13 @@ impl Server {
         command
             .args(["serve", "--addr", "127.0.0.1:0", "-S", "cli"])
             .args(extra);
-        Server::spawn(command, component)
+        Server::spawn(command, &fixture(component))
     }
 
-    /// Runs `command` on the fixture `component`, until it serves.
-    fn spawn(mut command: std::process::Command, component: &str) -> Server {
+    /// Runs `command` on `component`, until it serves.
+    fn spawn(mut command: std::process::Command, component: &Path) -> Server {
         let mut child = command
-            .arg(fixture(component))
+            .arg(component)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -788,4 +788,83 @@ fn pulley_requests_are_sampled_with_their_stacks() {
         requests.keys().filter(|r| !r.is_empty()).count() >= 8,
         "{requests:?}"
     );
+}
+
+/// A componentize-py `wasi:http` handler (CPython 3.14 inside the component, a WASI 0.2
+/// instance per request): 24 requests, 4 at a time, each running one of two Python loops
+/// (`/squares/N` or `/remainders/N`). Each request's samples in a loop carry its own labels
+/// (its path names the loop its stack shows), and their stacks are Python's: the loop →
+/// `answer` (at the line that calls it) → `IncomingHandler.handle`.
+#[test]
+fn a_python_handlers_requests_show_their_python_frames_under_their_labels() {
+    let Some(component) = built_component("http-py.wasm") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("serve.pb.gz");
+    let mut command = wasmspy();
+    // componentize-py's runtime imports all of `wasi:cli`, not only the proxy world's part.
+    command.args(["serve", "--addr", "127.0.0.1:0", "-S", "cli", "--rate", "1000", "-o"]);
+    command.arg(&out).arg("--");
+    let server = Server::spawn(command, &component);
+    let loops = ["squares", "remainders"];
+    std::thread::scope(|s| {
+        for worker in 0..4 {
+            let server = &server;
+            s.spawn(move || {
+                for i in (worker..24).step_by(4) {
+                    let name = loops[i % 2];
+                    let (status, body) = server.get(&format!("/{name}/200000"));
+                    assert_eq!(status, 200, "{body}");
+                    assert!(body.starts_with(&format!("{name}(200000) = ")), "{body}");
+                }
+            });
+        }
+    });
+    let (code, err) = server.stop(libc::SIGINT);
+    assert_eq!(code, Some(130), "{err}");
+    let p = Decoded::load(&out);
+    let cpu = p.value_index("cpu");
+    let (mut in_loops, mut labeled) = (0, 0);
+    let mut requests = std::collections::BTreeSet::new();
+    for sample in &p.0.sample {
+        let names: Vec<(String, i64)> = sample
+            .location_id
+            .iter()
+            .flat_map(|&l| p.source_frames(l))
+            .map(|(name, _, line, _)| (name, line))
+            .collect();
+        let Some(name) = loops
+            .iter()
+            .find(|l| names.first().is_some_and(|f| f.0 == format!("{l} (http_handler.py)")))
+        else {
+            continue;
+        };
+        in_loops += sample.value[cpu];
+        let rest: Vec<(&str, i64)> = names[1..].iter().map(|(n, l)| (n.as_str(), *l)).collect();
+        assert_eq!(
+            rest,
+            [
+                ("answer (http_handler.py)", 32),
+                ("IncomingHandler.handle (http_handler.py)", 37)
+            ],
+            "{names:?}"
+        );
+        let label = |key: &str| {
+            let label = sample.label.iter().find(|l| p.str(l.key) == key)?;
+            Some(p.str(label.str).to_string())
+        };
+        if let (Some(request), Some(path)) = (label("request"), label("path")) {
+            assert_eq!(path, format!("/{name}/200000"), "request {request}");
+            labeled += sample.value[cpu];
+            requests.insert(request);
+        }
+    }
+    // The instance is made, its store attached and labeled, before the handler runs.
+    assert!(
+        labeled as f64 >= 0.97 * in_loops as f64 && in_loops > 0,
+        "{labeled} of {in_loops} ns in the loops labeled"
+    );
+    // 30 ms of CPU each: a few requests may get no sample only on a very busy machine.
+    assert!(requests.len() >= 20, "{requests:?}");
 }

@@ -305,3 +305,21 @@ pub fn split_shares(extra: &[&str], rounds: &str) -> (f64, f64, f64) {
     let all = straight + after + looping;
     (own, straight / all, after / all)
 }
+
+/// The component built from `tests/fixtures/interpreters/`, if it is there.
+pub fn built_component(name: &str) -> Option<PathBuf> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target/interpreters")
+        .join(name);
+    if path.exists() {
+        return Some(path);
+    }
+    skip(
+        name,
+        &format!(
+            "{} is missing: tests/fixtures/interpreters/build.sh builds it",
+            path.display()
+        ),
+    );
+    None
+}
