@@ -14,9 +14,11 @@
 //! count (the last number in it: iterations) is ten times larger. Programs built by Go (whose
 //! goroutine stacks the signal sampler reads from linear memory) follow: the test fixture
 //! `go/stacks.wasm`, and gofmt formatting a copy of `net/http` when `go` is at hand to build it.
-//! Then CPython (whose Python stacks it reads), 3.12 and 3.11 as `tests/fixtures/cpython/fetch.sh`
-//! fetches them, running the test script `python/timed.py` (mounted at `/app`; 3.11's standard
-//! library at `/usr`).
+//! Then CPython (whose Python stacks it reads): componentize-py's component of
+//! `tests/fixtures/interpreters/timed_run.py` (CPython 3.14 inside a component, as
+//! `tests/fixtures/interpreters/build.sh` builds it, its runtime probed as `wasmspy record`
+//! probes it), and 3.12 and 3.11 as `tests/fixtures/cpython/fetch.sh` fetches them, running the
+//! test script `python/timed.py` (mounted at `/app`; 3.11's standard library at `/usr`).
 //!
 //! `cargo bench --profile dev --bench overhead [-- --reps N] [-- NAME-FILTER]`
 //!
@@ -39,6 +41,7 @@ use common::{
     check, geometric_mean, paired, report_seconds_with_stdout_silenced, seconds_in_child,
 };
 use wasmspy::capture::SamplerKind;
+use wasmspy::runtimes::in_component::probe_runtimes;
 use wasmspy::wasi_host::{self, DirMount, Program, UnknownImports, WasiConfig};
 use wasmspy::{Profiler, ProfilerOptions};
 use wasmtime::{Engine, GuestProfiler, UpdateDeadline};
@@ -195,10 +198,17 @@ fn go_programs(scratch: &Path) -> Vec<(String, PathBuf, Vec<String>)> {
     programs
 }
 
-/// CPython 3.12 and 3.11 running `tests/fixtures/python/timed.py`, where fetched.
+/// CPython 3.12 and 3.11 running `tests/fixtures/python/timed.py`, where fetched, and
+/// componentize-py's component running its `main` (CPython 3.14), where built.
 fn python_programs() -> Vec<(String, PathBuf, Vec<String>)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut programs = Vec::new();
+    let component = root.join("target/interpreters/timed-py.wasm");
+    let name = "componentize-py timed-py.wasm".to_string();
+    match component.exists() {
+        true => programs.push((name, component, vec!["450".into()])),
+        false => println!("{name}: not built (tests/fixtures/interpreters/build.sh): skipped"),
+    }
     for version in ["3.12.0", "3.11.1"] {
         let wasm = root.join(format!("target/cpython/python-{version}.wasm"));
         let name = format!("python-{version} timed.py");
@@ -272,7 +282,12 @@ fn run_one(config: &str, module_path: &Path, args: &[String]) -> f64 {
     }
     let engine = Engine::new(&engine_config).unwrap();
     let wasm = std::fs::read(module_path).unwrap();
-    let program = wasi_host::compile(&engine, &wasm).unwrap();
+    // As `wasmspy record` compiles it: a component's language runtimes probed.
+    let probed = match (sampler, wasmparser::Parser::is_component(&wasm)) {
+        (Some(_), true) => probe_runtimes(&wasm).unwrap(),
+        _ => None,
+    };
+    let program = wasi_host::compile(&engine, probed.as_deref().unwrap_or(&wasm)).unwrap();
     let name = module_path.display().to_string();
     let wasi = WasiConfig {
         argv: std::iter::once(name.clone())
@@ -357,14 +372,18 @@ fn run_one(config: &str, module_path: &Path, args: &[String]) -> f64 {
             let start = Instant::now();
             profiler.start().unwrap();
             // As `wasmspy record` runs it: instances shown to the profiler (a Go module's, to
-            // read its goroutine stacks).
+            // read its goroutine stacks; CPython's, inside a component too).
             check(match &program {
                 Program::Module(module) => wasi_host::run_with(&mut store, module, |store, i| {
                     profiler
                         .attach_instance(&mut *store, i)
                         .map_err(wasmtime::Error::from_anyhow)
                 }),
-                Program::Component(_) => wasi_host::run_program(&mut store, &program),
+                Program::Component(component) => {
+                    wasi_host::run_component_with(&mut store, component, |linker| {
+                        profiler.define_runtime_probe(linker, component)
+                    })
+                }
             });
             std::hint::black_box(profiler.stop());
             start.elapsed()

@@ -404,11 +404,23 @@ impl Profiler {
     ) -> wasmtime::Result<()> {
         let pipeline = self.handle.pipeline.clone();
         let allocations = self.handle.allocations.clone();
+        let stores = self.handle.stores.clone();
         linker.root().func_wrap(
             ALLOCATOR_HOOK,
             move |store: wasmtime::StoreContextMut<'_, T>, call: AllocatorCall| {
                 let data = StoreData::of(store.data());
-                let backtrace = || GuestStack::wasm(WasmBacktrace::capture(&store));
+                // With the stack of the runtime the component shows (see
+                // `define_runtime_probe`), as a module's instance's hook has it.
+                let backtrace = || {
+                    let backtrace = WasmBacktrace::capture(&store);
+                    let runtime = lock(&stores)
+                        .get(&data)
+                        .and_then(|s| s.runtime.get().cloned());
+                    match runtime {
+                        Some(runtime) => runtime.stack(backtrace, GuestPoint::Allocator),
+                        None => GuestStack::wasm(backtrace),
+                    }
+                };
                 let pipeline = pipeline.as_ref();
                 let report =
                     allocator_call(allocations.as_deref(), pipeline, data, call, backtrace);

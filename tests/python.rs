@@ -6,8 +6,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use common::allocs_py::assert_allocated_by_line;
 use common::timed_py::{assert_split_as_timed, Depth, AS_PROGRAM};
-use common::{fixture, record, skip, stderr, Decoded};
+use common::{fixture, record, skip, stderr, stdout, Decoded};
 use wasmspy::runtimes::cpython::layout::{CodeType, EntryMark, FrameChain, PythonLayout};
 
 /// A CPython build the tests run: its module and the `--dir` mounts it needs.
@@ -276,6 +277,44 @@ fn cpython_315_layout_from_its_debug_offsets() {
 #[test]
 fn cpython_315_stacks_split_as_the_script_timed_itself() {
     let test = "cpython_315_stacks_split_as_the_script_timed_itself";
+    for sampler in ["signal", "epoch"] {
+        let what = format!("CPython 3.15 {sampler}");
+        let out_dir = tempfile::tempdir().unwrap();
+        let profile = out_dir.path().join("out.pb.gz");
+        let flags = ["--sampler", sampler, "-o", profile.to_str().unwrap()];
+        let Some(out) = run_on_cpython_315(test, &flags, "timed.py", "60") else {
+            return;
+        };
+        assert_split_as_timed(&what, &out, &profile, &AS_PROGRAM, Depth::AtLeast);
+    }
+}
+
+/// `allocs.py` on CPython 3.15, every allocation recorded (`--mem-rate 1`): its allocator
+/// functions (`PyObject_Malloc`, `PyMem_Free`…) report Python's objects, under the Python
+/// stack that made them: each line's bytes within 10 % of what it allocates.
+#[test]
+fn cpython_315_allocations_by_python_line() {
+    let test = "cpython_315_allocations_by_python_line";
+    let out_dir = tempfile::tempdir().unwrap();
+    let heap = out_dir.path().join("heap.pb.gz");
+    let flags = ["--mem-rate", "1", "--mem-profile", heap.to_str().unwrap()];
+    let Some(out) = run_on_cpython_315(test, &flags, "allocs.py", "20") else {
+        return;
+    };
+    // The script's line, then `--invoke`'s result.
+    assert_eq!(stdout(&out), "4500000\n0\n");
+    assert_allocated_by_line("CPython 3.15", &heap, 20, "<module> (allocs.py)");
+}
+
+/// Records `script` of `tests/fixtures/python` (at `/app`) with `arg`, run by CPython 3.15
+/// (a reactor: `--invoke run`, a program on stdin that runs the script), with `flags`; `None`
+/// (the test skipped) where `tests/fixtures/cpython/fetch.sh` has not fetched it.
+fn run_on_cpython_315(
+    test: &str,
+    flags: &[&str],
+    script: &str,
+    arg: &str,
+) -> Option<std::process::Output> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/cpython");
     let wasm = dir.join("python-3.15.0.wasm");
     if !wasm.exists() {
@@ -283,40 +322,35 @@ fn cpython_315_stacks_split_as_the_script_timed_itself() {
             test,
             "no target/cpython/python-3.15.0.wasm (tests/fixtures/cpython/fetch.sh)",
         );
-        return;
+        return None;
     }
-    let program = "import sys, runpy\n\
-                   sys.argv = ['/app/timed.py', '60']\n\
-                   runpy.run_path('/app/timed.py', run_name='__main__')\n";
-    for sampler in ["signal", "epoch"] {
-        let what = format!("CPython 3.15 {sampler}");
-        let out_dir = tempfile::tempdir().unwrap();
-        let profile = out_dir.path().join("out.pb.gz");
-        let mut child = common::wasmspy()
-            .arg("record")
-            .arg("-o")
-            .arg(&profile)
-            .args(["--sampler", sampler])
-            .args([
-                "-W",
-                "exceptions=y,unknown-imports-trap=y",
-                "--invoke",
-                "run",
-            ])
-            .arg("--dir")
-            .arg(format!("{}::/", dir.join("python-3.15").display()))
-            .arg("--dir")
-            .arg(format!("{}::/app", fixture("python").display()))
-            .arg("--")
-            .arg(&wasm)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), program.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert_eq!(out.status.code(), Some(0), "{what}: {}", stderr(&out));
-        assert_split_as_timed(&what, &out, &profile, &AS_PROGRAM, Depth::AtLeast);
-    }
+    let program = format!(
+        "import sys, runpy\n\
+         sys.argv = ['/app/{script}', '{arg}']\n\
+         runpy.run_path('/app/{script}', run_name='__main__')\n"
+    );
+    let mut child = common::wasmspy()
+        .arg("record")
+        .args(flags)
+        .args([
+            "-W",
+            "exceptions=y,unknown-imports-trap=y",
+            "--invoke",
+            "run",
+        ])
+        .arg("--dir")
+        .arg(format!("{}::/", dir.join("python-3.15").display()))
+        .arg("--dir")
+        .arg(format!("{}::/app", fixture("python").display()))
+        .arg("--")
+        .arg(&wasm)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), program.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{test}: {}", stderr(&out));
+    Some(out)
 }

@@ -804,7 +804,16 @@ fn a_python_handlers_requests_show_their_python_frames_under_their_labels() {
     let out = dir.path().join("serve.pb.gz");
     let mut command = wasmspy();
     // componentize-py's runtime imports all of `wasi:cli`, not only the proxy world's part.
-    command.args(["serve", "--addr", "127.0.0.1:0", "-S", "cli", "--rate", "1000", "-o"]);
+    command.args([
+        "serve",
+        "--addr",
+        "127.0.0.1:0",
+        "-S",
+        "cli",
+        "--rate",
+        "1000",
+        "-o",
+    ]);
     command.arg(&out).arg("--");
     let server = Server::spawn(command, &component);
     let loops = ["squares", "remainders"];
@@ -834,10 +843,11 @@ fn a_python_handlers_requests_show_their_python_frames_under_their_labels() {
             .flat_map(|&l| p.source_frames(l))
             .map(|(name, _, line, _)| (name, line))
             .collect();
-        let Some(name) = loops
-            .iter()
-            .find(|l| names.first().is_some_and(|f| f.0 == format!("{l} (http_handler.py)")))
-        else {
+        let Some(name) = loops.iter().find(|l| {
+            names
+                .first()
+                .is_some_and(|f| f.0 == format!("{l} (http_handler.py)"))
+        }) else {
             continue;
         };
         in_loops += sample.value[cpu];

@@ -118,15 +118,17 @@ const ALL: [Allocator; 13] = [
 impl Allocator {
     /// The allocator a function's name (as in the `name` section) says it is. Rust's are
     /// matched on the demangled path's last segment: current rustc mangles them (v0,
-    /// `_RNv…___rust_alloc`) with a crate disambiguator.
+    /// `_RNv…___rust_alloc`) with a crate disambiguator. CPython's object and memory
+    /// allocators (`PyObject_Malloc`, `PyMem_Free`…) are C's, for Python's objects (most of
+    /// them in pymalloc's arenas, which only `malloc` would see): see [`is_cpython_api`].
     pub fn by_name(raw: &str) -> Option<Self> {
         let name = demangle(raw);
         let last = name.rsplit("::").next().unwrap_or(&name);
         Some(match (raw, last) {
-            ("malloc", _) => Allocator::Malloc,
-            ("calloc", _) => Allocator::Calloc,
-            ("realloc", _) => Allocator::Realloc,
-            ("free", _) => Allocator::Free,
+            ("malloc" | "PyObject_Malloc" | "PyMem_Malloc", _) => Allocator::Malloc,
+            ("calloc" | "PyObject_Calloc" | "PyMem_Calloc", _) => Allocator::Calloc,
+            ("realloc" | "PyObject_Realloc" | "PyMem_Realloc", _) => Allocator::Realloc,
+            ("free" | "PyObject_Free" | "PyMem_Free", _) => Allocator::Free,
             ("aligned_alloc", _) => Allocator::AlignedAlloc,
             ("posix_memalign", _) => Allocator::PosixMemalign,
             (_, "__rust_alloc") => Allocator::RustAlloc,
@@ -195,6 +197,15 @@ fn is_go_mallocgc(name: &str) -> bool {
                 !class.is_empty() && class.bytes().all(|b| b.is_ascii_digit())
             })
     })
+}
+
+/// Whether `name` is one of CPython's allocator functions. They are wrapped only in a module
+/// that defines `malloc` too, whose wrapper then nests in theirs (a block `PyObject_Malloc`
+/// gets from `malloc` is reported once, as Python's). Where `malloc` is another module's (as
+/// in componentize-py's components, `libpython` beside `libc`), each module's wrappers would
+/// report the same block: `malloc` alone reports.
+fn is_cpython_api(name: &str) -> bool {
+    name.starts_with("PyObject_") || name.starts_with("PyMem_")
 }
 
 /// The rewritten module, and where its code came from.
@@ -271,9 +282,13 @@ pub fn rewrite(wasm: &[u8]) -> Result<Option<Rewritten>> {
 /// wrapped as [`Allocator::HostRealloc`].
 pub fn rewrite_in_component(wasm: &[u8], host_reallocs: &[String]) -> Result<Option<Rewritten>> {
     let scan = Scan::of(wasm)?;
+    let defines_malloc = scan.names.iter().any(|(&index, name)| {
+        name == "malloc" && scan.allocator_params(index, Allocator::Malloc).is_some()
+    });
     let by_name = scan
         .names
         .iter()
+        .filter(|(_, name)| defines_malloc || !is_cpython_api(name))
         .filter_map(|(&index, name)| Some((index, Allocator::by_name(name)?)));
     let by_export = host_reallocs
         .iter()

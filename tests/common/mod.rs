@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: run the `wasmspy` binary, decode what it wrote.
 #![allow(dead_code)] // each test crate uses its own subset
 
+pub mod allocs_py;
 pub mod child;
 pub mod gofmt;
 pub mod lines_input;
