@@ -18,10 +18,10 @@ use wasm_encoder::{
     Elements, EntityType, ExportKind, ImportSection, InstanceSection, ModuleArg, ModuleSection,
     PrimitiveValType, RawSection, RefType, TableType, TypeSection,
 };
-use wasmparser::{Chunk, Parser, Payload, Validator, WasmFeatures};
+use wasmparser::{Chunk, Parser, Payload};
 
 use super::rewrite::{add_hook_type, rewrite_in_component, Rewritten, HOOK_TABLE};
-use crate::wasm::component::core_modules;
+use crate::wasm::component::{append_sections, core_modules, validated};
 
 /// The function a rewritten component imports, through which its allocators report:
 /// `func(allocator: s32, size: s32, freed: s32, allocated: s32, countdown: s64) -> s64`, as
@@ -54,12 +54,11 @@ pub fn rewrite_component(component: &[u8]) -> Result<Option<RewrittenComponent>>
     if hooked.is_empty() {
         return Ok(None);
     }
-    let types = Validator::new_with_features(WasmFeatures::all())
-        .validate_all(component)
-        .context("invalid component")?;
+    let types = validated(component)?;
     let counts = types.as_ref();
+    let mut copy = wasm_encoder::Component::new();
+    copy_top_level(component, &cores, &modules, &mut copy)?;
     let mut out = wasm_encoder::Component::new();
-    copy_top_level(component, &cores, &modules, &mut out)?;
 
     let hook_type = counts.component_type_count();
     let mut ty = ComponentTypeSection::new();
@@ -109,10 +108,7 @@ pub fn rewrite_component(component: &[u8]) -> Result<Option<RewrittenComponent>>
         table += 1;
         instance += 2;
     }
-    let wasm = out.finish();
-    Validator::new_with_features(WasmFeatures::all())
-        .validate_all(&wasm)
-        .context("the rewritten component is invalid")?;
+    let wasm = append_sections(copy.finish(), out)?;
     Ok(Some(RewrittenComponent { wasm, modules }))
 }
 

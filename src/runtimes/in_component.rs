@@ -17,13 +17,13 @@ use wasm_encoder::{
     ExportKind, Function, FunctionSection, ImportSection, InstanceSection, Instruction, ModuleArg,
     ModuleSection, PrimitiveValType, StartSection, TypeSection, ValType,
 };
-use wasmparser::{Parser, Payload, Validator, WasmFeatures};
+use wasmparser::{Parser, Payload};
 use wasmtime::component::__internal::{CanonicalAbiInfo, InstanceType, InterfaceType, LiftContext};
 use wasmtime::component::{ComponentType, Lift};
 use wasmtime_environ::component::{CanonicalOptionsDataModel, LinearMemoryOptions};
 
 use crate::resolve::symbolize::{ModuleBytes, ModuleSymbolizer};
-use crate::wasm::component::core_modules;
+use crate::wasm::component::{append_sections, core_modules, validated};
 
 /// The function a probed component imports: `func(module: u32)`, called once per instance
 /// of a runtime's module, with the index of the module among the component's, lowered with
@@ -32,7 +32,7 @@ pub const PROBE: &str = "wasmspy-runtime-probe";
 
 /// `component` with a probe for each instance of a module of a runtime wasmspy reads (each
 /// top-level core instance whose module is detected as one, and exports the memory it
-/// defines); `None` when it has none.
+/// defines, which is all its walk reads); `None` when it has none.
 pub fn probe_runtimes(component: &[u8]) -> Result<Option<Vec<u8>>> {
     let cores = core_modules(component)?;
     let shared: Arc<[u8]> = component.into();
@@ -46,16 +46,16 @@ pub fn probe_runtimes(component: &[u8]) -> Result<Option<Vec<u8>>> {
         };
         let bytes = ModuleBytes::within(shared.clone(), core.range.clone())
             .context("a core module beyond the component's end")?;
-        if ModuleSymbolizer::new("", bytes, false)?.runtime().is_some() {
+        // A runtime whose walk reads globals cannot be shown by its memory alone.
+        let symbolizer = ModuleSymbolizer::new("", bytes, false)?;
+        if symbolizer.runtime().is_some_and(|r| r.globals().is_empty()) {
             probed.push((index as u32, instance, memory));
         }
     }
     if probed.is_empty() {
         return Ok(None);
     }
-    let types = Validator::new_with_features(WasmFeatures::all())
-        .validate_all(component)
-        .context("invalid component")?;
+    let types = validated(component)?;
     let counts = types.as_ref();
     let mut out = wasm_encoder::Component::new();
     let mut ty = ComponentTypeSection::new();
@@ -87,15 +87,7 @@ pub fn probe_runtimes(component: &[u8]) -> Result<Option<Vec<u8>>> {
         instantiate.instantiate(modules + j, [("", ModuleArg::Instance(instances + 2 * j))]);
         out.section(&instantiate);
     }
-    // Sections appended after the component's own: its bytes, then the new sections'.
-    let appended = out.finish();
-    let header = wasm_encoder::Component::new().finish().len();
-    let mut wasm = component.to_vec();
-    wasm.extend_from_slice(&appended[header..]);
-    Validator::new_with_features(WasmFeatures::all())
-        .validate_all(&wasm)
-        .context("the probed component is invalid")?;
-    Ok(Some(wasm))
+    append_sections(component.to_vec(), out).map(Some)
 }
 
 /// The name under which a module exports the memory it defines, its memory 0, if it does.
@@ -160,9 +152,9 @@ fn caller(module: u32) -> wasm_encoder::Module {
 /// Lifting it reads the options, which only Wasmtime's own lifting context holds: this uses
 /// what its derive macros use (`wasmtime::component::__internal`), of the exact Wasmtime
 /// version wasmspy is built with.
-pub struct ProbedMemory {
-    pub module: u32,
-    pub definition: usize,
+pub(crate) struct ProbedMemory {
+    pub(crate) module: u32,
+    pub(crate) definition: usize,
 }
 
 // SAFETY: lowered and lifted as the `u32` it is in the component's type.

@@ -15,10 +15,29 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 use anyhow::{Context, Result};
+use wasmparser::types::Types;
 use wasmparser::{
     CanonicalFunction, ComponentAlias, ComponentExternalKind, ComponentOuterAliasKind,
-    ComponentTypeRef, ExternalKind, Instance, Name, Parser, Payload, TypeRef,
+    ComponentTypeRef, ExternalKind, Instance, Name, Parser, Payload, TypeRef, Validator,
+    WasmFeatures,
 };
+
+/// `component` validated: its index spaces' counts (`types.as_ref()`) number what sections
+/// appended to it define.
+pub fn validated(component: &[u8]) -> Result<Types> {
+    Validator::new_with_features(WasmFeatures::all())
+        .validate_all(component)
+        .context("invalid component")
+}
+
+/// `base`, a component's binary, with `appended`'s sections after its own, validated: how
+/// wasmspy instruments a component without moving any of its indices.
+pub fn append_sections(mut base: Vec<u8>, appended: wasm_encoder::Component) -> Result<Vec<u8>> {
+    let header = wasm_encoder::Component::new().finish().len();
+    base.extend_from_slice(&appended.finish()[header..]);
+    validated(&base).context("the instrumented component is invalid")?;
+    Ok(base)
+}
 
 /// A core module of a component.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -398,13 +398,13 @@ impl ModuleSymbolizer {
         resolved.frames
     }
 
-    /// Warnings not taken yet.
     /// No warning that the module's runtime cannot be read: another module of its component
-    /// shows it (CPython's data and code are in different modules of componentize-py's).
+    /// shows it (a runtime's data and code may be in different modules of a component).
     pub fn runtime_shown_elsewhere(&mut self) {
         self.runtime_warnings.clear();
     }
 
+    /// Warnings not taken yet.
     pub fn take_warnings(&mut self) -> Vec<String> {
         self.warnings.append(&mut self.runtime_warnings);
         std::mem::take(&mut self.warnings)
