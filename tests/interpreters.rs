@@ -11,6 +11,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
+use common::allocs_py::assert_allocated_by_line;
 use common::timed_py::{assert_split_as_timed, Depth, Run};
 use common::*;
 
@@ -170,4 +171,21 @@ fn a_python_component_splits_as_the_script_timed_itself() {
         assert_eq!(out.status.code(), Some(0), "{sampler}: {}", stderr(&out));
         assert_split_as_timed(sampler, &out, &path, &run, Depth::Exactly);
     }
+}
+
+/// `allocs.py`'s `allocate` run by a componentize-py component, every allocation recorded
+/// (`--mem-rate 1`): each line's bytes, under its Python stack, as on CPython 3.15 alone.
+/// CPython's allocators (`libpython3.14.so`) nest `libc.so`'s `malloc` in them through the
+/// component's gate, and nothing is reported while the host places `run`'s arguments or frees
+/// its result (the guest would trap: `cannot leave component instance`).
+#[test]
+fn a_python_component_allocates_by_python_line() {
+    let Some(py) = built_component("allocs-py.wasm") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let heap = dir.path().join("heap.pb.gz");
+    let flags = ["--mem-rate", "1", "--mem-profile", heap.to_str().unwrap()];
+    recorded(&py, &flags, &[], &["20"], "4500000\n");
+    assert_allocated_by_line("componentize-py", &heap, 20, "Run.run (allocs_run.py)");
 }

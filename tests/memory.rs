@@ -286,7 +286,7 @@ fn go_allocations_are_attributed_to_go_functions() {
 /// A component's allocators (`tests/fixtures/rust/component.rs`, `alloc`, the same program as
 /// `alloc.rs`): its core module rewritten inside the component gives each site its exact
 /// values, as for the module. Allocations the host makes through `cabi_realloc`, to pass the arguments
-/// in, are not reported (see `Allocator::HostRealloc`).
+/// in, are not reported (see `Allocator::HostCalled`).
 #[test]
 fn component_allocation_sites_with_exact_values() {
     let sites = heap_by_site("rust/component.wasm", &["alloc"], "1");

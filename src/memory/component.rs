@@ -1,26 +1,39 @@
 //! Memory profiles of components. Each core module of the component with allocators wasmspy
 //! knows is rewritten as a module is ([`super::rewrite`]), and the component re-encoded around
-//! it; its hook table is then filled by the component itself, since the host cannot reach a
+//! it; its hook tables are then filled by the component itself, since the host cannot reach a
 //! core instance inside a component: appended to the component are an import of the host's
-//! report function ([`ALLOCATOR_HOOK`]), its `canon lower`, and, for each rewritten module, a
-//! small fixup module instantiated with that core function and the module's hook table, whose
-//! element segment puts the one in the other (the pattern wit-component uses for its own
-//! shims). Everything is appended, so no index of the original component moves. Allocations
-//! made while the component is still being instantiated, before the fixup runs, are not
-//! reported: the wrapper checks that the table is filled.
+//! report function ([`ALLOCATOR_HOOK`]), its `canon lower`, and a small gate module
+//! instantiated with that core function and every rewritten module's hook table and nesting
+//! depth, whose element segments put its gate function in each table (the pattern
+//! wit-component uses for its own shims). Everything is appended, so no index of the
+//! original component moves. Allocations made while the component is still being
+//! instantiated, before the gate's instance is made, are not reported: the wrapper checks
+//! that the table is filled.
+//!
+//! The gate passes each report on to the host, and nests allocators across modules. A
+//! function the host calls (a `realloc` or `post-return`, during which the canonical ABI traps
+//! any call out of the component) may allocate in another module (componentize-py's
+//! `cabi_realloc` calls `libc.so`'s `malloc`); so may the allocators of a module that does not
+//! define `malloc` (`libpython3.14.so`'s `PyObject_Malloc`). Their wrappers tell the gate they
+//! enter and leave ([`Allocator::HostCalled`]), and the gate raises and lowers every module's
+//! [`NESTING_DEPTH`] meanwhile, so that no other allocator of the component counts or reports,
+//! as none of their own module does: a block is reported once, by the outermost allocator.
 
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use wasm_encoder::{
-    Alias, CanonicalFunctionSection, ComponentAliasSection, ComponentImportSection,
-    ComponentSectionId, ComponentTypeRef, ComponentTypeSection, ComponentValType, ElementSection,
-    Elements, EntityType, ExportKind, ImportSection, InstanceSection, ModuleArg, ModuleSection,
-    PrimitiveValType, RawSection, RefType, TableType, TypeSection,
+    Alias, BlockType, CanonicalFunctionSection, CodeSection, ComponentAliasSection,
+    ComponentImportSection, ComponentSectionId, ComponentTypeRef, ComponentTypeSection,
+    ComponentValType, ConstExpr, ElementSection, Elements, EntityType, ExportKind, Function,
+    FunctionSection, GlobalType, ImportSection, InstanceSection, ModuleArg, ModuleSection,
+    PrimitiveValType, RawSection, RefType, TableType, TypeSection, ValType,
 };
 use wasmparser::{Chunk, Parser, Payload};
 
-use super::rewrite::{add_hook_type, rewrite_in_component, Rewritten, HOOK_TABLE};
+use super::rewrite::{
+    add_hook_type, rewrite_in_component, Allocator, Rewritten, HOOK_TABLE, NESTING_DEPTH,
+};
 use crate::wasm::component::{append_sections, core_modules, validated};
 
 /// The function a rewritten component imports, through which its allocators report:
@@ -46,12 +59,12 @@ pub fn rewrite_component(component: &[u8]) -> Result<Option<RewrittenComponent>>
             continue;
         };
         let wasm = &component[core.range.clone()];
-        if let Some(rewritten) = rewrite_in_component(wasm, &core.host_reallocs)? {
+        if let Some(rewritten) = rewrite_in_component(wasm, &core.host_called)? {
             modules[i] = Some(Arc::new(rewritten));
             hooked.push(instance);
         }
     }
-    if hooked.is_empty() {
+    if !modules.iter().flatten().any(|r| r.reports()) {
         return Ok(None);
     }
     let types = validated(component)?;
@@ -84,30 +97,37 @@ pub fn rewrite_component(component: &[u8]) -> Result<Option<RewrittenComponent>>
     out.section(&lower);
     let report = counts.function_count();
 
-    let fixup = fixup_module();
-    let (mut table, mut instance) = (counts.table_count(), counts.core_instance_count());
-    for (j, &hooked) in hooked.iter().enumerate() {
-        let mut alias = ComponentAliasSection::new();
-        alias.alias(Alias::CoreInstanceExport {
-            instance: hooked,
-            kind: ExportKind::Table,
-            name: HOOK_TABLE,
-        });
-        out.section(&alias);
-        out.section(&ModuleSection(&fixup));
-        let mut instances = InstanceSection::new();
-        instances.export_items([
-            ("table", ExportKind::Table, table),
-            ("report", ExportKind::Func, report),
-        ]);
-        instances.instantiate(
-            counts.module_count() + j as u32,
-            [("", ModuleArg::Instance(instance))],
-        );
-        out.section(&instances);
-        table += 1;
-        instance += 2;
+    let mut aliases = ComponentAliasSection::new();
+    for (kind, name) in [
+        (ExportKind::Table, HOOK_TABLE),
+        (ExportKind::Global, NESTING_DEPTH),
+    ] {
+        for &instance in &hooked {
+            aliases.alias(Alias::CoreInstanceExport {
+                instance,
+                kind,
+                name,
+            });
+        }
     }
+    out.section(&aliases);
+    out.section(&ModuleSection(&gate_module(hooked.len() as u32)));
+    let names: Vec<[String; 2]> = (0..hooked.len())
+        .map(|j| [format!("table{j}"), format!("depth{j}")])
+        .collect();
+    let (tables, globals) = (counts.table_count(), counts.global_count());
+    let mut items = vec![("report", ExportKind::Func, report)];
+    for (j, [table, depth]) in (0..).zip(&names) {
+        items.push((table, ExportKind::Table, tables + j));
+        items.push((depth, ExportKind::Global, globals + j));
+    }
+    let mut instances = InstanceSection::new();
+    instances.export_items(items);
+    instances.instantiate(
+        counts.module_count(),
+        [("", ModuleArg::Instance(counts.core_instance_count()))],
+    );
+    out.section(&instances);
     let wasm = append_sections(copy.finish(), out)?;
     Ok(Some(RewrittenComponent { wasm, modules }))
 }
@@ -169,33 +189,76 @@ fn copy_top_level(
     }
 }
 
-/// `(module (import "" "table" (table 1 funcref)) (import "" "report" (func …))
-/// (elem (i32.const 0) func 0))`: puts the host's report function in a hook table.
-fn fixup_module() -> wasm_encoder::Module {
+/// `(module (import "" "report" (func $report …)) (import "" "tableJ" (table 1 funcref))
+/// (import "" "depthJ" (global (mut i32)))… (func $gate …) (elem (table J) (i32.const 0) func
+/// $gate)…)`, for `modules` rewritten modules. `$gate` adds 1 to each module's nesting depth
+/// on a call of [`Allocator::HostCalled`]'s code with size 1, takes 1 with size 0, and passes
+/// every other call on to `$report`.
+fn gate_module(modules: u32) -> wasm_encoder::Module {
     let mut module = wasm_encoder::Module::new();
     let mut types = TypeSection::new();
     add_hook_type(&mut types);
     module.section(&types);
     let mut imports = ImportSection::new();
-    imports.import(
-        "",
-        "table",
-        EntityType::Table(TableType {
-            element_type: RefType::FUNCREF,
-            table64: false,
-            minimum: 1,
-            maximum: Some(1),
-            shared: false,
-        }),
-    );
     imports.import("", "report", EntityType::Function(0));
+    for j in 0..modules {
+        imports.import(
+            "",
+            &format!("table{j}"),
+            EntityType::Table(TableType {
+                element_type: RefType::FUNCREF,
+                table64: false,
+                minimum: 1,
+                maximum: Some(1),
+                shared: false,
+            }),
+        );
+        imports.import(
+            "",
+            &format!("depth{j}"),
+            EntityType::Global(GlobalType {
+                val_type: ValType::I32,
+                mutable: true,
+                shared: false,
+            }),
+        );
+    }
     module.section(&imports);
+    let mut functions = FunctionSection::new();
+    functions.function(0);
+    module.section(&functions);
     let mut elements = ElementSection::new();
-    elements.active(
-        Some(0),
-        &wasm_encoder::ConstExpr::i32_const(0),
-        Elements::Functions([0].as_slice().into()),
-    );
+    for j in 0..modules {
+        elements.active(
+            Some(j),
+            &ConstExpr::i32_const(0),
+            Elements::Functions([1].as_slice().into()),
+        );
+    }
     module.section(&elements);
+    let (allocator, entering) = (0, 1);
+    let mut gate = Function::new([]);
+    let mut code = gate.instructions();
+    code.local_get(allocator)
+        .i32_const(Allocator::HostCalled.code())
+        .i32_eq()
+        .if_(BlockType::Empty);
+    for depth in 0..modules {
+        code.global_get(depth)
+            .i32_const(1)
+            .i32_const(-1)
+            .local_get(entering)
+            .select()
+            .i32_add()
+            .global_set(depth);
+    }
+    code.i64_const(0).return_().end();
+    for param in 0..5 {
+        code.local_get(param);
+    }
+    code.call(0).end();
+    let mut section = CodeSection::new();
+    section.function(&gate);
+    module.section(&section);
     module
 }

@@ -47,6 +47,11 @@ pub const HOOK_TABLE: &str = "wasmspy:allocator-hook";
 /// (it starts at [`UNSEEDED`]).
 pub const SAMPLE_COUNTDOWN: &str = "wasmspy:sample-countdown";
 
+/// The export of the mutable `i32` global counting the wrappers running: while it is not zero,
+/// the module's allocators neither count nor report. A component's gate raises every module's
+/// while a function the host called runs ([`Allocator::HostCalled`]).
+pub const NESTING_DEPTH: &str = "wasmspy:nesting-depth";
+
 /// Where every instance's countdown starts: far below zero, so that the first allocator call
 /// reaches the host, which draws that instance's first interval then ([`bytes_unseeded`]).
 /// A start drawn once and compiled in would sample the same allocation of every instance (a
@@ -92,11 +97,15 @@ pub enum Allocator {
     GoMallocgc,
     /// TinyGo's `runtime.alloc`.
     TinyGoAlloc,
-    /// A component's `cabi_realloc`, which the host calls to place values it passes to the
-    /// guest. Nothing it allocates is reported: the canonical ABI forbids a component to call
-    /// the host while the host is lowering a value into it. Its wrapper only marks the
-    /// allocators it calls as nested.
-    HostRealloc,
+    /// A function the host calls while the component may not call out: the `realloc` of a
+    /// component's canonical options (placing the values the host passes in) or a
+    /// `post-return` (freeing a result the host has read). Nothing allocated or freed while it
+    /// runs can be reported, by this module or another of the component (componentize-py's
+    /// `cabi_realloc` calls `libc.so`'s `malloc`): its wrapper marks this module's allocators
+    /// as nested, and tells the hook it enters and leaves (code [`Allocator::code`], size 1
+    /// and 0), on which the component's gate raises and lowers every module's
+    /// [`NESTING_DEPTH`] ([`crate::memory::component`]).
+    HostCalled,
 }
 
 const ALL: [Allocator; 13] = [
@@ -112,7 +121,7 @@ const ALL: [Allocator; 13] = [
     Allocator::RustDealloc,
     Allocator::GoMallocgc,
     Allocator::TinyGoAlloc,
-    Allocator::HostRealloc,
+    Allocator::HostCalled,
 ];
 
 impl Allocator {
@@ -166,17 +175,19 @@ impl Allocator {
             Allocator::Calloc | Allocator::AlignedAlloc | Allocator::Realloc => 2,
             Allocator::RustAlloc | Allocator::RustAllocZeroed => 2,
             Allocator::PosixMemalign | Allocator::RustDealloc => 3,
-            Allocator::RustRealloc | Allocator::HostRealloc => 4,
+            Allocator::RustRealloc => 4,
+            // Any signature: see `Scan::allocator_params`.
+            Allocator::HostCalled => return true,
         };
-        params == count && results == usize::from(self.returns())
+        params == count && results == usize::from(self.allocates())
     }
 
-    fn returns(self) -> bool {
-        !matches!(self, Allocator::Free | Allocator::RustDealloc)
-    }
-
+    /// Whether it returns a block (the only `i32` result an allocator has).
     fn allocates(self) -> bool {
-        self.returns() && self != Allocator::HostRealloc
+        !matches!(
+            self,
+            Allocator::Free | Allocator::RustDealloc | Allocator::HostCalled
+        )
     }
 
     fn frees(self) -> bool {
@@ -199,11 +210,12 @@ fn is_go_mallocgc(name: &str) -> bool {
     })
 }
 
-/// Whether `name` is one of CPython's allocator functions. They are wrapped only in a module
-/// that defines `malloc` too, whose wrapper then nests in theirs (a block `PyObject_Malloc`
-/// gets from `malloc` is reported once, as Python's). Where `malloc` is another module's (as
-/// in componentize-py's components, `libpython` beside `libc`), each module's wrappers would
-/// report the same block: `malloc` alone reports.
+/// Whether `name` is one of CPython's allocator functions. They are wrapped only where
+/// `malloc`'s wrapper then nests in theirs (a block `PyObject_Malloc` gets from `malloc` is
+/// reported once, as Python's): in a module that defines `malloc` too, or in a component,
+/// whose gate nests every module's wrappers in those of a module that does not (as
+/// componentize-py's `libpython` beside `libc`). A module alone without `malloc` has its
+/// blocks reported as `malloc`'s.
 fn is_cpython_api(name: &str) -> bool {
     name.starts_with("PyObject_") || name.starts_with("PyMem_")
 }
@@ -245,6 +257,14 @@ impl Rewritten {
         self.wrapped.get(j as usize).map(|&(original, _)| original)
     }
 
+    /// Whether an allocator of the module reports (not only functions the host calls were
+    /// wrapped).
+    pub fn reports(&self) -> bool {
+        self.wrapped
+            .iter()
+            .any(|&(_, a)| a != Allocator::HostCalled)
+    }
+
     /// Whether function `func_index` of the rewritten module is an allocator's wrapper.
     pub fn is_wrapper(&self, func_index: u32) -> bool {
         self.wrapped.iter().any(|&(i, _)| i == func_index)
@@ -274,35 +294,47 @@ struct Defined {
 
 /// Rewrites `wasm`'s allocator functions; `None` when it has none with the expected signature.
 pub fn rewrite(wasm: &[u8]) -> Result<Option<Rewritten>> {
-    rewrite_in_component(wasm, &[])
+    rewrite_as(wasm, None)
 }
 
-/// As [`rewrite`], for a core module of a component: the functions exported as
-/// `host_reallocs` (the `realloc` of the component's canonical options, which the host calls)
-/// wrapped as [`Allocator::HostRealloc`].
-pub fn rewrite_in_component(wasm: &[u8], host_reallocs: &[String]) -> Result<Option<Rewritten>> {
+/// As [`rewrite`], for a core module of a component: the functions exported as `host_called`
+/// (the `realloc` and `post-return` of the component's canonical options) wrapped as
+/// [`Allocator::HostCalled`]. A module with only those is rewritten too (`None`: neither),
+/// for its allocator-less `cabi_realloc` may call another module's `malloc`; see
+/// [`Rewritten::reports`]. In a module that does not define `malloc`, whose allocators may
+/// call another module's, the allocators' wrappers tell the hook they enter and leave as
+/// [`Allocator::HostCalled`]'s do, so that the component's gate nests the other modules'
+/// wrappers in them.
+pub fn rewrite_in_component(wasm: &[u8], host_called: &[String]) -> Result<Option<Rewritten>> {
+    rewrite_as(wasm, Some(host_called))
+}
+
+/// [`rewrite`] (`host_called`: `None`) or [`rewrite_in_component`].
+fn rewrite_as(wasm: &[u8], host_called: Option<&[String]>) -> Result<Option<Rewritten>> {
     let scan = Scan::of(wasm)?;
     let defines_malloc = scan.names.iter().any(|(&index, name)| {
         name == "malloc" && scan.allocator_params(index, Allocator::Malloc).is_some()
     });
+    let nests_across_modules = host_called.is_some() && !defines_malloc;
     let by_name = scan
         .names
         .iter()
-        .filter(|(_, name)| defines_malloc || !is_cpython_api(name))
+        .filter(|(_, name)| defines_malloc || nests_across_modules || !is_cpython_api(name))
         .filter_map(|(&index, name)| Some((index, Allocator::by_name(name)?)));
-    let by_export = host_reallocs
+    let by_export = host_called
+        .unwrap_or_default()
         .iter()
-        .filter_map(|name| Some((*scan.exports.get(name)?, Allocator::HostRealloc)));
+        .filter_map(|name| Some((*scan.exports.get(name)?, Allocator::HostCalled)));
     let wrapped: Vec<(u32, Allocator)> = by_name
         .chain(by_export)
         .filter(|&(index, allocator)| scan.allocator_params(index, allocator).is_some())
         .collect::<std::collections::BTreeMap<_, _>>()
         .into_iter()
         .collect();
-    if wrapped.iter().all(|&(_, a)| a == Allocator::HostRealloc) {
+    if wrapped.is_empty() {
         return Ok(None);
     }
-    let module = scan.encode(wasm, &wrapped)?;
+    let module = scan.encode(wasm, &wrapped, nests_across_modules)?;
     let moved = scan.offset_map(&module, &wrapped)?;
     Ok(Some(Rewritten {
         wasm: module,
@@ -419,6 +451,9 @@ impl Scan {
             .defined(index)
             .and_then(|d| self.types.get(d.type_index as usize))
             .and_then(Option::as_ref)?;
+        if allocator == Allocator::HostCalled {
+            return Some(params.len() as u32);
+        }
         let i32s =
             |types: &[wasmparser::ValType]| types.iter().all(|&t| t == wasmparser::ValType::I32);
         // Go keeps its stack pointer in global 0, and the arguments at it.
@@ -432,7 +467,9 @@ impl Scan {
     }
 
     /// The rewritten module's bytes.
-    fn encode(&self, wasm: &[u8], wrapped: &[(u32, Allocator)]) -> Result<Vec<u8>> {
+    /// The rewritten module's bytes; `tell`: whether allocators' wrappers tell the hook they
+    /// enter and leave.
+    fn encode(&self, wasm: &[u8], wrapped: &[(u32, Allocator)], tell: bool) -> Result<Vec<u8>> {
         let total_functions = self.imported_functions + self.defined.len() as u32;
         // The moved original bodies, in `wrapped` order, after every existing function.
         let moved_index: HashMap<u32, u32> = wrapped
@@ -446,6 +483,7 @@ impl Scan {
             flags: self.imported_memories + self.memories,
             depth: self.globals.len() as u32,
             countdown: self.globals.len() as u32 + 1,
+            tell,
         };
 
         let mut re = RoundtripReencoder;
@@ -515,6 +553,24 @@ impl Scan {
                 Payload::CodeSectionEntry(body) => {
                     let index = self.imported_functions + code.len();
                     match wrapped.iter().find(|&&(i, _)| i == index) {
+                        Some(&(_, Allocator::HostCalled)) => {
+                            let (params, results) = self
+                                .defined(index)
+                                .and_then(|d| self.types.get(d.type_index as usize))
+                                .and_then(Option::as_ref)
+                                .context("not a function")?;
+                            let [params, results] = [params, results].map(|types| {
+                                types
+                                    .iter()
+                                    .map(|&t| re.val_type(t))
+                                    .collect::<Result<Vec<_>, _>>()
+                            });
+                            code.function(&added.host_called_wrapper(
+                                &params?,
+                                &results?,
+                                moved_index[&index],
+                            ));
+                        }
                         Some(&(_, allocator)) => {
                             let params = self
                                 .allocator_params(index, allocator)
@@ -605,6 +661,9 @@ struct Added {
     depth: u32,
     /// The [`SAMPLE_COUNTDOWN`] global.
     countdown: u32,
+    /// Whether allocators' wrappers tell the hook they enter and leave (see
+    /// [`rewrite_in_component`]).
+    tell: bool,
 }
 
 impl Added {
@@ -641,6 +700,7 @@ impl Added {
     fn exports(&self, exports: &mut ExportSection) {
         exports.export(HOOK_TABLE, ExportKind::Table, self.hook_table);
         exports.export(SAMPLE_COUNTDOWN, ExportKind::Global, self.countdown);
+        exports.export(NESTING_DEPTH, ExportKind::Global, self.depth);
     }
 
     /// A section of ours where the module had none of its kind.
@@ -674,16 +734,24 @@ impl Added {
     /// counts the allocation down and calls the hook when it is sampled or frees a block that
     /// may have been.
     fn wrapper(&self, allocator: Allocator, params: u32, original: u32) -> Function {
-        let returns = allocator.returns();
+        let returns = allocator.allocates();
         let result = params;
         let size = params + u32::from(returns);
         let (freed, allocated, countdown, answer) = (size + 1, size + 2, size + 3, size + 4);
-        let mut f = Function::new([(u32::from(returns) + 3, ValType::I32), (2, ValType::I64)]);
+        let told = size + 5;
+        let mut f = Function::new([
+            (u32::from(returns) + 3, ValType::I32),
+            (2, ValType::I64),
+            (1, ValType::I32),
+        ]);
         let mut code = f.instructions();
         code.global_get(self.depth)
             .i32_const(1)
             .i32_add()
             .global_set(self.depth);
+        if self.tell {
+            self.tell_entering(&mut code, told);
+        }
         for p in 0..params {
             code.local_get(p);
         }
@@ -691,14 +759,13 @@ impl Added {
         if returns {
             code.local_set(result);
         }
+        if self.tell {
+            self.tell_leaving(&mut code, told);
+        }
         code.global_get(self.depth)
             .i32_const(1)
             .i32_sub()
             .global_set(self.depth);
-        if allocator == Allocator::HostRealloc {
-            code.local_get(result).end();
-            return f;
-        }
         code.global_get(self.depth).i32_eqz();
         if allocator == Allocator::GoMallocgc {
             // Go returns 1 while it unwinds the Wasm stack to switch goroutines; the call
@@ -758,8 +825,8 @@ impl Added {
                 code.local_get(0).local_set(size);
                 code.local_get(result).local_set(allocated);
             }
-            // Its wrapper returned above.
-            Allocator::HostRealloc => {}
+            // Its wrapper is `host_called_wrapper`.
+            Allocator::HostCalled => {}
         }
         if allocator.allocates() {
             // A failed allocation (null) is not counted.
@@ -841,6 +908,82 @@ impl Added {
         }
         code.end();
         f
+    }
+}
+
+impl Added {
+    /// The body that replaces a function the host calls while the component may not call out
+    /// ([`Allocator::HostCalled`]), of type `params -> results`: calls the original (now
+    /// function `original`) as a wrapper running, so that this module's allocators report
+    /// nothing, and tells the hook it enters and leaves, so that the other modules' do not
+    /// either. The hook is told only if it was set on entry: it is the component's gate, or
+    /// none yet.
+    fn host_called_wrapper(
+        &self,
+        params: &[ValType],
+        results: &[ValType],
+        original: u32,
+    ) -> Function {
+        let told = params.len() as u32;
+        let first_result = told + 1;
+        let locals: Vec<_> = std::iter::once((1, ValType::I32))
+            .chain(results.iter().map(|&t| (1, t)))
+            .collect();
+        let mut f = Function::new(locals);
+        let mut code = f.instructions();
+        code.global_get(self.depth)
+            .i32_const(1)
+            .i32_add()
+            .global_set(self.depth);
+        self.tell_entering(&mut code, told);
+        for p in 0..told {
+            code.local_get(p);
+        }
+        code.call(original);
+        for r in (0..results.len() as u32).rev() {
+            code.local_set(first_result + r);
+        }
+        self.tell_leaving(&mut code, told);
+        code.global_get(self.depth)
+            .i32_const(1)
+            .i32_sub()
+            .global_set(self.depth);
+        for r in 0..results.len() as u32 {
+            code.local_get(first_result + r);
+        }
+        code.end();
+        f
+    }
+
+    /// Tells the hook, if it is set, that a wrapper enters; local `told` says whether it did.
+    fn tell_entering(&self, code: &mut wasm_encoder::InstructionSink<'_>, told: u32) {
+        code.i32_const(0)
+            .table_get(self.hook_table)
+            .ref_is_null()
+            .i32_eqz()
+            .local_tee(told)
+            .if_(BlockType::Empty);
+        self.tell_hook(code, 1);
+        code.end();
+    }
+
+    /// Tells the hook the wrapper leaves, if it told it that it entered.
+    fn tell_leaving(&self, code: &mut wasm_encoder::InstructionSink<'_>, told: u32) {
+        code.local_get(told).if_(BlockType::Empty);
+        self.tell_hook(code, 0);
+        code.end();
+    }
+
+    /// Calls the hook with [`Allocator::HostCalled`]'s code and `entering` as the size.
+    fn tell_hook(&self, code: &mut wasm_encoder::InstructionSink<'_>, entering: i32) {
+        code.i32_const(Allocator::HostCalled.code())
+            .i32_const(entering)
+            .i32_const(0)
+            .i32_const(0)
+            .i64_const(0)
+            .i32_const(0)
+            .call_indirect(self.hook_table, self.hook_type)
+            .drop();
     }
 }
 
@@ -1067,6 +1210,81 @@ mod tests {
         );
         // 100 bytes outlast the 56 allocated: nothing is sampled, no free is flagged.
         assert_eq!(run(&rewritten.wasm, Some(100)), (21, vec![]));
+    }
+
+    /// In a component, a function the host calls (of any signature) and the allocators of a
+    /// module that does not define `malloc` (here `PyObject_Malloc`, calling an imported
+    /// one) tell the hook they enter and leave, around their original, whose results they
+    /// return; the allocator then reports as ever. Alone, such a module's `PyObject_Malloc`
+    /// is not wrapped.
+    #[test]
+    fn wrappers_nesting_across_modules_tell_the_hook() {
+        let original = wat::parse_str(
+            r#"(module
+            (import "libc" "malloc" (func $malloc (param i32) (result i32)))
+            (func $PyObject_Malloc (export "PyObject_Malloc") (param i32) (result i32)
+                (call $malloc (local.get 0)))
+            (func (export "post") (param i64 f64) (result f32 i64)
+                (f32.demote_f64 (local.get 1)) (local.get 0)))"#,
+        )
+        .unwrap();
+        assert!(rewrite(&original).unwrap().is_none());
+        let rewritten = rewrite_in_component(&original, &["post".into()])
+            .unwrap()
+            .unwrap();
+        let kinds: Vec<Allocator> = rewritten.wrapped.iter().map(|&(_, a)| a).collect();
+        assert_eq!(kinds, [Allocator::Malloc, Allocator::HostCalled]);
+
+        let engine = Engine::default();
+        let module = wasmtime::Module::new(&engine, &rewritten.wasm).unwrap();
+        let mut store = Store::new(&engine, Vec::<String>::new());
+        let malloc = Func::wrap(
+            &mut store,
+            |mut caller: wasmtime::Caller<'_, Vec<String>>, size: i32| -> i32 {
+                caller.data_mut().push(format!("libc malloc {size}"));
+                64
+            },
+        );
+        let instance = Instance::new(&mut store, &module, &[malloc.into()]).unwrap();
+        let hook = Func::wrap(
+            &mut store,
+            |mut caller: wasmtime::Caller<'_, Vec<String>>,
+             a: i32,
+             size: i32,
+             _: i32,
+             allocated: i32,
+             countdown: i64|
+             -> i64 {
+                let allocator = Allocator::from_code(a).unwrap();
+                let heard = format!("{allocator:?} {size} {allocated} {countdown}");
+                caller.data_mut().push(heard);
+                report(1000, false, false)
+            },
+        );
+        let table = instance.get_table(&mut store, HOOK_TABLE).unwrap();
+        table.set(&mut store, 0, Ref::Func(Some(hook))).unwrap();
+        let countdown = instance.get_global(&mut store, SAMPLE_COUNTDOWN).unwrap();
+        countdown.set(&mut store, wasmtime::Val::I64(1)).unwrap();
+
+        let allocate = instance
+            .get_typed_func::<i32, i32>(&mut store, "PyObject_Malloc")
+            .unwrap();
+        assert_eq!(allocate.call(&mut store, 10).unwrap(), 64);
+        let post = instance
+            .get_typed_func::<(i64, f64), (f32, i64)>(&mut store, "post")
+            .unwrap();
+        assert_eq!(post.call(&mut store, (5, 2.5)).unwrap(), (2.5, 5));
+        assert_eq!(
+            store.into_data(),
+            [
+                "HostCalled 1 0 0",
+                "libc malloc 10",
+                "HostCalled 0 0 0",
+                "Malloc 10 64 -9",
+                "HostCalled 1 0 0",
+                "HostCalled 0 0 0",
+            ]
+        );
     }
 
     #[test]

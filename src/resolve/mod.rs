@@ -537,8 +537,13 @@ impl Resolver {
                 }
                 None => (f.func_index(), offset, false),
             };
-            // A wrapper above the leaf only called its allocator's original body.
-            if !(wrapper && depth > 0) {
+            // A wrapper above the leaf only called its allocator's original body. Under an
+            // adapter's frame at the leaf, it is the leaf: in a component, a wrapper reports
+            // through the gate the component was given (see `crate::memory::component`).
+            if wrapper && depth == 1 && frames == [RawFrame::Runtime] {
+                frames.clear();
+            }
+            if !wrapper || frames.is_empty() {
                 frames.push(RawFrame::Wasm {
                     module,
                     func_index,

@@ -59,9 +59,10 @@ pub struct CoreModule {
     /// The top-level core instance made from it, when the top-level component instantiates it
     /// once.
     pub instance: Option<u32>,
-    /// Its exports that the component's canonical options name as `realloc`: functions the
-    /// host calls to place values it passes in.
-    pub host_reallocs: Vec<String>,
+    /// Its exports that the component's canonical options name as `realloc` or `post-return`:
+    /// functions the host calls, to place values it passes in or after it has read a result,
+    /// while the component may not call out.
+    pub host_called: Vec<String>,
 }
 
 /// What a module declares about its functions and tables, for following instantiations.
@@ -107,7 +108,7 @@ pub fn core_modules(component: &[u8]) -> Result<Vec<CoreModule>> {
                     lowered_indirect_calls: HashMap::new(),
                     stub_names: HashMap::new(),
                     instance: None,
-                    host_reallocs: Vec::new(),
+                    host_called: Vec::new(),
                 });
                 declared.push(Declared::default());
             }
@@ -390,14 +391,14 @@ impl TopLevel {
                 for canonical in reader {
                     match canonical.context("malformed component canonical section")? {
                         CanonicalFunction::Lift { options, .. } => {
-                            self.note_reallocs(&options, modules);
+                            self.note_host_called(&options, modules);
                             self.funcs.push(None)
                         }
                         CanonicalFunction::Lower {
                             func_index,
                             options,
                         } => {
-                            self.note_reallocs(&options, modules);
+                            self.note_host_called(&options, modules);
                             self.core_funcs.push(CoreFunc {
                                 lowered: item(&self.funcs, func_index),
                                 export: None,
@@ -468,10 +469,16 @@ impl TopLevel {
         Ok(())
     }
 
-    /// Notes the module export that canonical `options` name as `realloc`.
-    fn note_reallocs(&self, options: &[wasmparser::CanonicalOption], modules: &mut [CoreModule]) {
+    /// Notes the module exports that canonical `options` name as `realloc` or `post-return`.
+    fn note_host_called(
+        &self,
+        options: &[wasmparser::CanonicalOption],
+        modules: &mut [CoreModule],
+    ) {
         for option in options {
-            let wasmparser::CanonicalOption::Realloc(func) = option else {
+            let (wasmparser::CanonicalOption::Realloc(func)
+            | wasmparser::CanonicalOption::PostReturn(func)) = option
+            else {
                 continue;
             };
             let export = self.core_funcs.get(*func as usize).map(|f| &f.export);
@@ -481,8 +488,8 @@ impl TopLevel {
             if let Some(CoreInstance::Instantiated(Some(m))) =
                 self.core_instances.get(*instance as usize)
             {
-                if !modules[*m].host_reallocs.contains(name) {
-                    modules[*m].host_reallocs.push(name.clone());
+                if !modules[*m].host_called.contains(name) {
+                    modules[*m].host_called.push(name.clone());
                 }
             }
         }
