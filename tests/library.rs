@@ -1,5 +1,7 @@
 //! Embedders attach the profiler to their own `Engine` and `Store`.
 
+mod common;
+
 use wasmspy::capture::SamplerKind;
 use wasmspy::profile::{FrameId, StackId};
 use wasmspy::record::CPU;
@@ -589,6 +591,88 @@ fn an_embedders_component_is_profiled() {
             .collect();
         assert_eq!(mappings, ["app.wasm/guest"]);
     }
+}
+
+/// An embedder's own WASI host running a component with CPython inside (componentize-py's
+/// `allocs-py`), instrumented as `wasmspy record --mem-profile` instruments it: the
+/// allocators rewritten (`rewrite_component`), then the runtimes probed (`probe_runtimes`),
+/// the two host functions defined in the embedder's linker. The heap profile gives each
+/// Python line of `allocs.py` its bytes, under the Python stack, which only the probe shows.
+#[test]
+fn an_embedders_python_component_gets_its_python_memory_profile() {
+    use wasmspy::memory::component::rewrite_component;
+    use wasmspy::runtimes::in_component::probe_runtimes;
+    use wasmtime::component::{Component, Linker, ResourceTable};
+    use wasmtime_wasi::p2::bindings::sync::Command;
+    use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+    struct Host {
+        ctx: WasiCtx,
+        table: ResourceTable,
+    }
+    impl WasiView for Host {
+        fn ctx(&mut self) -> WasiCtxView<'_> {
+            WasiCtxView {
+                ctx: &mut self.ctx,
+                table: &mut self.table,
+            }
+        }
+    }
+
+    let Some(path) = common::built_component("allocs-py.wasm") else {
+        return;
+    };
+    let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
+    let wasm = std::fs::read(&path).unwrap();
+    let rewritten = rewrite_component(&wasm)
+        .unwrap()
+        .expect("CPython's allocators");
+    let probed = probe_runtimes(&rewritten.wasm)
+        .unwrap()
+        .expect("CPython is probed");
+    let (engine, mut options) = engine_for(SamplerKind::Signal);
+    options.mem_rate = Some(1);
+    let component = Component::new(&engine, &probed).unwrap();
+    let mut profiler = Profiler::new(&engine, options).unwrap();
+    profiler
+        .add_rewritten_component("allocs-py.wasm", &component, wasm, &rewritten)
+        .unwrap();
+    let mut linker = Linker::<Host>::new(&engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker).unwrap();
+    profiler
+        .define_runtime_probe(&mut linker, &component)
+        .unwrap();
+    profiler
+        .define_component_allocator_hook(&mut linker)
+        .unwrap();
+    let ctx = WasiCtxBuilder::new()
+        .args(&["allocs-py.wasm", "20"])
+        .build();
+    let mut store = Store::new(
+        &engine,
+        Host {
+            ctx,
+            table: ResourceTable::new(),
+        },
+    );
+    profiler.attach(&mut store).unwrap();
+    profiler.start().unwrap();
+    let command = Command::instantiate(&mut store, &component, &linker).unwrap();
+    command
+        .wasi_cli_run()
+        .call_run(&mut store)
+        .unwrap()
+        .unwrap();
+    profiler.stop();
+    let heap = profiler.handle().heap_profile().expect("a memory profile");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("heap.pb.gz");
+    let mut file = std::fs::File::create(&out).unwrap();
+    wasmspy::export::Format::Pprof
+        .write(&heap, &mut file)
+        .unwrap();
+    drop(file);
+    common::allocs_py::assert_allocated_by_line("embedder", &out, 20, "Run.run (allocs_run.py)");
 }
 
 /// Four threads, each with its own store attached after the profiler started, each running a
