@@ -33,6 +33,7 @@ use wasmparser::{Chunk, Parser, Payload};
 
 use super::rewrite::{
     add_hook_type, rewrite_in_component, Allocator, Rewritten, HOOK_TABLE, NESTING_DEPTH,
+    TOLD_BY_ALLOCATOR, TOLD_ENTERING,
 };
 use crate::wasm::component::{append_sections, core_modules, validated};
 
@@ -53,6 +54,7 @@ pub struct RewrittenComponent {
 pub fn rewrite_component(component: &[u8]) -> Result<Option<RewrittenComponent>> {
     let cores = core_modules(component)?;
     let mut modules = vec![None; cores.len()];
+    // (instance, whether its allocators' wrappers tell the gate) of each rewritten module.
     let mut hooked = Vec::new();
     for (i, core) in cores.iter().enumerate() {
         let Some(instance) = core.instance else {
@@ -60,8 +62,8 @@ pub fn rewrite_component(component: &[u8]) -> Result<Option<RewrittenComponent>>
         };
         let wasm = &component[core.range.clone()];
         if let Some(rewritten) = rewrite_in_component(wasm, &core.host_called)? {
+            hooked.push((instance, rewritten.tells));
             modules[i] = Some(Arc::new(rewritten));
-            hooked.push(instance);
         }
     }
     if !modules.iter().flatten().any(|r| r.reports()) {
@@ -102,7 +104,7 @@ pub fn rewrite_component(component: &[u8]) -> Result<Option<RewrittenComponent>>
         (ExportKind::Table, HOOK_TABLE),
         (ExportKind::Global, NESTING_DEPTH),
     ] {
-        for &instance in &hooked {
+        for &(instance, _) in &hooked {
             aliases.alias(Alias::CoreInstanceExport {
                 instance,
                 kind,
@@ -111,7 +113,8 @@ pub fn rewrite_component(component: &[u8]) -> Result<Option<RewrittenComponent>>
         }
     }
     out.section(&aliases);
-    out.section(&ModuleSection(&gate_module(hooked.len() as u32)));
+    let tells: Vec<bool> = hooked.iter().map(|&(_, tells)| tells).collect();
+    out.section(&ModuleSection(&gate_module(&tells)));
     let names: Vec<[String; 2]> = (0..hooked.len())
         .map(|j| [format!("table{j}"), format!("depth{j}")])
         .collect();
@@ -191,10 +194,12 @@ fn copy_top_level(
 
 /// `(module (import "" "report" (func $report …)) (import "" "tableJ" (table 1 funcref))
 /// (import "" "depthJ" (global (mut i32)))… (func $gate …) (elem (table J) (i32.const 0) func
-/// $gate)…)`, for `modules` rewritten modules. `$gate` adds 1 to each module's nesting depth
-/// on a call of [`Allocator::HostCalled`]'s code with size 1, takes 1 with size 0, and passes
-/// every other call on to `$report`.
-fn gate_module(modules: u32) -> wasm_encoder::Module {
+/// $gate)…)`, for rewritten modules whose allocators' wrappers tell the gate or not (`tells`).
+/// On a call of [`Allocator::HostCalled`]'s code `$gate` adds 1 to the nesting depth of every
+/// module (of those that do not tell, when [`TOLD_BY_ALLOCATOR`]) if [`TOLD_ENTERING`], else
+/// takes 1; it passes every other call on to `$report`.
+fn gate_module(tells: &[bool]) -> wasm_encoder::Module {
+    let modules = tells.len() as u32;
     let mut module = wasm_encoder::Module::new();
     let mut types = TypeSection::new();
     add_hook_type(&mut types);
@@ -236,22 +241,38 @@ fn gate_module(modules: u32) -> wasm_encoder::Module {
         );
     }
     module.section(&elements);
-    let (allocator, entering) = (0, 1);
-    let mut gate = Function::new([]);
+    let (allocator, told, delta) = (0, 1, 5);
+    let mut gate = Function::new([(1, ValType::I32)]);
     let mut code = gate.instructions();
     code.local_get(allocator)
         .i32_const(Allocator::HostCalled.code())
         .i32_eq()
         .if_(BlockType::Empty);
-    for depth in 0..modules {
+    code.i32_const(1)
+        .i32_const(-1)
+        .local_get(told)
+        .i32_const(TOLD_ENTERING)
+        .i32_and()
+        .select()
+        .local_set(delta);
+    let nest = |code: &mut wasm_encoder::InstructionSink<'_>, depth: u32| {
         code.global_get(depth)
-            .i32_const(1)
-            .i32_const(-1)
-            .local_get(entering)
-            .select()
+            .local_get(delta)
             .i32_add()
             .global_set(depth);
+    };
+    for depth in (0..modules).filter(|&j| !tells[j as usize]) {
+        nest(&mut code, depth);
     }
+    code.local_get(told)
+        .i32_const(TOLD_BY_ALLOCATOR)
+        .i32_and()
+        .i32_eqz()
+        .if_(BlockType::Empty);
+    for depth in (0..modules).filter(|&j| tells[j as usize]) {
+        nest(&mut code, depth);
+    }
+    code.end();
     code.i64_const(0).return_().end();
     for param in 0..5 {
         code.local_get(param);

@@ -52,6 +52,16 @@ pub const SAMPLE_COUNTDOWN: &str = "wasmspy:sample-countdown";
 /// while a function the host called runs ([`Allocator::HostCalled`]).
 pub const NESTING_DEPTH: &str = "wasmspy:nesting-depth";
 
+/// What a wrapper tells the hook, as the size of a call with [`Allocator::HostCalled`]'s code:
+/// this bit set on entry, clear on exit.
+pub const TOLD_ENTERING: i32 = 1;
+
+/// Set by an allocator's wrapper (in a module without `malloc`), clear by a function the host
+/// called: the allocator's callees are other modules' `malloc` and the like, so only the
+/// modules whose wrappers do not tell ([`Rewritten::tells`]) need nesting in it, where
+/// anything of the component may run in a function the host called.
+pub const TOLD_BY_ALLOCATOR: i32 = 2;
+
 /// Where every instance's countdown starts: far below zero, so that the first allocator call
 /// reaches the host, which draws that instance's first interval then ([`bytes_unseeded`]).
 /// A start drawn once and compiled in would sample the same allocation of every instance (a
@@ -102,9 +112,9 @@ pub enum Allocator {
     /// `post-return` (freeing a result the host has read). Nothing allocated or freed while it
     /// runs can be reported, by this module or another of the component (componentize-py's
     /// `cabi_realloc` calls `libc.so`'s `malloc`): its wrapper marks this module's allocators
-    /// as nested, and tells the hook it enters and leaves (code [`Allocator::code`], size 1
-    /// and 0), on which the component's gate raises and lowers every module's
-    /// [`NESTING_DEPTH`] ([`crate::memory::component`]).
+    /// as nested, and tells the hook it enters and leaves (code [`Allocator::code`], size
+    /// [`TOLD_ENTERING`] and 0), on which the component's gate raises and lowers every
+    /// module's [`NESTING_DEPTH`] ([`crate::memory::component`]).
     HostCalled,
 }
 
@@ -227,6 +237,9 @@ pub struct Rewritten {
     pub wrapped: Vec<(u32, Allocator)>,
     /// The index of the first moved original body; the others follow, in `wrapped` order.
     first_moved: u32,
+    /// Whether its allocators' wrappers tell the hook they enter and leave (see
+    /// [`rewrite_in_component`]).
+    pub tells: bool,
     /// Code ranges of the rewritten module, by start: (range, original offset of its start,
     /// whether the bytes are the original's). Wrappers map to their allocator's first byte.
     moved: Vec<(Range<u32>, u32, bool)>,
@@ -341,6 +354,7 @@ fn rewrite_as(wasm: &[u8], host_called: Option<&[String]>) -> Result<Option<Rewr
         wrapped,
         first_moved: scan.imported_functions + scan.defined.len() as u32,
         moved,
+        tells: nests_across_modules,
     }))
 }
 
@@ -750,7 +764,7 @@ impl Added {
             .i32_add()
             .global_set(self.depth);
         if self.tell {
-            self.tell_entering(&mut code, told);
+            self.tell_entering(&mut code, told, TOLD_BY_ALLOCATOR);
         }
         for p in 0..params {
             code.local_get(p);
@@ -760,7 +774,7 @@ impl Added {
             code.local_set(result);
         }
         if self.tell {
-            self.tell_leaving(&mut code, told);
+            self.tell_leaving(&mut code, told, TOLD_BY_ALLOCATOR);
         }
         code.global_get(self.depth)
             .i32_const(1)
@@ -935,7 +949,7 @@ impl Added {
             .i32_const(1)
             .i32_add()
             .global_set(self.depth);
-        self.tell_entering(&mut code, told);
+        self.tell_entering(&mut code, told, 0);
         for p in 0..told {
             code.local_get(p);
         }
@@ -943,7 +957,7 @@ impl Added {
         for r in (0..results.len() as u32).rev() {
             code.local_set(first_result + r);
         }
-        self.tell_leaving(&mut code, told);
+        self.tell_leaving(&mut code, told, 0);
         code.global_get(self.depth)
             .i32_const(1)
             .i32_sub()
@@ -955,29 +969,30 @@ impl Added {
         f
     }
 
-    /// Tells the hook, if it is set, that a wrapper enters; local `told` says whether it did.
-    fn tell_entering(&self, code: &mut wasm_encoder::InstructionSink<'_>, told: u32) {
+    /// Tells the hook, if it is set, that a wrapper enters (`by`: [`TOLD_BY_ALLOCATOR`] or
+    /// 0); local `told` says whether it did.
+    fn tell_entering(&self, code: &mut wasm_encoder::InstructionSink<'_>, told: u32, by: i32) {
         code.i32_const(0)
             .table_get(self.hook_table)
             .ref_is_null()
             .i32_eqz()
             .local_tee(told)
             .if_(BlockType::Empty);
-        self.tell_hook(code, 1);
+        self.tell_hook(code, by | TOLD_ENTERING);
         code.end();
     }
 
     /// Tells the hook the wrapper leaves, if it told it that it entered.
-    fn tell_leaving(&self, code: &mut wasm_encoder::InstructionSink<'_>, told: u32) {
+    fn tell_leaving(&self, code: &mut wasm_encoder::InstructionSink<'_>, told: u32, by: i32) {
         code.local_get(told).if_(BlockType::Empty);
-        self.tell_hook(code, 0);
+        self.tell_hook(code, by);
         code.end();
     }
 
-    /// Calls the hook with [`Allocator::HostCalled`]'s code and `entering` as the size.
-    fn tell_hook(&self, code: &mut wasm_encoder::InstructionSink<'_>, entering: i32) {
+    /// Calls the hook with [`Allocator::HostCalled`]'s code and `told` as the size.
+    fn tell_hook(&self, code: &mut wasm_encoder::InstructionSink<'_>, told: i32) {
         code.i32_const(Allocator::HostCalled.code())
-            .i32_const(entering)
+            .i32_const(told)
             .i32_const(0)
             .i32_const(0)
             .i64_const(0)
@@ -1277,9 +1292,9 @@ mod tests {
         assert_eq!(
             store.into_data(),
             [
-                "HostCalled 1 0 0",
+                "HostCalled 3 0 0",
                 "libc malloc 10",
-                "HostCalled 0 0 0",
+                "HostCalled 2 0 0",
                 "Malloc 10 64 -9",
                 "HostCalled 1 0 0",
                 "HostCalled 0 0 0",
