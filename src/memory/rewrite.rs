@@ -459,12 +459,19 @@ impl Scan {
             .get(index.checked_sub(self.imported_functions)? as usize)
     }
 
+    /// The (parameters, results) of defined function `index`.
+    fn signature(
+        &self,
+        index: u32,
+    ) -> Option<&(Vec<wasmparser::ValType>, Vec<wasmparser::ValType>)> {
+        self.defined(index)
+            .and_then(|d| self.types.get(d.type_index as usize))
+            .and_then(Option::as_ref)
+    }
+
     /// The number of parameters of function `index` if it can be `allocator`.
     fn allocator_params(&self, index: u32, allocator: Allocator) -> Option<u32> {
-        let (params, results) = self
-            .defined(index)
-            .and_then(|d| self.types.get(d.type_index as usize))
-            .and_then(Option::as_ref)?;
+        let (params, results) = self.signature(index)?;
         if allocator == Allocator::HostCalled {
             return Some(params.len() as u32);
         }
@@ -568,11 +575,8 @@ impl Scan {
                     let index = self.imported_functions + code.len();
                     match wrapped.iter().find(|&&(i, _)| i == index) {
                         Some(&(_, Allocator::HostCalled)) => {
-                            let (params, results) = self
-                                .defined(index)
-                                .and_then(|d| self.types.get(d.type_index as usize))
-                                .and_then(Option::as_ref)
-                                .context("not a function")?;
+                            let (params, results) =
+                                self.signature(index).context("not a function")?;
                             let [params, results] = [params, results].map(|types| {
                                 types
                                     .iter()

@@ -8,10 +8,8 @@
 //!   saved and restored.
 //! - **Bounded**: at most [`MAX_FRAMES`] frame records followed, at most
 //!   [`store_contexts::SLOTS`] store contexts read; a language runtime's walk as bounded as its
-//!   folder of [`crate::runtimes`] states (Go: at most [`MAX_FRAMES`] words of Go's stack per
-//!   candidate start, a handful; CPython: at most
-//!   [`MAX_STEPS`](crate::runtimes::cpython::MAX_STEPS) Python frames, and of each frame's line
-//!   table the part before its instruction).
+//!   folder of [`crate::runtimes`] states (each states its bound on frames followed and words
+//!   read, and never writes past the sample's [`MAX_FRAMES`]).
 //! - **Reads only mapped memory**: stack reads stay in `[sp, top)` of the stack `sp` is on
 //!   (live frames; the sampled thread is the one the handler runs on): the guest thread's own
 //!   stack, or a fiber stack that [`fiber_stacks`] publishes while it is mapped (guests called

@@ -16,7 +16,6 @@ use crate::capture::MAX_STACK_DEPTH;
 use crate::profile::Function;
 use crate::resolve::{ModuleId, RawFrame};
 use layout::PythonLayout;
-pub use walk::MAX_STEPS;
 use walk::{CodeId, PyFrame, PythonCode};
 
 /// A CPython module.
