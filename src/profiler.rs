@@ -451,11 +451,17 @@ impl Profiler {
                 };
                 // SAFETY: Wasmtime's definition of a memory of the calling instance, in
                 // `store`, as long as which the runtime instance is kept (by the store).
-                let shown = unsafe {
-                    RuntimeInstance::in_component(runtime, memory.definition)
-                        .and_then(|runtime| handle.show_runtime(store, runtime))
-                };
-                shown.map_err(wasmtime::Error::from_anyhow)
+                let runtime = unsafe { RuntimeInstance::in_component(runtime, memory.definition) };
+                // What stops a runtime's stack from being read stops neither the guest nor
+                // its profile: its samples keep their Wasm frames.
+                let shown = runtime.map_err(anyhow::Error::msg).and_then(|runtime| {
+                    // SAFETY: as above.
+                    unsafe { handle.show_runtime(store, runtime) }
+                });
+                if let Err(e) = shown {
+                    handle.warn_once(format!("{e:#}: samples keep their Wasm frames"));
+                }
+                Ok(())
             },
         )
     }
@@ -762,7 +768,13 @@ impl ProfilerHandle {
                 let view = InstanceView::of(&mut store, instance, runtime.globals())?;
                 // SAFETY: `instance` is of the runtime's module (its code is); the store keeps
                 // what is made of this (the allocator hook, the epoch callback's slot).
-                Some(unsafe { RuntimeInstance::new(runtime, view) })
+                match unsafe { RuntimeInstance::new(runtime, view) } {
+                    Ok(runtime) => Some(runtime),
+                    Err(why) => {
+                        self.warn_once(why);
+                        None
+                    }
+                }
             }
             None => None,
         };
@@ -922,6 +934,14 @@ impl ProfilerHandle {
 
     /// Warnings not taken yet: a module without debug info or with damaged names or DWARF
     /// (its profile then shows less, but the run goes on). Building a profile can add some.
+    /// Says `warning` once, with the warnings [`take_warnings`](Self::take_warnings) gives.
+    fn warn_once(&self, warning: String) {
+        let mut warnings = lock(&self.warnings);
+        if !warnings.contains(&warning) {
+            warnings.push(warning);
+        }
+    }
+
     pub fn take_warnings(&self) -> Vec<String> {
         let mut warnings = std::mem::take(&mut *lock(&self.warnings));
         warnings.extend(self.resolver().take_warnings());

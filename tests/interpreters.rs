@@ -81,8 +81,8 @@ fn a_javascript_component_shows_spidermonkey() {
 
 /// componentize-qjs's default output uses the component model's async ABI (`task.return`,
 /// `task.cancel`): it runs as under `wasmtime run`, `--invoke` printing the WAVE result, and
-/// its QuickJS loop is sampled, on the fiber Wasmtime's concurrent call runs it on, under the
-/// export's lifted function.
+/// its QuickJS loop is sampled, on the fiber Wasmtime's concurrent call runs it on, as the
+/// JavaScript function it is: `greet (greet.js)`.
 #[test]
 fn a_quickjs_component_of_the_async_abi_runs_and_is_sampled() {
     let Some(qjs) = built_component("greet-qjs.wasm") else {
@@ -97,11 +97,147 @@ fn a_quickjs_component_of_the_async_abi_runs_and_is_sampled() {
     );
     // The loop is 3 million iterations of QuickJS's interpreter: some hundreds of samples.
     assert!(p.total("samples") > 20, "{:?}", p.top_self("samples"));
+    let greet = "greet (greet.js)";
+    let share = inclusive_share(&p, greet);
+    assert!(
+        share > 0.9,
+        "{greet}: {share:.2}: {:?}",
+        p.top_self("samples")
+    );
     let mappings: Vec<&str> = p.0.mapping.iter().map(|m| p.str(m.filename)).collect();
     assert!(
         mappings.iter().any(|m| m.starts_with("greet-qjs.wasm/")),
         "{mappings:?}"
     );
+}
+
+/// `timed.js`'s `run`, which times its own `fib` and `build` and returns each one's share as
+/// `NAME SHARE` lines, through componentize-qjs's two ABIs and both samplers: each function's
+/// share of the CPU in the profile within 5 points of the script's measure (with 1,500 rounds,
+/// some 1,000 samples: a binomial share's standard deviation is 1.6 points at most, so 5 is
+/// 3 of them), and every sample of them the script's own JavaScript stack, lines included:
+/// `fib` (recursing, at its lines) or `build` → `run` at the line that calls it. The leaf may
+/// be a host call or Wasmtime's (a string copied by `memory.copy`) under the JavaScript line.
+#[test]
+fn a_quickjs_component_splits_as_the_script_timed_itself() {
+    let builds = ["timed-qjs.wasm", "timed-qjs-sync.wasm"];
+    let Some(builds) = builds
+        .iter()
+        .map(|b| built_component(b))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return;
+    };
+    for (qjs, sampler) in builds.iter().flat_map(|b| [(b, "signal"), (b, "epoch")]) {
+        let what = format!("{} {sampler}", qjs.file_name().unwrap().to_string_lossy());
+        let dir = tempfile::tempdir().unwrap();
+        let flags = ["--sampler", sampler, "--invoke", "run(1500)"];
+        let (out, path) = record(dir.path(), &flags, qjs, &[]);
+        assert_eq!(out.status.code(), Some(0), "{what}: {}", stderr(&out));
+        assert!(
+            !stderr(&out).contains("QuickJS"),
+            "{what}: {}",
+            stderr(&out)
+        );
+        // The WAVE string: "fib 0.4145\nbuild 0.5855".
+        let result = stdout(&out).trim().trim_matches('"').replace("\\n", "\n");
+        let measured: Vec<(String, f64)> = result
+            .lines()
+            .filter_map(|l| {
+                let (name, share) = l.split_once(' ')?;
+                Some((format!("{name} (timed.js)"), share.parse().ok()?))
+            })
+            .collect();
+        assert_eq!(measured.len(), 2, "{what}: {result}");
+        let p = Decoded::load(&path);
+        let cpu = p.value_index("cpu");
+        let (mut in_functions, mut total) = ([0i64; 2], 0);
+        for s in &p.0.sample {
+            total += s.value[cpu];
+            let frames: Vec<(String, String, i64)> = s
+                .location_id
+                .iter()
+                .flat_map(|&l| p.source_frames(l))
+                .map(|(name, file, line, _)| (name, file, line))
+                .filter(|(name, ..)| name.ends_with("(timed.js)"))
+                .collect();
+            let Some(i) = measured
+                .iter()
+                .position(|(name, _)| Some(name) == frames.first().map(|f| &f.0))
+            else {
+                continue;
+            };
+            in_functions[i] += s.value[cpu];
+            let (lines, call_line) = match i {
+                0 => (4..=9, 23),
+                _ => (11..=17, 25),
+            };
+            let (callees, run) = frames.split_at(frames.len() - 1);
+            assert!(
+                callees
+                    .iter()
+                    .all(|(name, file, line)| *name == measured[i].0
+                        && file == "/timed.js"
+                        && lines.contains(line))
+                    && run
+                        == [(
+                            "run (timed.js)".to_string(),
+                            "/timed.js".to_string(),
+                            call_line
+                        )],
+                "{what}: {frames:?}"
+            );
+        }
+        let both: i64 = in_functions.iter().sum();
+        assert!(
+            both * 10 >= total * 9,
+            "{what}: the functions have {both} of {total} ns of CPU"
+        );
+        for ((name, share), cpu) in measured.iter().zip(&in_functions) {
+            let profiled = *cpu as f64 / both as f64;
+            assert!(
+                (profiled - share).abs() <= 0.05,
+                "{what}: {name}: {profiled:.3} of the functions' CPU in the profile, {share} timed by the script"
+            );
+        }
+    }
+}
+
+/// With `--native`, QuickJS's own frames stay: each call of its interpreter loop is replaced by
+/// the JavaScript frame it runs, so `fib`'s frames follow `run` and each other directly (a
+/// JavaScript call is a call of the loop from the loop), the engine's frames that call `run`
+/// stay below it, and those `fib` calls into (its helpers) above it.
+#[test]
+fn a_quickjs_component_shows_its_engine_frames_with_native() {
+    let Some(qjs) = built_component("timed-qjs-sync.wasm") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (_, p) = record_ok(dir.path(), &["--native", "--invoke", "run(300)"], &qjs, &[]);
+    let fib = "fib (timed.js)";
+    let share = inclusive_share(&p, fib);
+    assert!(
+        share > 0.2,
+        "{fib}: {share:.2}: {:?}",
+        p.top_self("samples")
+    );
+    // The engine is the component's third module, unnamed.
+    let engine = |n: &str| n.starts_with("module2!wasm-function[");
+    let mut helpers = 0;
+    for (names, _) in p.stacks() {
+        let Some(run) = names.iter().position(|n| n == "run (timed.js)") else {
+            continue;
+        };
+        // Leaf first.
+        assert!(names[run + 1..].iter().any(|n| engine(n)), "{names:?}");
+        let fibs: Vec<usize> = (0..run).filter(|&i| names[i] == fib).collect();
+        let Some(&first) = fibs.first() else {
+            continue;
+        };
+        assert_eq!(fibs, (first..run).collect::<Vec<_>>(), "{names:?}");
+        helpers += usize::from(names[..first].iter().any(|n| engine(n)));
+    }
+    assert!(helpers > 0, "{:?}", p.top_self("samples"));
 }
 
 /// componentize-py's CPython 3.14 has no DWARF, and its data (where `_Py_DebugOffsets` is) and

@@ -139,6 +139,11 @@ impl LinearMemory {
         }
     }
 
+    /// Its length in bytes.
+    pub fn size(&self) -> u64 {
+        self.length as u64
+    }
+
     /// Whether this is `memory` as Wasmtime reports it.
     pub(crate) fn check(
         &self,

@@ -21,6 +21,7 @@ use crate::capture::{GuestStack, NativeSample, Splice, PULLEY_PC_CANDIDATES};
 use crate::memory::component::RewrittenComponent;
 use crate::memory::rewrite::Rewritten;
 use crate::profile::{Function, Id, Mapping, Table};
+use crate::runtimes::in_component::PROBE_MODULE;
 use crate::runtimes::{id_of, Runtime, SpliceContext};
 use crate::wasm::component::core_modules;
 use build_id::BuildId;
@@ -247,8 +248,9 @@ impl Resolver {
                 .context("a core module beyond the component's end")?;
             let mut symbolizer = ModuleSymbolizer::new(&name, bytes, self.use_dwarf)?;
             symbolizer.qualify_unnamed(&module_name);
-            // wit-component's adapters, shims and fixups carry no debug info.
-            if module_name.starts_with("wit-component:") {
+            // wit-component's adapters, shims and fixups carry no debug info, nor do the
+            // modules that show wasmspy a runtime's instance.
+            if module_name.starts_with("wit-component:") || module_name == PROBE_MODULE {
                 symbolizer.expect_no_dwarf();
             }
             symbolizer.name_imports(&core.lowered_imports);

@@ -14,6 +14,8 @@
 pub mod cpython;
 pub mod go;
 pub mod in_component;
+pub mod interpreted;
+pub mod quickjs;
 
 use std::sync::Arc;
 
@@ -65,6 +67,13 @@ pub trait Runtime: Send + Sync + 'static {
         backtrace: &WasmBacktrace,
         at: GuestPoint,
     ) -> Option<(usize, Vec<usize>)>;
+
+    /// Where in `memory` the runtime's state its walks start from is (QuickJS's
+    /// `JSRuntime`), found once as an instance is shown ([`InstanceView::root`]): 0 for a
+    /// runtime whose walks need none; why not, for one whose state is not found.
+    fn root(&self, _memory: &LinearMemory) -> Result<u32, String> {
+        Ok(0)
+    }
 
     /// Puts a sample's runtime `words` into its resolved native `frames` (leaf first).
     fn splice(&self, cx: &mut SpliceContext<'_>, words: &[usize], frames: &mut Vec<RawFrame>);
@@ -154,6 +163,9 @@ pub fn detect(
     if let Some(go) = go::detect(file_name, wasm, module, warnings) {
         return Some(go);
     }
+    if let Some(quickjs) = quickjs::detect(file_name, wasm, module, warnings) {
+        return Some(quickjs);
+    }
     cpython::detect(file_name, wasm, module, warnings)
 }
 
@@ -176,6 +188,7 @@ pub struct InstanceView {
     anchor: usize,
     memory: u32,
     globals: [u32; 2],
+    root: u32,
 }
 
 impl InstanceView {
@@ -201,8 +214,9 @@ impl InstanceView {
             anchor: vmctx,
             memory: offsets.vmctx_vmmemory_pointer(DefinedMemoryIndex::from_u32(0)),
             globals: at,
+            root: 0,
         };
-        let packed = InstanceView::unpack(vmctx, view.pack());
+        let packed = InstanceView::unpack(vmctx, view.pack(), 0);
         if (packed.memory, packed.globals) != (view.memory, view.globals) {
             bail!("the instance's layout is larger than expected");
         }
@@ -216,13 +230,20 @@ impl InstanceView {
         u64::from(self.memory) | u64::from(self.globals[0]) << 21 | u64::from(self.globals[1]) << 42
     }
 
-    pub fn unpack(anchor: usize, packed: u64) -> Self {
+    /// The view of `anchor` whose offsets are `packed` and whose runtime's state is at `root`.
+    pub fn unpack(anchor: usize, packed: u64, root: u32) -> Self {
         let field = |shift: u32| (packed >> shift & ((1 << 21) - 1)) as u32;
         InstanceView {
             anchor,
             memory: field(0),
             globals: [field(21), field(42)],
+            root,
         }
+    }
+
+    /// Where the runtime's state is in the memory ([`Runtime::root`]).
+    pub fn root(&self) -> u32 {
+        self.root
     }
 
     /// The memory as it is now.
@@ -262,15 +283,19 @@ pub struct RuntimeInstance {
 }
 
 impl RuntimeInstance {
+    /// `runtime`'s instance seen through `view`; why not, where its state is not found.
+    ///
     /// # Safety
     /// `view` must be of an instance of `runtime`'s module, and this value must not outlive
     /// the instance's store.
-    pub unsafe fn new(runtime: Arc<dyn Runtime>, view: InstanceView) -> Self {
-        RuntimeInstance {
+    pub unsafe fn new(runtime: Arc<dyn Runtime>, mut view: InstanceView) -> Result<Self, String> {
+        // SAFETY: the caller's contract: the instance is alive.
+        view.root = runtime.root(&unsafe { view.memory() })?;
+        Ok(RuntimeInstance {
             runtime,
             view,
             _cell: None,
-        }
+        })
     }
 
     /// An instance of `runtime`'s module inside a component, which Wasmtime does not show
@@ -280,16 +305,25 @@ impl RuntimeInstance {
     /// # Safety
     /// `definition` must be that of a memory of the store whose instance's value this is,
     /// which it must not outlive.
-    pub unsafe fn in_component(runtime: Arc<dyn Runtime>, definition: usize) -> Result<Self> {
+    pub unsafe fn in_component(
+        runtime: Arc<dyn Runtime>,
+        definition: usize,
+    ) -> Result<Self, String> {
         if !runtime.globals().is_empty() {
-            bail!("the runtime reads globals, which an instance inside a component does not show");
+            return Err(
+                "the runtime reads globals, which an instance inside a component does not show"
+                    .into(),
+            );
         }
         let cell = Arc::new(definition);
-        let view = InstanceView {
+        let mut view = InstanceView {
             anchor: &*cell as *const usize as usize,
             memory: 0,
             globals: [0; 2],
+            root: 0,
         };
+        // SAFETY: the caller's contract: the cell holds a live memory's definition.
+        view.root = runtime.root(&unsafe { view.memory() })?;
         Ok(RuntimeInstance {
             runtime,
             view,

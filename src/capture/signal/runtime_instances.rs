@@ -10,7 +10,7 @@
 //! - [`walk`] is async-signal-safe: atomic loads over a fixed table, bounded by its size (see
 //!   [`super::slot_table`]), then the runtime's walk, itself async-signal-safe.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
@@ -30,6 +30,8 @@ struct Published {
     runtime: AtomicUsize,
     /// The view's memory offset and global offsets, packed (see [`InstanceView::pack`]).
     offsets: AtomicU64,
+    /// Where its runtime's state is ([`InstanceView::root`]).
+    root: AtomicU32,
 }
 
 impl Payload for Published {
@@ -37,6 +39,7 @@ impl Payload for Published {
         key: AtomicU64::new(0),
         runtime: AtomicUsize::new(0),
         offsets: AtomicU64::new(0),
+        root: AtomicU32::new(0),
     };
 }
 
@@ -67,6 +70,7 @@ pub unsafe fn publish<T: 'static>(
                 Ordering::Relaxed,
             );
             slot.offsets.store(view.pack(), Ordering::Relaxed);
+            slot.root.store(view.root(), Ordering::Relaxed);
         })
         .with_context(|| format!("more than {MAX_INSTANCES} runtime instances at once"))?;
     keep_until_dropped(
@@ -102,7 +106,11 @@ pub fn walk(
         // allocated until it is withdrawn and the running handlers waited for; the reference
         // does not outlive this handler.
         let runtime = unsafe { &*runtime };
-        let view = InstanceView::unpack(anchor, slot.offsets.load(Ordering::Relaxed));
+        let view = InstanceView::unpack(
+            anchor,
+            slot.offsets.load(Ordering::Relaxed),
+            slot.root.load(Ordering::Relaxed),
+        );
         // SAFETY: published: an instance of the runtime's module, alive.
         let at = unsafe { runtime.walk(&view, pcs, depth, leaf_at) }?;
         Some((at, id_of(runtime)))

@@ -11,12 +11,12 @@ use std::sync::{Arc, OnceLock};
 
 use wasmtime::WasmBacktrace;
 
+use super::interpreted::{after_native, is_function, on_guest_thread, splice_frames, CodeId};
 use super::{GuestPoint, InstanceView, ModuleFacts, Runtime, SpliceContext};
-use crate::capture::MAX_STACK_DEPTH;
 use crate::profile::Function;
 use crate::resolve::{ModuleId, RawFrame};
 use layout::PythonLayout;
-use walk::{CodeId, PyFrame, PythonCode};
+use walk::PythonCode;
 
 /// A CPython module.
 pub struct CPython {
@@ -25,9 +25,6 @@ pub struct CPython {
     /// [`layout::eval_loop`]).
     eval_loop: OnceLock<Option<(ModuleId, u32)>>,
 }
-
-/// The native frames a sample of CPython keeps under its Python stack.
-const MAX_NATIVE_UNDER_PYTHON: usize = MAX_STACK_DEPTH / 4;
 
 /// A Python frame whose code object's names did not fit the table of names.
 const UNKNOWN: &str = "<python>";
@@ -90,8 +87,6 @@ impl CPython {
 }
 
 impl Runtime for CPython {
-    /// Appends the Python stack, at most [`MAX_STACK_DEPTH`] − [`MAX_NATIVE_UNDER_PYTHON`]
-    /// frames, after at most [`MAX_NATIVE_UNDER_PYTHON`] of the sample's own (the innermost).
     unsafe fn walk(
         &self,
         instance: &InstanceView,
@@ -99,14 +94,9 @@ impl Runtime for CPython {
         depth: &mut usize,
         _leaf_at: Option<usize>,
     ) -> Option<usize> {
-        let at = (*depth).min(MAX_NATIVE_UNDER_PYTHON);
         // SAFETY: the caller's contract.
         let memory = unsafe { instance.memory() };
-        let written = self.code.walk(&memory, pcs.get_mut(at..)?);
-        (written > 0).then(|| {
-            *depth = at + written;
-            at
-        })
+        after_native(pcs, depth, |out| self.code.walk(&memory, out))
     }
 
     unsafe fn at_guest_thread(
@@ -115,81 +105,22 @@ impl Runtime for CPython {
         backtrace: &WasmBacktrace,
         _at: GuestPoint,
     ) -> Option<(usize, Vec<usize>)> {
-        let mut frames = vec![0; MAX_STACK_DEPTH];
         // SAFETY: the caller's contract.
-        let written = self.code.walk(&unsafe { instance.memory() }, &mut frames);
-        frames.truncate(written);
-        (written > 0).then(|| (backtrace.frames().len(), frames))
+        let memory = unsafe { instance.memory() };
+        on_guest_thread(backtrace, |out| self.code.walk(&memory, out))
     }
 
-    /// By default in place of its C frames (the leaf stays when it is not Wasm: a host call,
-    /// the runtime), as py-spy shows Python frames alone; with `--native`, each activation's
-    /// Python frames in place of the eval loop's frame that runs them.
+    /// As [`splice_frames`] says, the eval loop's frames being the loop's.
     fn splice(&self, cx: &mut SpliceContext<'_>, words: &[usize], frames: &mut Vec<RawFrame>) {
-        let module = cx.module;
-        let frame_of = |word: &usize| match PyFrame::unpack(*word) {
-            PyFrame::Code { id, line } => Some(RawFrame::Interpreted {
-                module,
-                code: id.0,
-                line,
-            }),
-            PyFrame::Activation => None,
-        };
-        if !cx.native {
-            let keep = usize::from(!matches!(
-                frames.first(),
-                Some(RawFrame::Wasm { .. }) | None
-            ));
-            frames.truncate(keep);
-            frames.extend(words.iter().filter_map(frame_of));
-            return;
-        }
-        // Innermost first; the walk ends each with its entry's marker.
-        let mut activations: Vec<&[usize]> = words
-            .split(|&word| PyFrame::unpack(word) == PyFrame::Activation)
-            .collect();
-        if activations.last().is_some_and(|a| a.is_empty()) {
-            activations.pop();
-        }
-        let eval = *self.eval_loop.get_or_init(|| {
-            cx.code.iter().find_map(|(module, wasm)| {
-                let eval = layout::eval_loop(wasm).ok().flatten()?;
-                Some((*module, eval))
+        let eval = cx.native.then(|| {
+            *self.eval_loop.get_or_init(|| {
+                cx.code.iter().find_map(|(module, wasm)| {
+                    let eval = layout::eval_loop(wasm).ok().flatten()?;
+                    Some((*module, eval))
+                })
             })
         });
-        let is_eval = |f: &RawFrame| {
-            matches!(f, RawFrame::Wasm { module: Some(m), func_index, .. }
-                if Some((*m, *func_index)) == eval)
-        };
-        // Paired from the outermost: an activation being entered or left has its eval frame
-        // on the Wasm stack but is not in the Python chain.
-        let evals = frames.iter().filter(|f| is_eval(f)).count();
-        let unpaired = activations.len().saturating_sub(evals);
-        let mut pending = activations.into_iter();
-        // Activations no eval frame runs (none found): above the C frames.
-        let mut inner: Vec<RawFrame> = pending
-            .by_ref()
-            .take(unpaired)
-            .flatten()
-            .filter_map(frame_of)
-            .collect();
-        let mut merged = Vec::with_capacity(frames.len() + inner.len());
-        let mut unmatched = evals.saturating_sub(pending.len());
-        for f in frames.drain(..) {
-            if !is_eval(&f) {
-                merged.push(f);
-                continue;
-            }
-            if unmatched > 0 {
-                unmatched -= 1;
-                merged.push(f);
-                continue;
-            }
-            merged.append(&mut inner);
-            merged.extend(pending.next().into_iter().flatten().filter_map(frame_of));
-        }
-        merged.append(&mut inner);
-        *frames = merged;
+        splice_frames(cx, words, frames, |f| is_function(f, eval.flatten()));
     }
 
     /// Qualified names repeat across files (`<module>`, `main`, `__init__`), and pprof's views

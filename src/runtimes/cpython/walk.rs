@@ -7,12 +7,8 @@
 //! [`Memory`], within the memory's current length; the frame chain is followed for at most
 //! [`MAX_STEPS`] frames and a line table for at most [`MAX_LINE_TABLE`] bytes.
 //!
-//! Names are not decoded on the signal path. A code object's names (`str` objects of the
-//! guest) are copied, raw and bounded, into [`CodeNames`] the first time a walk meets the
-//! code object, and decoded when a profile is built: the guest may have freed them by then,
-//! or be running on and changing its memory. A table entry is keyed by the code object's
-//! address with its name, file and first line pointers, so a code object freed and another
-//! made at its address gets an entry of its own.
+//! A code object's names (`str` objects of the guest) are copied into [`CodeNames`] the first
+//! time a walk meets it, as [`crate::runtimes::interpreted`] says.
 //!
 //! Each activation of the eval loop (a call from C into Python) must link to the one that
 //! called it as CPython links them (3.11, 3.12: its first frame's `previous` is the calling
@@ -20,58 +16,16 @@
 //! interpreter was entering or leaving one (3.12 publishes the new activation ~30 Wasm
 //! instructions before its frame), and the walk starts again from the calling activation.
 
-use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::layout::{line_at, CodeType, EntryMark, FrameChain, PythonLayout};
 use crate::capture::vmctx::Memory;
+use crate::runtimes::interpreted::{Bytes, CodeId, CodeKey, CodeNames, Frame, RawStr};
 
 /// Python frames followed at most in one walk.
 pub const MAX_STEPS: usize = 4096;
 /// Bytes of a line table decoded at most for one frame.
 pub const MAX_LINE_TABLE: u32 = 1 << 16;
-
-/// A Python frame in a walk's output: its code's entry in [`CodeNames`] and its line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PyFrame {
-    Code {
-        id: CodeId,
-        line: u32,
-    },
-    /// Between the frames of two activations of the eval loop (the outer one follows):
-    /// a C call into Python.
-    Activation,
-}
-
-/// An entry of [`CodeNames`]; [`CodeId::UNKNOWN`] for a code object whose names did not fit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CodeId(pub u32);
-
-impl CodeId {
-    pub const UNKNOWN: CodeId = CodeId(u32::MAX - 1);
-}
-
-const ACTIVATION: usize = usize::MAX;
-
-impl PyFrame {
-    /// As the output of a walk holds it, one word.
-    pub fn pack(self) -> usize {
-        match self {
-            PyFrame::Code { id, line } => (id.0 as usize) << 32 | line as usize,
-            PyFrame::Activation => ACTIVATION,
-        }
-    }
-
-    pub fn unpack(word: usize) -> Self {
-        if word == ACTIVATION {
-            return PyFrame::Activation;
-        }
-        PyFrame::Code {
-            id: CodeId((word >> 32) as u32),
-            line: word as u32,
-        }
-    }
-}
 
 /// A CPython module's layout and the names of the code objects its walks met.
 pub struct PythonCode {
@@ -95,7 +49,7 @@ impl PythonCode {
     }
 
     /// Writes the Python stack of `memory`'s interpreter into `out`, innermost first (see
-    /// [`PyFrame::pack`]), as much as fits; how many were written, 0 without a Python stack
+    /// [`Frame::pack`]), as much as fits; how many were written, 0 without a Python stack
     /// (none running, or a chain that does not check out). Async-signal-safe.
     pub fn walk(&self, memory: &impl Memory, out: &mut [usize]) -> usize {
         let l = &self.layout;
@@ -188,7 +142,7 @@ impl<M: Memory> Walk<'_, M> {
             if let (true, Some(slot)) = (runs_code, out.get_mut(written)) {
                 let instruction = self.u32(frame, l.frame_instruction)?;
                 let key = self.key_of(code);
-                *slot = PyFrame::Code {
+                *slot = Frame::Code {
                     id: key.map_or(CodeId::UNKNOWN, |key| self.id_of(key)),
                     line: key
                         .and_then(|key| self.line_of(key, instruction))
@@ -219,7 +173,7 @@ impl<M: Memory> Walk<'_, M> {
                     cframe = Some(outer);
                 }
                 if let Some(slot) = out.get_mut(written) {
-                    *slot = PyFrame::Activation.pack();
+                    *slot = Frame::Activation.pack();
                     written += 1;
                 }
             }
@@ -272,19 +226,18 @@ impl<M: Memory> Walk<'_, M> {
     /// compact string (names and file names are).
     fn raw_str(&self, object: u32) -> RawStr {
         let l = &self.code.layout;
-        let mut raw = RawStr::default();
         let (Some(state), Some(length)) = (
             self.u32(object, l.str_state),
             self.u32(object, l.str_length),
         ) else {
-            return raw;
+            return RawStr::default();
         };
         // `state`'s bit fields, the same from 3.11 to 3.13: interned (2 bits), kind (3),
         // compact, ascii.
         let kind = (state >> 2) & 7;
         let (compact, ascii) = (state >> 5 & 1 == 1, state >> 6 & 1 == 1);
-        if !compact || !matches!(kind, 1 | 2 | 4) {
-            return raw;
+        if !compact {
+            return RawStr::default();
         }
         let data = u64::from(object)
             + u64::from(if ascii {
@@ -292,19 +245,7 @@ impl<M: Memory> Walk<'_, M> {
             } else {
                 l.str_compact_data
             });
-        let bytes = length.saturating_mul(kind);
-        let fits = RAW_STR_BYTES as u32 / kind * kind;
-        let len = bytes.min(fits);
-        if self
-            .memory
-            .read(data, &mut raw.bytes[..len as usize])
-            .is_some()
-        {
-            raw.kind = kind as u8;
-            raw.len = len as u8;
-            raw.truncated = bytes > fits;
-        }
-        raw
+        RawStr::read(self.memory, data, length, kind)
     }
 
     /// The line of the instruction at `instruction` in the code object of `key`; its first
@@ -317,14 +258,11 @@ impl<M: Memory> Walk<'_, M> {
         };
         let table = self.u32(code, l.code_linetable)?;
         let size = self.u32(table, l.bytes_size)?.min(MAX_LINE_TABLE);
-        let bytes = Bytes {
-            memory: self.memory,
-            next: u64::from(table) + u64::from(l.bytes_data),
-            left: size,
-            buffer: [0; 64],
-            at: 0,
-            filled: 0,
-        };
+        let bytes = Bytes::new(
+            self.memory,
+            u64::from(table) + u64::from(l.bytes_data),
+            size,
+        );
         line_at(bytes, first_line, offset)
     }
 }
@@ -335,211 +273,11 @@ const FRAME_OWNED_BY_C: u8 = 3;
 /// A type's name that is a code object's (`tp_name`, a C string).
 const CODE_TYPE_NAME: &[u8; 5] = b"code\0";
 
-/// Bytes of linear memory read in chunks, as an iterator; ends early where memory does.
-struct Bytes<'a, M> {
-    memory: &'a M,
-    next: u64,
-    left: u32,
-    buffer: [u8; 64],
-    at: usize,
-    filled: usize,
-}
-
-impl<M: Memory> Iterator for Bytes<'_, M> {
-    type Item = u8;
-
-    fn next(&mut self) -> Option<u8> {
-        if self.at == self.filled {
-            let n = (self.left as usize).min(self.buffer.len());
-            if n == 0 {
-                return None;
-            }
-            self.memory.read(self.next, &mut self.buffer[..n])?;
-            self.next += n as u64;
-            self.left -= n as u32;
-            (self.at, self.filled) = (0, n);
-        }
-        self.at += 1;
-        Some(self.buffer[self.at - 1])
-    }
-}
-
-/// A code object as its names' entry is keyed.
-#[derive(Clone, Copy, Default, PartialEq, Eq)]
-struct CodeKey {
-    code: u32,
-    qualname: u32,
-    filename: u32,
-    first_line: u32,
-}
-
-const RAW_STR_BYTES: usize = 128;
-
-/// A `str`'s characters as the guest holds them: `kind` bytes each (1: Latin-1, 2: UCS-2,
-/// 4: UCS-4), at most [`RAW_STR_BYTES`].
-#[derive(Clone, Copy)]
-struct RawStr {
-    kind: u8,
-    len: u8,
-    truncated: bool,
-    bytes: [u8; RAW_STR_BYTES],
-}
-
-impl Default for RawStr {
-    fn default() -> Self {
-        RawStr {
-            kind: 0,
-            len: 0,
-            truncated: false,
-            bytes: [0; RAW_STR_BYTES],
-        }
-    }
-}
-
-impl RawStr {
-    fn decode(&self) -> String {
-        let bytes = &self.bytes[..usize::from(self.len)];
-        let units: Vec<u32> = match self.kind {
-            1 => bytes.iter().map(|&b| u32::from(b)).collect(),
-            2 => bytes
-                .chunks_exact(2)
-                .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]])))
-                .collect(),
-            4 => bytes
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-            _ => Vec::new(),
-        };
-        let mut text: String = units
-            .into_iter()
-            .map(|u| char::from_u32(u).unwrap_or(char::REPLACEMENT_CHARACTER))
-            .collect();
-        if self.truncated {
-            text.push('…');
-        }
-        text
-    }
-}
-
-#[derive(Clone, Copy, Default)]
-struct Text {
-    qualname: RawStr,
-    filename: RawStr,
-}
-
-/// A code object's names, decoded.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CodeName {
-    pub qualname: String,
-    pub filename: String,
-    pub first_line: u32,
-}
-
-const EMPTY: u8 = 0;
-const WRITING: u8 = 1;
-const READY: u8 = 2;
-
-struct Slot {
-    state: AtomicU8,
-    key: UnsafeCell<CodeKey>,
-    text: UnsafeCell<Text>,
-}
-
-/// Entries of [`CodeNames`]: code objects a profile names at most.
-pub const CODE_SLOTS: usize = 1 << CODE_SLOT_BITS;
-const CODE_SLOT_BITS: u32 = 13;
-/// Entries looked at for one code object.
-const PROBES: usize = 64;
-
-/// The names of the code objects walks met, filled by the walks (the signal handler's among
-/// them), read when a profile is built. An entry is written once, by the walk that claimed
-/// it (`EMPTY` → `WRITING`), and published (`READY`, release) with everything in it; it never
-/// changes after.
-pub struct CodeNames {
-    slots: Box<[Slot]>,
-}
-
-// SAFETY: a slot's cells are written only by the one thread that claimed it, before it is
-// READY, and read only once it is (acquire), never written again.
-unsafe impl Sync for CodeNames {}
-
-impl CodeNames {
-    fn new() -> Self {
-        CodeNames {
-            slots: (0..CODE_SLOTS)
-                .map(|_| Slot {
-                    state: AtomicU8::new(EMPTY),
-                    key: UnsafeCell::new(CodeKey::default()),
-                    text: UnsafeCell::new(Text::default()),
-                })
-                .collect(),
-        }
-    }
-
-    /// The entry of `key`, made with `fill` if there is none. Async-signal-safe.
-    fn id_of(&self, key: CodeKey, fill: impl FnOnce(&mut Text)) -> CodeId {
-        // Fibonacci hashing: the product's high bits.
-        let hash = ((key.code ^ key.qualname.rotate_left(16)).wrapping_mul(0x9e37_79b9)
-            >> (32 - CODE_SLOT_BITS)) as usize;
-        for probe in 0..PROBES {
-            let index = (hash + probe) % CODE_SLOTS;
-            let slot = &self.slots[index];
-            match slot.state.load(Ordering::Acquire) {
-                // SAFETY: a READY slot's key is never written again.
-                READY if unsafe { *slot.key.get() } == key => return CodeId(index as u32),
-                EMPTY
-                    if slot
-                        .state
-                        .compare_exchange(EMPTY, WRITING, Ordering::Acquire, Ordering::Relaxed)
-                        .is_ok() =>
-                {
-                    // SAFETY: claimed: no one else writes or reads the cells until READY.
-                    unsafe {
-                        *slot.key.get() = key;
-                        fill(&mut *slot.text.get());
-                    }
-                    slot.state.store(READY, Ordering::Release);
-                    return CodeId(index as u32);
-                }
-                // Taken by another code object, or being written (perhaps for this one: a
-                // second entry for it is harmless).
-                _ => {}
-            }
-        }
-        CodeId::UNKNOWN
-    }
-
-    /// The names of entry `id`, once a walk has written it.
-    pub fn get(&self, id: CodeId) -> Option<CodeName> {
-        let slot = self.slots.get(id.0 as usize)?;
-        if slot.state.load(Ordering::Acquire) != READY {
-            return None;
-        }
-        // SAFETY: READY: the cells are written and never change.
-        let (key, text) = unsafe { (*slot.key.get(), *slot.text.get()) };
-        Some(CodeName {
-            qualname: text.qualname.decode(),
-            filename: text.filename.decode(),
-            first_line: key.first_line,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Linear memory of 64 KiB.
-    struct Image(Vec<u8>);
-
-    impl Memory for Image {
-        fn read(&self, address: u64, out: &mut [u8]) -> Option<()> {
-            let start = usize::try_from(address).ok()?;
-            out.copy_from_slice(self.0.get(start..start.checked_add(out.len())?)?);
-            Some(())
-        }
-    }
+    use crate::runtimes::interpreted::image::Image;
+    use crate::runtimes::interpreted::{CodeName, CODE_SLOTS, RAW_STR_BYTES};
 
     const CODE_TYPE: u32 = 0x50;
     const RUNTIME: u32 = 0x100;
@@ -582,11 +320,6 @@ mod tests {
             image.put(RUNTIME + 32, 0x200);
             image.put(0x200 + 64, TSTATE);
             image
-        }
-
-        fn put(&mut self, address: u32, value: u32) {
-            let a = address as usize;
-            self.0[a..a + 4].copy_from_slice(&value.to_le_bytes());
         }
 
         /// A compact `str` at `address` of `kind` (1, 2, 4) holding `text`.
@@ -670,9 +403,9 @@ mod tests {
         let written = code.walk(memory, &mut out);
         out[..written]
             .iter()
-            .map(|&word| match PyFrame::unpack(word) {
-                PyFrame::Code { id, line } => Some((code.names().get(id).unwrap().qualname, line)),
-                PyFrame::Activation => None,
+            .map(|&word| match Frame::unpack(word) {
+                Frame::Code { id, line } => Some((code.names().get(id).unwrap().qualname, line)),
+                Frame::Activation => None,
             })
             .collect()
     }
