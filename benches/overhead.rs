@@ -19,6 +19,9 @@
 //! `tests/fixtures/interpreters/build.sh` builds it, its runtime probed as `wasmspy record`
 //! probes it), and 3.12 and 3.11 as `tests/fixtures/cpython/fetch.sh` fetches them, running the
 //! test script `python/timed.py` (mounted at `/app`; 3.11's standard library at `/usr`).
+//! Then QuickJS (whose JavaScript stacks it reads): componentize-qjs's components of
+//! `tests/fixtures/interpreters/timed.js` in its two ABIs, `run(3000)` called as `wasmtime run
+//! --invoke` calls it (an argument `--invoke=CALL` of a program says so).
 //!
 //! `cargo bench --profile dev --bench overhead [-- --reps N] [-- NAME-FILTER]`
 //!
@@ -90,6 +93,7 @@ fn main() {
     }
     programs.extend(go_programs(scratch.path()));
     programs.extend(python_programs());
+    programs.extend(javascript_programs());
     programs.retain(|(name, _, _)| filter.as_ref().is_none_or(|f| name.contains(f.as_str())));
 
     println!("sampling overhead: median over {reps} repetitions of the time as a ratio to a default engine's (no profiler)");
@@ -222,6 +226,24 @@ fn python_programs() -> Vec<(String, PathBuf, Vec<String>)> {
     programs
 }
 
+/// componentize-qjs's components of `timed.js` (QuickJS), where built: `run(3000)`.
+fn javascript_programs() -> Vec<(String, PathBuf, Vec<String>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut programs = Vec::new();
+    for build in ["timed-qjs.wasm", "timed-qjs-sync.wasm"] {
+        let component = root.join("target/interpreters").join(build);
+        let name = format!("componentize-qjs {build}");
+        match component.exists() {
+            true => programs.push((name, component, vec![format!("{INVOKE}run(3000)")])),
+            false => println!("{name}: not built (tests/fixtures/interpreters/build.sh): skipped"),
+        }
+    }
+    programs
+}
+
+/// A program's argument that names the function to call, as `--invoke` does.
+const INVOKE: &str = "--invoke=";
+
 /// What a program gets mounted besides the working directory: CPython's test scripts, and the
 /// standard library of CPython 3.11 (beside its module) where there is one.
 fn python_mounts(module: &Path) -> Vec<DirMount> {
@@ -289,7 +311,16 @@ fn run_one(config: &str, module_path: &Path, args: &[String]) -> f64 {
     };
     let program = wasi_host::compile(&engine, probed.as_deref().unwrap_or(&wasm)).unwrap();
     let name = module_path.display().to_string();
+    let invoke = args
+        .iter()
+        .find_map(|a| a.strip_prefix(INVOKE).map(str::to_string));
+    let args: Vec<String> = args
+        .iter()
+        .filter(|a| !a.starts_with(INVOKE))
+        .cloned()
+        .collect();
     let wasi = WasiConfig {
+        invoke,
         argv: std::iter::once(name.clone())
             .chain(args.iter().cloned())
             .collect(),

@@ -71,7 +71,7 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
             profiler.add_rewritten_component(&name, component, wasm.clone(), r)?
         }
         (Program::Component(component), _) => {
-            profiler.add_component(&name, component, wasm.clone())?
+            profiler.add_component(&name, component, rewritten.registered(&wasm))?
         }
     }
     for (preload_name, path) in &args.preloads {

@@ -22,11 +22,16 @@ impl Instrumented {
             true => Rewrite::of(wasm, name)?,
             false => Rewrite::None,
         };
-        let probed = match wasmparser::Parser::is_component(wasm) {
+        let mut allocators = allocators;
+        let mut probed = match wasmparser::Parser::is_component(wasm) {
             true => probe_runtimes(allocators.code(wasm))
                 .with_context(|| format!("cannot show the language runtimes inside `{name}`"))?,
             false => None,
         };
+        // The rewrite maps the code compiled back to the original: the probed component's.
+        if let (Rewrite::Component(r), Some(_)) = (&mut allocators, &probed) {
+            r.wasm = probed.take().unwrap_or_default();
+        }
         Ok(Instrumented { allocators, probed })
     }
 
@@ -35,6 +40,16 @@ impl Instrumented {
         match &self.probed {
             Some(probed) => probed,
             None => self.allocators.code(original),
+        }
+    }
+
+    /// What to register the compiled program as, without an allocator rewrite: the probed
+    /// component (the probes inside nested components move the modules after them in the
+    /// binary, by whose offsets Wasmtime maps their code), or `original`.
+    pub fn registered(&self, original: &Arc<[u8]>) -> Arc<[u8]> {
+        match &self.probed {
+            Some(probed) => probed[..].into(),
+            None => original.clone(),
         }
     }
 }

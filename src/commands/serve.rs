@@ -75,7 +75,7 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
         Rewrite::Component(r) => {
             profiler.add_rewritten_component(&name, &component, wasm.clone(), r)?
         }
-        _ => profiler.add_component(&name, &component, wasm.clone())?,
+        _ => profiler.add_component(&name, &component, rewritten.registered(&wasm))?,
     }
     print_warnings(&profiler.handle());
     let _perf_files = perf_files::write(&args.profiling, &args.guest, &profiler.handle())?;

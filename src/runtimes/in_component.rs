@@ -156,8 +156,9 @@ fn append_probes(
             Callers::Imported(first) => first + j,
         };
         let mut instantiate = InstanceSection::new();
-        instantiate.export_items([("probe", ExportKind::Func, functions + j)]);
-        instantiate.instantiate(caller, [("", ModuleArg::Instance(instances + 2 * j))]);
+        instantiate.export_items([(PROBE, ExportKind::Func, functions + j)]);
+        let arg = ModuleArg::Instance(instances + 2 * j);
+        instantiate.instantiate(caller, [(CALLER_IMPORTS, arg)]);
         out.section(&instantiate);
     }
 }
@@ -534,7 +535,7 @@ fn probe_nested(
     let mut core_types = CoreTypeSection::new();
     let mut caller_type = ModuleType::new();
     caller_type.ty().function([ValType::I32], []);
-    caller_type.import("", "probe", EntityType::Function(0));
+    caller_type.import(CALLER_IMPORTS, PROBE, EntityType::Function(0));
     core_types.ty().module(&caller_type);
     out.section(&core_types);
     let mut imports = ComponentImportSection::new();
@@ -601,10 +602,14 @@ fn exported_memory(wasm: &[u8]) -> Result<Option<String>> {
     Ok(None)
 }
 
+/// The module name under which a caller of [`PROBE`] imports it (a sample in the probe shows
+/// it, as a host call, `wasmspy::wasmspy-runtime-probe`).
+const CALLER_IMPORTS: &str = "wasmspy";
+
 /// The name of the modules that call [`PROBE`], which carry no debug info.
 pub const PROBE_MODULE: &str = "wasmspy:runtime-probe";
 
-/// `(module (import "" "probe" (func (param i32))) (func i32.const MODULE call 0) (start 1))`,
+/// `(module (import "wasmspy" PROBE (func (param i32))) (func i32.const MODULE call 0) (start 1))`,
 /// named [`PROBE_MODULE`].
 fn caller(module: u32) -> wasm_encoder::Module {
     let mut wasm = wasm_encoder::Module::new();
@@ -613,7 +618,7 @@ fn caller(module: u32) -> wasm_encoder::Module {
     types.ty().function([], []);
     wasm.section(&types);
     let mut imports = ImportSection::new();
-    imports.import("", "probe", EntityType::Function(0));
+    imports.import(CALLER_IMPORTS, PROBE, EntityType::Function(0));
     wasm.section(&imports);
     let mut functions = FunctionSection::new();
     functions.function(1);
