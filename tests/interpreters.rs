@@ -203,6 +203,44 @@ fn a_quickjs_component_splits_as_the_script_timed_itself() {
     }
 }
 
+/// A host call stays the leaf, under the JavaScript line that made it: `timed.js`'s
+/// `readClock` calls `performance.now()` (`wasi:clocks/monotonic-clock`'s `now`) in a loop, and
+/// more than half of the CPU is in that call, each of its samples `now` ← `readClock` at the
+/// call's line and nothing else (the signal sampler: the epoch sampler samples guest code).
+#[test]
+fn a_quickjs_components_host_calls_stay_under_the_javascript_line() {
+    let builds = ["timed-qjs.wasm", "timed-qjs-sync.wasm"];
+    let Some(builds) = builds.iter().map(|b| built_component(b)).collect::<Option<Vec<_>>>()
+    else {
+        return;
+    };
+    for qjs in &builds {
+        let dir = tempfile::tempdir().unwrap();
+        let flags = ["--invoke", "read-clock(300000)"];
+        let (out, p) = record_ok(dir.path(), &flags, qjs, &[]);
+        assert_eq!(stdout(&out), "300000\n");
+        let cpu = p.value_index("cpu");
+        let now = "wasi:clocks/monotonic-clock@0.2.0::now";
+        let (mut in_now, mut total) = (0, 0);
+        for s in &p.0.sample {
+            total += s.value[cpu];
+            let frames: Vec<(String, String, i64)> = s
+                .location_id
+                .iter()
+                .flat_map(|&l| p.source_frames(l))
+                .map(|(name, file, line, _)| (name, file, line))
+                .collect();
+            if frames.first().is_none_or(|f| f.0 != now) {
+                continue;
+            }
+            in_now += s.value[cpu];
+            let caller = ("readClock (timed.js)".into(), "/timed.js".into(), 37);
+            assert_eq!(frames[1..], [caller], "{qjs:?}: {frames:?}");
+        }
+        assert!(in_now * 2 > total, "{qjs:?}: {in_now} of {total} ns in {now}");
+    }
+}
+
 /// With `--native`, QuickJS's own frames stay: each call of its interpreter loop is replaced by
 /// the JavaScript frame it runs, so `fib`'s frames follow `run` and each other directly (a
 /// JavaScript call is a call of the loop from the loop), the engine's frames that call `run`
