@@ -111,6 +111,14 @@ fn a_quickjs_component_of_the_async_abi_runs_and_is_sampled() {
     );
 }
 
+/// `timed.js` built by componentize-qjs in its two ABIs (default, `--sync`), where built.
+fn timed_qjs_builds() -> Option<Vec<PathBuf>> {
+    ["timed-qjs.wasm", "timed-qjs-sync.wasm"]
+        .iter()
+        .map(|b| built_component(b))
+        .collect()
+}
+
 /// `timed.js`'s `run`, which times its own `fib` and `build` and returns each one's share as
 /// `NAME SHARE` lines, through componentize-qjs's two ABIs and both samplers: each function's
 /// share of the CPU in the profile within 5 points of the script's measure (with 1,500 rounds,
@@ -209,9 +217,7 @@ fn a_quickjs_component_splits_as_the_script_timed_itself() {
 /// call's line and nothing else (the signal sampler: the epoch sampler samples guest code).
 #[test]
 fn a_quickjs_components_host_calls_stay_under_the_javascript_line() {
-    let builds = ["timed-qjs.wasm", "timed-qjs-sync.wasm"];
-    let Some(builds) = builds.iter().map(|b| built_component(b)).collect::<Option<Vec<_>>>()
-    else {
+    let Some(builds) = timed_qjs_builds() else {
         return;
     };
     for qjs in &builds {
@@ -237,7 +243,10 @@ fn a_quickjs_components_host_calls_stay_under_the_javascript_line() {
             let caller = ("readClock (timed.js)".into(), "/timed.js".into(), 37);
             assert_eq!(frames[1..], [caller], "{qjs:?}: {frames:?}");
         }
-        assert!(in_now * 2 > total, "{qjs:?}: {in_now} of {total} ns in {now}");
+        assert!(
+            in_now * 2 > total,
+            "{qjs:?}: {in_now} of {total} ns in {now}"
+        );
     }
 }
 
