@@ -128,12 +128,7 @@ fn timed_qjs_builds() -> Option<Vec<PathBuf>> {
 /// be a host call or Wasmtime's (a string copied by `memory.copy`) under the JavaScript line.
 #[test]
 fn a_quickjs_component_splits_as_the_script_timed_itself() {
-    let builds = ["timed-qjs.wasm", "timed-qjs-sync.wasm"];
-    let Some(builds) = builds
-        .iter()
-        .map(|b| built_component(b))
-        .collect::<Option<Vec<_>>>()
-    else {
+    let Some(builds) = timed_qjs_builds() else {
         return;
     };
     for (qjs, sampler) in builds.iter().flat_map(|b| [(b, "signal"), (b, "epoch")]) {
