@@ -33,6 +33,52 @@ pub enum Command {
     Report(ReportArgs),
     /// Write a profile in another format.
     Convert(ConvertArgs),
+    /// Compare two profiles: what grew and what shrank, totals first, and a verdict for CI.
+    Diff(DiffArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(arg_required_else_help = true)]
+pub struct DiffArgs {
+    /// The profile before (of the main branch, say): pprof, speedscope JSON or folded stacks.
+    #[arg(value_name = "BASE")]
+    pub base: PathBuf,
+
+    /// The profile after (of the change).
+    #[arg(value_name = "NEW")]
+    pub new: PathBuf,
+
+    /// Also write the difference, in the format its name says: `.svg`, a differential flame
+    /// graph of NEW (red: grew, blue: shrank); `.pb.gz` (pprof), NEW's samples with BASE's
+    /// negated, which `go tool pprof` shows as the difference, as `-diff_base` makes it; may
+    /// be given several times.
+    #[arg(short, long, value_name = "OUT")]
+    pub output: Vec<PathBuf>,
+
+    /// The sample type to compare, by name (`cpu`, `samples`, `instructions`...) or index;
+    /// BASE's default unless given. Profiles of time are compared by share (NEW scaled to
+    /// BASE's total), profiles of instructions as they are.
+    #[arg(long, value_name = "TYPE")]
+    pub sample_index: Option<String>,
+
+    /// A row per source line rather than per function.
+    #[arg(long)]
+    pub lines: bool,
+
+    /// Print only the first N rows.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub top: usize,
+
+    /// Exit with 1, saying why in one line, when NEW's total exceeds BASE's by more than PCT
+    /// percent.
+    #[arg(long, value_name = "PCT")]
+    pub fail_above: Option<f64>,
+
+    /// Exit with 1, saying why in one line, when a function's cumulative value in NEW exceeds
+    /// its value in BASE by more than PCT percent (a function under 1 % of BASE's total: by
+    /// more than PCT percent of that total).
+    #[arg(long, value_name = "PCT")]
+    pub fail_above_function: Option<f64>,
 }
 
 #[derive(Args, Debug)]

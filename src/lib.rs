@@ -21,6 +21,7 @@
 
 pub mod capture;
 pub mod clock;
+pub mod diff;
 pub mod export;
 pub mod memory;
 pub mod opcodes;

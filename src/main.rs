@@ -37,6 +37,7 @@ fn main() {
         cli::Command::Serve(args) => commands::serve::serve(args),
         cli::Command::Report(args) => commands::report::report(args),
         cli::Command::Convert(args) => commands::report::convert(args),
+        cli::Command::Diff(args) => commands::report::diff(args),
     };
     let code = code.unwrap_or_else(|e| {
         eprintln!("wasmspy: error: {e:#}");

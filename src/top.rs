@@ -43,8 +43,27 @@ struct Node {
     location: String,
 }
 
-/// The top table of `profile` by its sample type `index`.
-pub fn top(profile: &Profile, index: usize, lines: bool) -> Top {
+/// Each function's (or with `lines` each line's) flat and cumulative value of `profile`'s
+/// sample type `index`, as [`top`] counts them, with the sum of every sample's absolute value;
+/// nothing dropped.
+pub fn values(profile: &Profile, index: usize, lines: bool) -> (HashMap<String, (i64, i64)>, i64) {
+    let (_, nodes, total) = count(profile, index, lines);
+    let values = nodes
+        .into_iter()
+        .map(|(name, n)| (name, (n.flat, n.cum)))
+        .collect();
+    (values, total)
+}
+
+/// Each stack's nodes, root first, with whether each is the outermost line of its frame;
+/// each node's values; the sum of every sample's absolute value.
+type Counted = (
+    Table<StackId, Vec<(String, bool)>>,
+    HashMap<String, Node>,
+    i64,
+);
+
+fn count(profile: &Profile, index: usize, lines: bool) -> Counted {
     let key = |line: &crate::profile::Line| -> String {
         let f = &profile.functions[line.function];
         match (lines, line.line, f.file.is_empty()) {
@@ -75,7 +94,7 @@ pub fn top(profile: &Profile, index: usize, lines: bool) -> Top {
                 .collect()
         })
         .collect();
-    let mut nodes: HashMap<&str, Node> = HashMap::new();
+    let mut nodes: HashMap<String, Node> = HashMap::new();
     let mut total = 0i64;
     for sample in &profile.samples {
         let value = sample.values[index];
@@ -87,13 +106,19 @@ pub fn top(profile: &Profile, index: usize, lines: bool) -> Top {
         let mut seen = HashSet::new();
         for (name, _) in stack {
             if seen.insert(name.as_str()) {
-                nodes.entry(name).or_default().cum += value;
+                nodes.entry(name.clone()).or_default().cum += value;
             }
         }
         if let Some((leaf, _)) = stack.last() {
-            nodes.entry(leaf).or_default().flat += value;
+            nodes.entry(leaf.clone()).or_default().flat += value;
         }
     }
+    (stack_nodes, nodes, total)
+}
+
+/// The top table of `profile` by its sample type `index`.
+pub fn top(profile: &Profile, index: usize, lines: bool) -> Top {
+    let (stack_nodes, mut nodes, total) = count(profile, index, lines);
     let flat_sum: i64 = nodes.values().map(|n| n.flat).sum();
     let cutoff = ((flat_sum as f64 * NODE_FRACTION) as i64).abs();
     let kept = |n: &Node| n.cum.abs() >= cutoff;
@@ -102,7 +127,7 @@ pub fn top(profile: &Profile, index: usize, lines: bool) -> Top {
     let kept_names: HashSet<String> = nodes
         .iter()
         .filter(|(_, n)| kept(n))
-        .map(|(&k, _)| k.to_string())
+        .map(|(k, _)| k.clone())
         .collect();
     for sample in &profile.samples {
         if sample.values[index] == 0 {
@@ -143,7 +168,7 @@ pub fn top(profile: &Profile, index: usize, lines: bool) -> Top {
         .into_iter()
         .filter(|(_, n)| kept(n))
         .map(|(name, n)| Row {
-            name: name.to_string(),
+            name,
             inline: match (n.inline_in, n.call_in) {
                 (true, true) => "(partial-inline)",
                 (true, false) => "(inline)",

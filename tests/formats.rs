@@ -7,7 +7,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
 use common::*;
 use serde_json::Value;
@@ -46,37 +45,6 @@ fn folded(path: &Path) -> Vec<(String, i64)> {
             (stack.to_string(), value.parse().unwrap())
         })
         .collect()
-}
-
-/// Runs the browser checker; false (with a note) where it is not installed, except under CI.
-fn browser_check(mode: &str, file: &Path, name: &str, screenshot: &Path) -> bool {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
-    if !dir.join("node_modules/playwright-core").exists()
-        || !Path::new("/usr/bin/chromium").exists()
-    {
-        let test = format!("browser check of {mode}");
-        skip(
-            &test,
-            "Chromium or playwright-core is missing: run tests/browser/install.sh",
-        );
-        return false;
-    }
-    let out = Command::new("node")
-        .arg(dir.join("check.js"))
-        .arg(mode)
-        .arg(file)
-        .arg(name)
-        .arg(screenshot)
-        .output()
-        .expect("run node");
-    assert!(
-        out.status.success(),
-        "{mode}: {}{}",
-        stdout(&out),
-        stderr(&out)
-    );
-    assert!(screenshot.exists());
-    true
 }
 
 #[test]

@@ -1,14 +1,16 @@
-//! `wasmspy report` and `wasmspy convert`: what is done with a profile file once written.
+//! `wasmspy report`, `wasmspy convert` and `wasmspy diff`: what is done with a profile file
+//! once written.
 
 use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
+use wasmspy::diff::{compare, negated_base, write_flamegraph};
 use wasmspy::export::{self, Format};
 use wasmspy::opcodes::opcodes;
 use wasmspy::profile::Profile;
 use wasmspy::top::top;
 
-use crate::cli::{ConvertArgs, ReportArgs};
+use crate::cli::{ConvertArgs, DiffArgs, ReportArgs};
 
 pub fn report(args: ReportArgs) -> Result<i32> {
     let profile = read(&args.profile)?;
@@ -44,6 +46,46 @@ pub fn convert(args: ConvertArgs) -> Result<i32> {
         format.how_to_view(&args.output)
     );
     Ok(0)
+}
+
+pub fn diff(args: DiffArgs) -> Result<i32> {
+    let (base, new) = (read(&args.base)?, read(&args.new)?);
+    let base_index = sample_index(&base, args.sample_index.as_deref())?;
+    let kind = &base.sample_types[base_index].kind;
+    let new_index = new.sample_index(kind).with_context(|| {
+        format!(
+            "`{}` has no sample type `{kind}`, which `{}` is compared by",
+            args.new.display(),
+            args.base.display()
+        )
+    })?;
+    for output in &args.output {
+        let format = Format::for_output(None, output);
+        let mut bytes = Vec::new();
+        let what = || format!("cannot write `{}`", output.display());
+        match format {
+            Format::Svg => write_flamegraph(&base, base_index, &new, new_index, &mut bytes),
+            Format::Pprof => Format::Pprof.write(
+                &negated_base(&base, base_index, &new, new_index),
+                &mut bytes,
+            ),
+            other => Err(anyhow!(
+                "a difference is written as a flame graph (.svg) or pprof (.pb.gz), not {other}"
+            )),
+        }
+        .with_context(what)?;
+        std::fs::write(output, bytes).with_context(what)?;
+        eprintln!(
+            "wasmspy: wrote {} ({format}); view it with: {}",
+            output.display(),
+            format.how_to_view(output)
+        );
+    }
+    let comparison = compare(&base, base_index, &new, new_index, args.lines);
+    print!("{}", comparison.render(args.top));
+    let verdict = comparison.verdict(args.fail_above, args.fail_above_function);
+    println!("{}", verdict.line);
+    Ok(i32::from(verdict.failed))
 }
 
 fn read(path: &Path) -> Result<Profile> {

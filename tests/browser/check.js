@@ -13,7 +13,8 @@
 //   error screen, on an alert() (e.g. "Unrecognized format!"), on an uncaught
 //   page exception, or if the name is not shown.
 // svg: opens FILE.svg from file:// (its embedded JS runs), checks the document
-//   is an <svg> with <text> elements and that EXPECTED_NAME occurs in the text
+//   is an <svg> with <text> elements and that EXPECTED_NAME occurs in the text; prints the
+//   colour its frame is drawn in, where it has one
 //   content of a <title> or <text> element; fails on an uncaught page exception.
 //
 // Either way a PNG screenshot is written, the line `ok MODE: found NAME` is
@@ -201,6 +202,9 @@ async function checkSvg(page, errors, svgPath, name, shot) {
     const texts = [...svg.querySelectorAll('text')];
     const titles = [...svg.querySelectorAll('title')];
     const hit = [...titles, ...texts].find(el => el.textContent.includes(n));
+    // The colour the frame is drawn in: its group's rectangle, as rendered.
+    const frame = titles.find(el => el.textContent.startsWith(n + ' ('));
+    const rect = frame && frame.parentElement.querySelector('rect');
     const box = svg.getBoundingClientRect();
     return {
       svg: true,
@@ -209,6 +213,7 @@ async function checkSvg(page, errors, svgPath, name, shot) {
       width: box.width,
       height: box.height,
       hit: hit ? `<${hit.localName}>${hit.textContent.trim().slice(0, 200)}` : null,
+      fill: rect ? getComputedStyle(rect).fill : null,
     };
   }, name);
   if (!info.svg) fail(`${svgPath} has no <svg> element (document root: <${info.root}>)`);
@@ -226,6 +231,7 @@ async function checkSvg(page, errors, svgPath, name, shot) {
     height: Math.min(4000, Math.max(100, Math.ceil(info.height))),
   });
   await page.screenshot({ path: shot, timeout: remaining() });
+  return info.fill ? ` (fill ${info.fill})` : '';
 }
 
 async function main() {
@@ -269,10 +275,11 @@ async function main() {
     // Block anything that is not a local file, to stay offline for sure.
     await page.route(/^(?!file:|data:|blob:)/, r => r.abort());
 
+    let drawn = '';
     if (mode === 'speedscope') await checkSpeedscope(page, errors, input, name, shot, tmpDir);
-    else await checkSvg(page, errors, input, name, shot);
+    else drawn = await checkSvg(page, errors, input, name, shot);
 
-    console.log(`ok ${mode}: found ${name}`);
+    console.log(`ok ${mode}: found ${name}${drawn}`);
     return 0;
   } catch (e) {
     // Playwright errors (timeouts etc.) carry a call log; drop its colour codes.

@@ -324,3 +324,35 @@ pub fn built_component(name: &str) -> Option<PathBuf> {
     );
     None
 }
+
+/// Runs the browser checker (`tests/browser/check.js`): what it printed, `None` (with a note)
+/// where it is not installed, a failure under CI.
+pub fn browser_check(mode: &str, file: &Path, name: &str, screenshot: &Path) -> Option<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    if !dir.join("node_modules/playwright-core").exists()
+        || !Path::new("/usr/bin/chromium").exists()
+    {
+        let test = format!("browser check of {mode}");
+        skip(
+            &test,
+            "Chromium or playwright-core is missing: run tests/browser/install.sh",
+        );
+        return None;
+    }
+    let out = Command::new("node")
+        .arg(dir.join("check.js"))
+        .arg(mode)
+        .arg(file)
+        .arg(name)
+        .arg(screenshot)
+        .output()
+        .expect("run node");
+    assert!(
+        out.status.success(),
+        "{mode}: {}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(screenshot.exists());
+    Some(stdout(&out))
+}
