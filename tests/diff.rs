@@ -118,6 +118,11 @@ fn profiles_of_time_are_compared_by_share() {
     let text = stdout(&out);
     assert!(text.contains("scaled to BASE's total"), "{text}");
     assert!(text.contains("Total: 2000 → 2000 (+0 +0.00%)"), "{text}");
+    assert!(
+        stderr(&out).contains("--fail-above can only pass"),
+        "{}",
+        stderr(&out)
+    );
     let new = profile(dir.path(), "new.pb.gz", "samples", NEW);
     let out = diff(&base, &new, &["--fail-above-function", "10"]);
     assert_eq!(out.status.code(), Some(1));

@@ -82,6 +82,9 @@ pub fn diff(args: DiffArgs) -> Result<i32> {
         );
     }
     let comparison = compare(&base, base_index, &new, new_index, args.lines);
+    if comparison.normalised && args.fail_above.is_some() {
+        eprintln!("wasmspy: warning: profiles of time are compared by share, so their totals are equal: --fail-above can only pass (use --fail-above-function, or profiles of instructions)");
+    }
     print!("{}", comparison.render(args.top));
     let verdict = comparison.verdict(args.fail_above, args.fail_above_function);
     println!("{}", verdict.line);
