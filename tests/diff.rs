@@ -140,16 +140,8 @@ fn the_difference_is_written_as_pprof_and_as_a_flame_graph() {
     let base = profile(dir.path(), "base.pb.gz", "instructions", BASE);
     let new = profile(dir.path(), "new.pb.gz", "instructions", NEW);
     let (pb, svg) = (dir.path().join("d.pb.gz"), dir.path().join("d.svg"));
-    let out = wasmspy()
-        .arg("diff")
-        .arg(&base)
-        .arg(&new)
-        .arg("-o")
-        .arg(&pb)
-        .arg("-o")
-        .arg(&svg)
-        .output()
-        .unwrap();
+    let (pb_arg, svg_arg) = (pb.to_str().unwrap(), svg.to_str().unwrap());
+    let out = diff(&base, &new, &["-o", pb_arg, "-o", svg_arg]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let p = Decoded::load(&pb);
     assert_eq!(p.total("instructions"), 1000);

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use common::allocs_py::assert_allocated_by_line;
+use common::self_timed::{assert_shares_as_measured, measured_shares};
 use common::timed_py::{assert_split_as_timed, Depth, Run};
 use common::*;
 
@@ -72,7 +73,7 @@ fn a_javascript_component_shows_spidermonkey() {
         top.iter().take(5).any(|(n, _)| n.starts_with("js::")),
         "the engine's own functions lead: {top:?}"
     );
-    let mappings: Vec<&str> = p.0.mapping.iter().map(|m| p.str(m.filename)).collect();
+    let mappings = p.mapping_names();
     assert!(
         mappings.contains(&"fib-js.wasm/starling-raw.wasm"),
         "{mappings:?}"
@@ -104,7 +105,7 @@ fn a_quickjs_component_of_the_async_abi_runs_and_is_sampled() {
         "{greet}: {share:.2}: {:?}",
         p.top_self("samples")
     );
-    let mappings: Vec<&str> = p.0.mapping.iter().map(|m| p.str(m.filename)).collect();
+    let mappings = p.mapping_names();
     assert!(
         mappings.iter().any(|m| m.starts_with("greet-qjs.wasm/")),
         "{mappings:?}"
@@ -144,26 +145,15 @@ fn a_quickjs_component_splits_as_the_script_timed_itself() {
         );
         // The WAVE string: "fib 0.4145\nbuild 0.5855".
         let result = stdout(&out).trim().trim_matches('"').replace("\\n", "\n");
-        let measured: Vec<(String, f64)> = result
-            .lines()
-            .filter_map(|l| {
-                let (name, share) = l.split_once(' ')?;
-                Some((format!("{name} (timed.js)"), share.parse().ok()?))
-            })
-            .collect();
+        let measured = measured_shares(&result, "timed.js");
         assert_eq!(measured.len(), 2, "{what}: {result}");
         let p = Decoded::load(&path);
         let cpu = p.value_index("cpu");
         let (mut in_functions, mut total) = ([0i64; 2], 0);
         for s in &p.0.sample {
             total += s.value[cpu];
-            let frames: Vec<(String, String, i64)> = s
-                .location_id
-                .iter()
-                .flat_map(|&l| p.source_frames(l))
-                .map(|(name, file, line, _)| (name, file, line))
-                .filter(|(name, ..)| name.ends_with("(timed.js)"))
-                .collect();
+            let mut frames = p.sample_frames(s);
+            frames.retain(|(name, ..)| name.ends_with("(timed.js)"));
             let Some(i) = measured
                 .iter()
                 .position(|(name, _)| Some(name) == frames.first().map(|f| &f.0))
@@ -191,18 +181,7 @@ fn a_quickjs_component_splits_as_the_script_timed_itself() {
                 "{what}: {frames:?}"
             );
         }
-        let both: i64 = in_functions.iter().sum();
-        assert!(
-            both * 10 >= total * 9,
-            "{what}: the functions have {both} of {total} ns of CPU"
-        );
-        for ((name, share), cpu) in measured.iter().zip(&in_functions) {
-            let profiled = *cpu as f64 / both as f64;
-            assert!(
-                (profiled - share).abs() <= 0.05,
-                "{what}: {name}: {profiled:.3} of the functions' CPU in the profile, {share} timed by the script"
-            );
-        }
+        assert_shares_as_measured(&what, &measured, &in_functions, total, 9);
     }
 }
 
@@ -225,12 +204,7 @@ fn a_quickjs_components_host_calls_stay_under_the_javascript_line() {
         let (mut in_now, mut total) = (0, 0);
         for s in &p.0.sample {
             total += s.value[cpu];
-            let frames: Vec<(String, String, i64)> = s
-                .location_id
-                .iter()
-                .flat_map(|&l| p.source_frames(l))
-                .map(|(name, file, line, _)| (name, file, line))
-                .collect();
+            let frames = p.sample_frames(s);
             if frames.first().is_none_or(|f| f.0 != now) {
                 continue;
             }
@@ -323,7 +297,7 @@ fn a_python_component_shows_its_python_frames() {
                 assert_eq!(run, names.len() - 1, "{what}: {names:?}");
             }
         }
-        let mappings: Vec<&str> = p.0.mapping.iter().map(|m| p.str(m.filename)).collect();
+        let mappings = p.mapping_names();
         assert!(
             mappings.contains(&"fib-py.wasm/libpython3.14.so"),
             "{what}: {mappings:?}"

@@ -852,12 +852,7 @@ fn a_python_handlers_requests_show_their_python_frames_under_their_labels() {
     let (mut in_loops, mut labeled) = (0, 0);
     let mut requests = std::collections::BTreeSet::new();
     for sample in &p.0.sample {
-        let names: Vec<(String, i64)> = sample
-            .location_id
-            .iter()
-            .flat_map(|&l| p.source_frames(l))
-            .map(|(name, _, line, _)| (name, line))
-            .collect();
+        let names = p.sample_frames(sample);
         let Some(name) = loops.iter().find(|l| {
             names
                 .first()
@@ -866,7 +861,10 @@ fn a_python_handlers_requests_show_their_python_frames_under_their_labels() {
             continue;
         };
         in_loops += sample.value[cpu];
-        let rest: Vec<(&str, i64)> = names[1..].iter().map(|(n, l)| (n.as_str(), *l)).collect();
+        let rest: Vec<(&str, i64)> = names[1..]
+            .iter()
+            .map(|(n, _, l)| (n.as_str(), *l))
+            .collect();
         assert_eq!(
             rest,
             [

@@ -242,16 +242,11 @@ impl Output {
             }
             result => result.with_context(what)?,
         }
-        let mut file = match first {
+        let file = match first {
             Some(file) => file,
             None => temp_file_beside(&self.path)?,
         };
-        file.write_all(&bytes)
-            .and_then(|()| file.as_file().sync_all())
-            .with_context(what)?;
-        file.persist(&self.path)
-            .map_err(|e| e.error)
-            .with_context(what)?;
+        persist(file, &bytes, &self.path).with_context(what)?;
         if save == Save::Last {
             eprintln!(
                 "wasmspy: wrote {} ({summary}); view it with: {}",
@@ -261,6 +256,28 @@ impl Output {
         }
         Ok(())
     }
+}
+
+/// Writes `bytes` to `path` whole: into a temporary file beside it, renamed into place once
+/// complete, so that a write that fails leaves whatever was there untouched; reported on
+/// stderr as the profile of `format` it is.
+pub fn write_whole(path: &Path, format: Format, bytes: &[u8]) -> Result<()> {
+    persist(temp_file_beside(path)?, bytes, path)
+        .with_context(|| format!("cannot write `{}`", path.display()))?;
+    eprintln!(
+        "wasmspy: wrote {} ({format}); view it with: {}",
+        path.display(),
+        format.how_to_view(path)
+    );
+    Ok(())
+}
+
+/// `bytes` written to `file`, synced, then `file` renamed to `path`.
+fn persist(mut file: NamedTempFile, bytes: &[u8], path: &Path) -> std::io::Result<()> {
+    file.write_all(bytes)?;
+    file.as_file().sync_all()?;
+    file.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// A new temporary file in `path`'s directory, with the permissions `File::create` would give.

@@ -11,6 +11,7 @@ use wasmspy::profile::Profile;
 use wasmspy::top::top;
 
 use crate::cli::{ConvertArgs, DiffArgs, ReportArgs};
+use crate::commands::outputs::write_whole;
 
 pub fn report(args: ReportArgs) -> Result<i32> {
     let profile = read(&args.profile)?;
@@ -37,14 +38,10 @@ pub fn convert(args: ConvertArgs) -> Result<i32> {
     profile.default_sample_type = sample_index(&profile, args.sample_index.as_deref())?;
     let format = Format::for_output(args.format, &args.output);
     let mut bytes = Vec::new();
-    let what = || format!("cannot write `{}`", args.output.display());
-    format.write(&profile, &mut bytes).with_context(what)?;
-    std::fs::write(&args.output, bytes).with_context(what)?;
-    eprintln!(
-        "wasmspy: wrote {} ({format}); view it with: {}",
-        args.output.display(),
-        format.how_to_view(&args.output)
-    );
+    format
+        .write(&profile, &mut bytes)
+        .with_context(|| format!("cannot write `{}`", args.output.display()))?;
+    write_whole(&args.output, format, &bytes)?;
     Ok(0)
 }
 
@@ -74,12 +71,7 @@ pub fn diff(args: DiffArgs) -> Result<i32> {
             )),
         }
         .with_context(what)?;
-        std::fs::write(output, bytes).with_context(what)?;
-        eprintln!(
-            "wasmspy: wrote {} ({format}); view it with: {}",
-            output.display(),
-            format.how_to_view(output)
-        );
+        write_whole(output, format, &bytes)?;
     }
     let comparison = compare(&base, base_index, &new, new_index, args.lines);
     if comparison.normalised && args.fail_above.is_some() {

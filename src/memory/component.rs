@@ -21,7 +21,7 @@
 
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use wasm_encoder::{
     Alias, BlockType, CanonicalFunctionSection, CodeSection, ComponentAliasSection,
     ComponentImportSection, ComponentSectionId, ComponentTypeRef, ComponentTypeSection,
@@ -29,13 +29,15 @@ use wasm_encoder::{
     FunctionSection, GlobalType, ImportSection, InstanceSection, ModuleArg, ModuleSection,
     PrimitiveValType, RawSection, RefType, TableType, TypeSection, ValType,
 };
-use wasmparser::{Chunk, Parser, Payload};
+use wasmparser::Payload;
 
 use super::rewrite::{
     add_hook_type, rewrite_in_component, Allocator, Rewritten, HOOK_TABLE, NESTING_DEPTH,
     TOLD_BY_ALLOCATOR, TOLD_ENTERING,
 };
-use crate::wasm::component::{append_sections, core_modules, validated};
+use crate::wasm::component::{
+    append_sections, copy_section, core_modules, own_sections, validated,
+};
 
 /// The function a rewritten component imports, through which its allocators report:
 /// `func(allocator: s32, size: s32, freed: s32, allocated: s32, countdown: s64) -> s64`, as
@@ -143,16 +145,8 @@ fn copy_top_level(
     modules: &[Option<Arc<Rewritten>>],
     out: &mut wasm_encoder::Component,
 ) -> Result<()> {
-    let mut parser = Parser::new(0);
-    let mut offset = 0;
-    loop {
-        let Chunk::Parsed { consumed, payload } = parser.parse(&component[offset..], true)? else {
-            anyhow::bail!("truncated component");
-        };
-        offset += consumed;
-        match payload {
-            Payload::Version { .. } => {}
-            Payload::End(_) => return Ok(()),
+    for payload in own_sections(component, 0) {
+        match payload? {
             Payload::ModuleSection {
                 unchecked_range, ..
             } => {
@@ -162,34 +156,18 @@ fn copy_top_level(
                     .and_then(|i| modules[i].as_ref());
                 let data = match rewritten {
                     Some(r) => &r.wasm[..],
-                    None => &component[unchecked_range.clone()],
+                    None => &component[unchecked_range],
                 };
                 out.section(&RawSection {
                     id: ComponentSectionId::CoreModule as u8,
                     data,
                 });
-                offset = unchecked_range.end;
             }
-            Payload::ComponentSection {
-                unchecked_range, ..
-            } => {
-                out.section(&RawSection {
-                    id: ComponentSectionId::Component as u8,
-                    data: &component[unchecked_range.clone()],
-                });
-                offset = unchecked_range.end;
-            }
-            other => {
-                let (id, range) = other
-                    .as_section()
-                    .context("unexpected content in the component")?;
-                out.section(&RawSection {
-                    id,
-                    data: &component[range],
-                });
-            }
+            Payload::Version { .. } | Payload::End(_) => {}
+            other => copy_section(out, component, other)?,
         }
     }
+    Ok(())
 }
 
 /// `(module (import "" "report" (func $report …)) (import "" "tableJ" (table 1 funcref))

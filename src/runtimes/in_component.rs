@@ -25,13 +25,15 @@ use wasm_encoder::{
     ComponentExportKind, ComponentSectionId, CoreTypeSection, ModuleType, RawSection,
 };
 use wasmparser::types::TypesRef;
-use wasmparser::{Chunk, Instance, Parser, Payload, Validator, WasmFeatures};
+use wasmparser::{Instance, Parser, Payload, Validator, WasmFeatures};
 use wasmtime::component::__internal::{CanonicalAbiInfo, InstanceType, InterfaceType, LiftContext};
 use wasmtime::component::{ComponentType, Lift};
 use wasmtime_environ::component::{CanonicalOptionsDataModel, LinearMemoryOptions};
 
 use crate::resolve::symbolize::{ModuleBytes, ModuleSymbolizer};
-use crate::wasm::component::{append_sections, core_modules, validated};
+use crate::wasm::component::{
+    append_sections, copy_section, core_modules, own_sections, validated,
+};
 
 /// The function a probed component imports: `func(module: u32)`, called once per instance
 /// of a runtime's module, with the index of the module among the component's, lowered with
@@ -98,15 +100,21 @@ enum MemorySource {
 /// Appends to `out` the type and import of [`PROBE`] after a component whose index spaces
 /// are `counts`: its function index.
 fn import_probe(out: &mut wasm_encoder::Component, counts: TypesRef<'_>) -> u32 {
-    let mut ty = ComponentTypeSection::new();
-    ty.function()
+    import_probe_typed(out, counts.component_type_count());
+    counts.component_function_count()
+}
+
+/// Appends to `out` [`PROBE`]'s type, which is to be component type `ty`, and its import.
+fn import_probe_typed(out: &mut wasm_encoder::Component, ty: u32) {
+    let mut types = ComponentTypeSection::new();
+    types
+        .function()
         .params([("module", ComponentValType::Primitive(PrimitiveValType::U32))])
         .result(None);
-    out.section(&ty);
+    out.section(&types);
     let mut import = ComponentImportSection::new();
-    import.import(PROBE, ComponentTypeRef::Func(counts.component_type_count()));
+    import.import(PROBE, ComponentTypeRef::Func(ty));
     out.section(&import);
-    counts.component_function_count()
 }
 
 /// Where the modules that call a probe are.
@@ -220,24 +228,13 @@ fn thread_probe(
     };
     let reencoded = |e| anyhow::anyhow!("the component cannot be re-encoded: {e:?}");
     let mut out = wasm_encoder::Component::new();
-    let mut parser = Parser::new(0);
-    let (mut offset, mut component_index) = (0, 0);
-    loop {
-        let Chunk::Parsed { consumed, payload } = parser.parse(&component[offset..], true)? else {
-            bail!("truncated component");
-        };
-        offset += consumed;
+    let mut component_index = 0;
+    for payload in own_sections(component, 0) {
+        let payload = payload?;
         let start = payload.as_section().map(|(_, range)| range.start);
         let before = start.is_none_or(|start| start < at);
         if start == Some(at) {
-            let mut ty = ComponentTypeSection::new();
-            ty.function()
-                .params([("module", ComponentValType::Primitive(PrimitiveValType::U32))])
-                .result(None);
-            out.section(&ty);
-            let mut import = ComponentImportSection::new();
-            import.import(PROBE, ComponentTypeRef::Func(types));
-            out.section(&import);
+            import_probe_typed(&mut out, types);
             for caller in &callers {
                 out.section(&ModuleSection(caller));
             }
@@ -252,9 +249,8 @@ fn thread_probe(
             } => {
                 out.section(&RawSection {
                     id: ComponentSectionId::CoreModule as u8,
-                    data: &component[unchecked_range.clone()],
+                    data: &component[unchecked_range],
                 });
-                offset = unchecked_range.end;
             }
             Payload::ComponentSection {
                 unchecked_range, ..
@@ -270,7 +266,6 @@ fn thread_probe(
                     data,
                 });
                 component_index += 1;
-                offset = unchecked_range.end;
             }
             Payload::ComponentInstanceSection(reader) if !before => {
                 let mut instances = wasm_encoder::ComponentInstanceSection::new();
@@ -316,22 +311,6 @@ fn thread_probe(
     Ok(Some((out.finish(), functions)))
 }
 
-/// Copies a section as it is.
-fn copy_section(
-    out: &mut wasm_encoder::Component,
-    component: &[u8],
-    payload: Payload<'_>,
-) -> Result<()> {
-    let (id, range) = payload
-        .as_section()
-        .context("unexpected content in the component")?;
-    out.section(&RawSection {
-        id,
-        data: &component[range],
-    });
-    Ok(())
-}
-
 /// What [`thread_probe`] needs of a component's top level.
 struct TopLevel {
     /// Where each nested component is.
@@ -347,25 +326,11 @@ impl TopLevel {
             components: Vec::new(),
             instantiations: Vec::new(),
         };
-        let mut parser = Parser::new(0);
-        let mut offset = 0;
-        loop {
-            let Chunk::Parsed { consumed, payload } = parser.parse(&component[offset..], true)?
-            else {
-                bail!("truncated component");
-            };
-            offset += consumed;
-            match payload {
-                Payload::End(_) => return Ok(top),
-                Payload::ModuleSection {
-                    unchecked_range, ..
-                } => offset = unchecked_range.end,
+        for payload in own_sections(component, 0) {
+            match payload? {
                 Payload::ComponentSection {
                     unchecked_range, ..
-                } => {
-                    offset = unchecked_range.end;
-                    top.components.push(unchecked_range);
-                }
+                } => top.components.push(unchecked_range),
                 Payload::ComponentInstanceSection(reader) => {
                     let start = reader.range().start;
                     for instance in reader {
@@ -380,6 +345,7 @@ impl TopLevel {
                 _ => {}
             }
         }
+        Ok(top)
     }
 }
 
@@ -458,24 +424,11 @@ fn probe_nested(
     };
     let mut modules = Vec::new();
     let mut instances = Vec::new();
-    let mut parser = Parser::new(range.start as u64);
-    let mut offset = 0;
-    loop {
-        let Chunk::Parsed { consumed, payload } = parser.parse(&nested[offset..], true)? else {
-            bail!("truncated component");
-        };
-        offset += consumed;
-        match payload {
-            Payload::End(_) => break,
+    for payload in own_sections(nested, range.start) {
+        match payload? {
             Payload::ModuleSection {
                 unchecked_range, ..
-            } => {
-                offset = unchecked_range.end - range.start;
-                modules.push(unchecked_range);
-            }
-            Payload::ComponentSection {
-                unchecked_range, ..
-            } => offset = unchecked_range.end - range.start,
+            } => modules.push(unchecked_range),
             Payload::InstanceSection(reader) => {
                 for instance in reader {
                     instances.push(instance?);

@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use wasmtime::WasmBacktrace;
 
-use super::SpliceContext;
-use crate::capture::vmctx::Memory;
+use super::{InstanceView, SpliceContext};
+use crate::capture::vmctx::{LinearMemory, Memory};
 use crate::capture::MAX_STACK_DEPTH;
 use crate::resolve::{ModuleId, RawFrame};
 
@@ -132,15 +132,22 @@ pub fn splice_frames(
 pub const MAX_NATIVE_UNDER_INTERPRETED: usize = MAX_STACK_DEPTH / 4;
 
 /// [`Runtime::walk`](super::Runtime::walk) of an interpreter whose `walk` writes its frames
-/// into the slice it is given and says how many: they follow at most
-/// [`MAX_NATIVE_UNDER_INTERPRETED`] of the sample's own (the innermost). Async-signal-safe.
-pub fn after_native(
+/// (read from `instance`'s memory, from its [root](InstanceView::root)) into the slice it is
+/// given and says how many: they follow at most [`MAX_NATIVE_UNDER_INTERPRETED`] of the
+/// sample's own (the innermost). Async-signal-safe.
+///
+/// # Safety
+/// As [`Runtime::walk`](super::Runtime::walk)'s.
+pub unsafe fn after_native(
+    instance: &InstanceView,
     pcs: &mut [usize],
     depth: &mut usize,
-    walk: impl FnOnce(&mut [usize]) -> usize,
+    walk: impl FnOnce(&LinearMemory, u32, &mut [usize]) -> usize,
 ) -> Option<usize> {
+    // SAFETY: the caller's contract.
+    let memory = unsafe { instance.memory() };
     let at = (*depth).min(MAX_NATIVE_UNDER_INTERPRETED);
-    let written = walk(pcs.get_mut(at..)?);
+    let written = walk(&memory, instance.root(), pcs.get_mut(at..)?);
     (written > 0).then(|| {
         *depth = at + written;
         at
@@ -149,12 +156,18 @@ pub fn after_native(
 
 /// [`Runtime::at_guest_thread`](super::Runtime::at_guest_thread) of such an interpreter:
 /// every Wasm frame of `backtrace` kept, its frames after them.
-pub fn on_guest_thread(
+///
+/// # Safety
+/// As [`Runtime::at_guest_thread`](super::Runtime::at_guest_thread)'s.
+pub unsafe fn on_guest_thread(
+    instance: &InstanceView,
     backtrace: &WasmBacktrace,
-    walk: impl FnOnce(&mut [usize]) -> usize,
+    walk: impl FnOnce(&LinearMemory, u32, &mut [usize]) -> usize,
 ) -> Option<(usize, Vec<usize>)> {
+    // SAFETY: the caller's contract.
+    let memory = unsafe { instance.memory() };
     let mut frames = vec![0; MAX_STACK_DEPTH];
-    let written = walk(&mut frames);
+    let written = walk(&memory, instance.root(), &mut frames);
     frames.truncate(written);
     (written > 0).then(|| (backtrace.frames().len(), frames))
 }

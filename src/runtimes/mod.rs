@@ -160,13 +160,9 @@ pub fn detect(
     module: &ModuleFacts<'_>,
     warnings: &mut Vec<String>,
 ) -> Option<Arc<dyn Runtime>> {
-    if let Some(go) = go::detect(file_name, wasm, module, warnings) {
-        return Some(go);
-    }
-    if let Some(quickjs) = quickjs::detect(file_name, wasm, module, warnings) {
-        return Some(quickjs);
-    }
-    cpython::detect(file_name, wasm, module, warnings)
+    [go::detect, quickjs::detect, cpython::detect]
+        .into_iter()
+        .find_map(|detect| detect(file_name, wasm, module, warnings))
 }
 
 /// What the symbolizer read of a module that detection uses.

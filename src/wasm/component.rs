@@ -17,7 +17,7 @@ use std::ops::Range;
 use anyhow::{Context, Result};
 use wasmparser::types::Types;
 use wasmparser::{
-    CanonicalFunction, ComponentAlias, ComponentExternalKind, ComponentOuterAliasKind,
+    CanonicalFunction, Chunk, ComponentAlias, ComponentExternalKind, ComponentOuterAliasKind,
     ComponentTypeRef, ExternalKind, Instance, Name, Parser, Payload, TypeRef, Validator,
     WasmFeatures,
 };
@@ -37,6 +37,84 @@ pub fn append_sections(mut base: Vec<u8>, appended: wasm_encoder::Component) -> 
     base.extend_from_slice(&appended.finish()[header..]);
     validated(&base).context("the instrumented component is invalid")?;
     Ok(base)
+}
+
+/// The payloads of a component's own sections, up to its `End`: a nested module or component
+/// is one payload (`ModuleSection`, `ComponentSection`), not entered. `component` is the
+/// binary of a component found at `offset` of a larger one (0 for the whole), whose ranges
+/// the payloads give. A section that claims to reach past the end is an error.
+pub fn own_sections(component: &[u8], offset: usize) -> OwnSections<'_> {
+    OwnSections {
+        parser: Parser::new(offset as u64),
+        bytes: component,
+        base: offset,
+        at: 0,
+        done: false,
+    }
+}
+
+/// See [`own_sections`].
+pub struct OwnSections<'a> {
+    parser: Parser,
+    bytes: &'a [u8],
+    base: usize,
+    at: usize,
+    done: bool,
+}
+
+impl<'a> Iterator for OwnSections<'a> {
+    type Item = Result<Payload<'a>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let payload = (|| {
+            let rest = self.bytes.get(self.at..).context("truncated component")?;
+            let Chunk::Parsed { consumed, payload } = self
+                .parser
+                .parse(rest, true)
+                .context("malformed WebAssembly component")?
+            else {
+                anyhow::bail!("truncated component");
+            };
+            self.at += consumed;
+            match &payload {
+                Payload::ModuleSection {
+                    unchecked_range, ..
+                }
+                | Payload::ComponentSection {
+                    unchecked_range, ..
+                } => {
+                    let end = unchecked_range.end.checked_sub(self.base);
+                    self.at = end
+                        .filter(|&end| end <= self.bytes.len())
+                        .context("a nested module or component beyond the component's end")?;
+                }
+                Payload::End(_) => self.done = true,
+                _ => {}
+            }
+            Ok(payload)
+        })();
+        self.done |= payload.is_err();
+        Some(payload)
+    }
+}
+
+/// Copies a section of `component` into `out` as it is (a nested module or component whole).
+pub fn copy_section(
+    out: &mut wasm_encoder::Component,
+    component: &[u8],
+    payload: Payload<'_>,
+) -> Result<()> {
+    let (id, range) = payload
+        .as_section()
+        .context("unexpected content in the component")?;
+    out.section(&wasm_encoder::RawSection {
+        id,
+        data: &component[range],
+    });
+    Ok(())
 }
 
 /// A core module of a component.

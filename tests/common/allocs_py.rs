@@ -19,12 +19,7 @@ pub fn assert_allocated_by_line(what: &str, path: &Path, rounds: i64, caller: &s
     let space = p.value_index("alloc_space");
     let mut by_line: BTreeMap<i64, i64> = BTreeMap::new();
     for sample in &p.0.sample {
-        let frames: Vec<(String, i64)> = sample
-            .location_id
-            .iter()
-            .flat_map(|&l| p.source_frames(l))
-            .map(|(name, _, line, _)| (name, line))
-            .collect();
+        let frames = p.sample_frames(sample);
         if frames
             .first()
             .is_some_and(|f| f.0 == "allocate (allocs.py)")
@@ -34,7 +29,7 @@ pub fn assert_allocated_by_line(what: &str, path: &Path, rounds: i64, caller: &s
                 Some(caller),
                 "{what}: {frames:?}"
             );
-            *by_line.entry(frames[0].1).or_default() += sample.value[space];
+            *by_line.entry(frames[0].2).or_default() += sample.value[space];
         }
     }
     for (line, size) in PER_ROUND {

@@ -6,6 +6,7 @@ pub mod child;
 pub mod gofmt;
 pub mod lines_input;
 pub mod own_cache;
+pub mod self_timed;
 pub mod timed_py;
 
 use std::collections::HashMap;
@@ -214,6 +215,25 @@ impl Decoded {
                     i + 1 < lines.len(),
                 )
             })
+            .collect()
+    }
+
+    /// A sample's source frames, leaf first: (function, file, line).
+    pub fn sample_frames(&self, sample: &proto::Sample) -> Vec<(String, String, i64)> {
+        sample
+            .location_id
+            .iter()
+            .flat_map(|&l| self.source_frames(l))
+            .map(|(name, file, line, _)| (name, file, line))
+            .collect()
+    }
+
+    /// The file names of the profile's mappings.
+    pub fn mapping_names(&self) -> Vec<&str> {
+        self.0
+            .mapping
+            .iter()
+            .map(|m| self.str(m.filename))
             .collect()
     }
 

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use super::self_timed::{assert_shares_as_measured, measured_shares};
 use super::{stdout, Decoded};
 
 /// How deep the stacks of the loops' samples are: the caller → `main` → the loop, or under
@@ -38,13 +39,7 @@ pub fn assert_split_as_timed(
     run: &Run<'_>,
     depth: Depth,
 ) {
-    let measured: Vec<(String, f64)> = stdout(out)
-        .lines()
-        .filter_map(|l| {
-            let (name, share) = l.split_once(' ')?;
-            Some((format!("{name} (timed.py)"), share.parse().ok()?))
-        })
-        .collect();
+    let measured = measured_shares(&stdout(out), "timed.py");
     assert_eq!(measured.len(), 2, "{what}: {}", stdout(out));
     let p = Decoded::load(path);
     let cpu = p.value_index("cpu");
@@ -52,12 +47,7 @@ pub fn assert_split_as_timed(
     let mut total = 0;
     for s in &p.0.sample {
         total += s.value[cpu];
-        let frames: Vec<(String, String, i64)> = s
-            .location_id
-            .iter()
-            .flat_map(|&l| p.source_frames(l))
-            .map(|(name, file, line, _)| (name, file, line))
-            .collect();
+        let frames = p.sample_frames(s);
         let leaf = frames.first().map(|f| &f.0);
         let Some(i) = measured.iter().position(|(name, _)| Some(name) == leaf) else {
             continue;
@@ -80,16 +70,5 @@ pub fn assert_split_as_timed(
             "{what}: {frames:?}"
         );
     }
-    let both: i64 = in_loops.iter().sum();
-    assert!(
-        both * 10 >= total * 7,
-        "{what}: the loops have {both} of {total} ns of CPU"
-    );
-    for ((name, share), cpu) in measured.iter().zip(&in_loops) {
-        let profiled = *cpu as f64 / both as f64;
-        assert!(
-            (profiled - share).abs() <= 0.05,
-            "{what}: {name}: {profiled:.3} of the loops' CPU in the profile, {share} timed by the script"
-        );
-    }
+    assert_shares_as_measured(what, &measured, &in_loops, total, 7);
 }

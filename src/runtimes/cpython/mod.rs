@@ -95,8 +95,11 @@ impl Runtime for CPython {
         _leaf_at: Option<usize>,
     ) -> Option<usize> {
         // SAFETY: the caller's contract.
-        let memory = unsafe { instance.memory() };
-        after_native(pcs, depth, |out| self.code.walk(&memory, out))
+        unsafe {
+            after_native(instance, pcs, depth, |memory, _, out| {
+                self.code.walk(memory, out)
+            })
+        }
     }
 
     unsafe fn at_guest_thread(
@@ -106,8 +109,11 @@ impl Runtime for CPython {
         _at: GuestPoint,
     ) -> Option<(usize, Vec<usize>)> {
         // SAFETY: the caller's contract.
-        let memory = unsafe { instance.memory() };
-        on_guest_thread(backtrace, |out| self.code.walk(&memory, out))
+        unsafe {
+            on_guest_thread(instance, backtrace, |memory, _, out| {
+                self.code.walk(memory, out)
+            })
+        }
     }
 
     /// As [`splice_frames`] says, the eval loop's frames being the loop's.

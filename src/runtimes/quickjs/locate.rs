@@ -6,43 +6,38 @@
 //! says, and its first context points back to it. An engine laid out otherwise, or not yet
 //! started, is not found, and its samples keep their Wasm frames.
 
+use std::collections::BTreeSet;
+
 use super::layouts::QuickJsLayout;
 use crate::capture::vmctx::Memory;
 
-/// Candidates followed at most at each step, so that a memory full of lookalikes stays cheap.
+/// Candidates kept at most at each step.
 const MAX_CANDIDATES: usize = 64;
 /// Bytes read at a time while scanning.
 const CHUNK: usize = 1 << 16;
 
 /// The `JSRuntime` in `memory` (its first `size` bytes), trying `hint` (where it was in
-/// another instance of the same module) first.
+/// another instance of the same module) first. Three passes over memory at most, whatever it
+/// holds: the strings "length", the words pointing to one (atom 51 of a table), the words
+/// pointing to such a table (a runtime's `atom_array`).
 pub fn find_runtime(l: &QuickJsLayout, memory: &impl Memory, size: u64, hint: u32) -> Option<u32> {
     if hint != 0 && is_runtime(l, memory, hint) {
         return Some(hint);
     }
     let name = b"length\0";
-    for text in occurrences(memory, size, name).take(MAX_CANDIDATES) {
-        let Some(string) = text.checked_sub(l.string_size) else {
-            continue;
-        };
-        if !string_is(l, memory, string, &name[..6]) {
-            continue;
-        }
-        for entry in words_equal(memory, size, string).take(MAX_CANDIDATES) {
-            let Some(array) = entry.checked_sub(4 * l.atom_length) else {
-                continue;
-            };
-            for field in words_equal(memory, size, array).take(MAX_CANDIDATES) {
-                let Some(rt) = field.checked_sub(l.rt_atom_array) else {
-                    continue;
-                };
-                if is_runtime(l, memory, rt) {
-                    return Some(rt);
-                }
-            }
-        }
-    }
-    None
+    let strings: BTreeSet<u32> = occurrences(memory, size, name)
+        .filter_map(|text| text.checked_sub(l.string_size))
+        .filter(|&string| string_is(l, memory, string, &name[..6]))
+        .take(MAX_CANDIDATES)
+        .collect();
+    let arrays: BTreeSet<u32> = words_in(memory, size, &strings)
+        .filter_map(|entry| entry.checked_sub(4 * l.atom_length))
+        .take(MAX_CANDIDATES)
+        .collect();
+    let rt = words_in(memory, size, &arrays)
+        .filter_map(|field| field.checked_sub(l.rt_atom_array))
+        .find(|&rt| is_runtime(l, memory, rt));
+    rt
 }
 
 /// Whether a `JSRuntime` is at `rt`: its atoms `null`, `length` and `name` are those strings,
@@ -105,13 +100,18 @@ fn occurrences<'a>(
     })
 }
 
-/// The 4-aligned addresses whose word is `value`.
-fn words_equal(memory: &impl Memory, size: u64, value: u32) -> impl Iterator<Item = u32> + '_ {
+/// The 4-aligned addresses whose word is one of `values` (none when there are none).
+fn words_in<'a>(
+    memory: &'a impl Memory,
+    size: u64,
+    values: &'a BTreeSet<u32>,
+) -> impl Iterator<Item = u32> + 'a {
+    let size = if values.is_empty() { 0 } else { size };
     chunks(memory, size, 0).flat_map(move |(start, bytes)| {
         bytes
             .chunks_exact(4)
             .enumerate()
-            .filter(|(_, w)| u32::from_le_bytes([w[0], w[1], w[2], w[3]]) == value)
+            .filter(|(_, w)| values.contains(&u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
             .filter_map(|(i, _)| u32::try_from(start + 4 * i as u64).ok())
             .collect::<Vec<_>>()
     })

@@ -132,10 +132,13 @@ fn interpreter_loop(wasm: &[u8], l: &QuickJsLayout) -> Result<u32, String> {
                     .get_operators_reader()
                     .map_err(|e| format!("its code is unreadable ({e})"))?;
                 while !reader.eof() {
-                    if let Ok(Operator::I32Store { memarg }) = reader.read() {
+                    // A body that does not decode is not read further (a read that fails may
+                    // not move on).
+                    let op = reader
+                        .read()
+                        .map_err(|e| format!("its code is unreadable ({e})"))?;
+                    if let Operator::I32Store { memarg } = op {
                         stores += usize::from(memarg.offset == u64::from(l.rt_current_stack_frame));
-                    } else if reader.eof() {
-                        break;
                     }
                 }
                 if stores > 2 {
@@ -165,10 +168,11 @@ impl Runtime for QuickJs {
         _leaf_at: Option<usize>,
     ) -> Option<usize> {
         // SAFETY: the caller's contract.
-        let memory = unsafe { instance.memory() };
-        after_native(pcs, depth, |out| {
-            self.code.walk(&memory, instance.root(), out)
-        })
+        unsafe {
+            after_native(instance, pcs, depth, |memory, root, out| {
+                self.code.walk(memory, root, out)
+            })
+        }
     }
 
     unsafe fn at_guest_thread(
@@ -178,10 +182,11 @@ impl Runtime for QuickJs {
         _at: GuestPoint,
     ) -> Option<(usize, Vec<usize>)> {
         // SAFETY: the caller's contract.
-        let memory = unsafe { instance.memory() };
-        on_guest_thread(backtrace, |out| {
-            self.code.walk(&memory, instance.root(), out)
-        })
+        unsafe {
+            on_guest_thread(instance, backtrace, |memory, root, out| {
+                self.code.walk(memory, root, out)
+            })
+        }
     }
 
     fn root(&self, memory: &LinearMemory) -> Result<u32, String> {

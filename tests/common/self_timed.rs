@@ -1,0 +1,37 @@
+//! Programs that time their own hot functions and give each one's share of the time spent in
+//! them as `NAME SHARE` lines (`timed.py`, `timed.js`): the shares read, and checked against
+//! the shares their profiles give those functions.
+
+/// The shares in `text`, each function named as the profile names it: `NAME (FILE)`.
+pub fn measured_shares(text: &str, file: &str) -> Vec<(String, f64)> {
+    text.lines()
+        .filter_map(|l| {
+            let (name, share) = l.split_once(' ')?;
+            Some((format!("{name} ({file})"), share.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The profile's CPU in each measured function (`cpu`, in `measured`'s order) against the
+/// shares measured: each within 5 points of its measure, and the functions together at least
+/// `tenths` tenths of the profile's `total`.
+pub fn assert_shares_as_measured(
+    what: &str,
+    measured: &[(String, f64)],
+    cpu: &[i64],
+    total: i64,
+    tenths: i64,
+) {
+    let both: i64 = cpu.iter().sum();
+    assert!(
+        both * 10 >= total * tenths,
+        "{what}: the timed functions have {both} of {total} ns of CPU"
+    );
+    for ((name, share), cpu) in measured.iter().zip(cpu) {
+        let profiled = *cpu as f64 / both as f64;
+        assert!(
+            (profiled - share).abs() <= 0.05,
+            "{what}: {name}: {profiled:.3} of the timed functions' CPU in the profile, {share} timed by the program"
+        );
+    }
+}
