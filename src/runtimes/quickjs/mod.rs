@@ -248,8 +248,9 @@ mod tests {
     use super::*;
 
     /// A module with a `.dep-v0` section naming rquickjs-sys `version`, and `stores` functions
-    /// storing the current frame three times each.
-    fn module(version: &str, stores: usize) -> Vec<u8> {
+    /// storing the current frame three times each, after one storing it twice whose body ends
+    /// with `tail`.
+    fn module(version: &str, stores: usize, tail: &[u8]) -> Vec<u8> {
         let l = QuickJsLayout::of_crate("0.13.0").unwrap();
         let json = format!(
             r#"{{"packages":[{{"name":"rquickjs-sys","version":"{version}","source":"crates.io"}}]}}"#
@@ -288,6 +289,9 @@ mod tests {
                     .instruction(&wasm_encoder::Instruction::I32Const(0))
                     .instruction(&store);
             }
+            if i == 0 {
+                body.raw(tail.iter().copied());
+            }
             body.instruction(&wasm_encoder::Instruction::End);
             code.function(&body);
         }
@@ -312,7 +316,7 @@ mod tests {
 
     #[test]
     fn a_build_of_a_known_release_with_its_interpreter_loop_is_read() {
-        let (runtime, warnings) = detected(&module("0.13.0", 1));
+        let (runtime, warnings) = detected(&module("0.13.0", 1, &[]));
         assert!(runtime.is_some(), "{warnings:?}");
         assert_eq!(warnings, Vec::<String>::new());
     }
@@ -321,15 +325,22 @@ mod tests {
     /// no JavaScript frames.
     #[test]
     fn other_builds_are_not_read_and_say_why() {
-        let (runtime, warnings) = detected(&module("0.99.0", 1));
+        let (runtime, warnings) = detected(&module("0.99.0", 1, &[]));
         assert!(runtime.is_none());
         assert_eq!(warnings.len(), 1);
         assert!(
             warnings[0].contains("rquickjs-sys 0.99.0") && warnings[0].contains("no layout"),
             "{warnings:?}"
         );
+        // A body that does not decode (`0xfc` with no such sub-opcode): said, not spun on.
+        let (runtime, warnings) = detected(&module("0.13.0", 1, &[0xfc, 0xff, 0xff, 0xff, 0x0f]));
+        assert!(runtime.is_none());
+        assert!(
+            warnings[0].contains("its code is unreadable"),
+            "{warnings:?}"
+        );
         for stores in [0, 2] {
-            let (runtime, warnings) = detected(&module("0.13.0", stores));
+            let (runtime, warnings) = detected(&module("0.13.0", stores, &[]));
             assert!(runtime.is_none());
             assert!(warnings[0].contains("does not match"), "{warnings:?}");
         }
