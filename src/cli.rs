@@ -325,10 +325,17 @@ pub struct ProfilingArgs {
     #[arg(long, value_name = "SAMPLER", default_value = "auto")]
     pub sampler: SamplerKind,
 
-    /// What the sampling rate counts: `cpu` (the guest thread's CPU time) or `wall` (wall time,
-    /// so time the guest spends blocked, e.g. sleeping or reading, is sampled too).
+    /// What samples follow: `cpu` (the guest thread's CPU time), `wall` (wall time, so time
+    /// the guest spends blocked, e.g. sleeping or reading, is sampled too) or `instructions`
+    /// (executed Wasm instructions, counted by Wasmtime's fuel: the same run gives the same
+    /// profile on any machine; host calls are not counted; see `--interval`).
     #[arg(long, value_name = "CLOCK", default_value = "cpu")]
     pub clock: Clock,
+
+    /// With `--clock instructions`: a sample every N executed Wasm instructions on average
+    /// [default: 1000000], at intervals drawn from a fixed seed.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub interval: Option<u64>,
 
     /// Name functions only: skip the module's DWARF debug info (file:line, inlined frames).
     #[arg(long)]
@@ -411,16 +418,31 @@ impl ProfilingArgs {
     /// The profiler's options at `--rate` or the command's `default_rate`, with a memory
     /// profile if one is asked for, and the samples' times kept when an output shows a
     /// timeline.
-    pub fn options(&self, default_rate: u32, timeline: bool) -> ProfilerOptions {
-        ProfilerOptions {
+    pub fn options(&self, default_rate: u32, timeline: bool) -> Result<ProfilerOptions> {
+        let instructions = self.clock == Clock::Instructions;
+        if instructions && self.rate.is_some() {
+            bail!("--rate counts samples a second; with --clock instructions, --interval sets how many instructions apart they are");
+        }
+        if instructions && self.sampler != SamplerKind::Auto {
+            bail!(
+                "--clock instructions samples where Wasmtime counts fuel: --sampler does not apply"
+            );
+        }
+        if !instructions && self.interval.is_some() {
+            bail!("--interval is for --clock instructions");
+        }
+        Ok(ProfilerOptions {
             rate_hz: self.rate.unwrap_or(default_rate),
             sampler: self.sampler,
             clock: self.clock,
+            instruction_interval: self
+                .interval
+                .unwrap_or(wasmspy::profiler::DEFAULT_INSTRUCTION_INTERVAL),
             dwarf: !self.no_dwarf,
             runtime_native: self.native,
             mem_rate: self.mem_profile.as_ref().map(|_| self.mem_rate),
             timeline,
-        }
+        })
     }
 
     /// The CPU profile's outputs: those `given`, else `wasmspy.pb.gz` unless a memory profile

@@ -52,6 +52,11 @@ pub enum Clock {
     /// Samples follow wall time: a guest blocked in a host call (sleeping, reading) is sampled
     /// there, and samples also carry wall time.
     Wall,
+    /// Samples follow the Wasm instructions the guest executes, counted by Wasmtime's fuel
+    /// (its cost per operator), every [`crate::ProfilerOptions::interval`] on average at
+    /// intervals from a fixed seed: the same run of the same program gives the same samples,
+    /// on any machine. Host calls execute no Wasm instructions: they are not sampled.
+    Instructions,
 }
 
 impl std::str::FromStr for Clock {
@@ -61,7 +66,8 @@ impl std::str::FromStr for Clock {
         match s {
             "cpu" => Ok(Clock::Cpu),
             "wall" => Ok(Clock::Wall),
-            _ => Err(format!("expected cpu or wall, got `{s}`")),
+            "instructions" => Ok(Clock::Instructions),
+            _ => Err(format!("expected cpu, wall or instructions, got `{s}`")),
         }
     }
 }
@@ -71,6 +77,7 @@ impl std::fmt::Display for Clock {
         f.write_str(match self {
             Clock::Cpu => "cpu",
             Clock::Wall => "wall",
+            Clock::Instructions => "instructions",
         })
     }
 }

@@ -34,12 +34,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Result};
 use rustc_hash::FxHashMap;
 use wasmtime::{
-    AsContextMut, Caller, Config, Engine, Func, Instance, Module, Ref, Store, UpdateDeadline,
-    WasmBacktrace,
+    AsContextMut, CallHook, Caller, Config, Engine, Func, Instance, Module, Ref, Store,
+    StoreContextMut, UpdateDeadline, WasmBacktrace,
 };
 
 use crate::capture::allocations::{Allocations, AllocatorCall, StoreData};
 use crate::capture::epoch::{self, EpochSampler};
+use crate::capture::instructions::{FuelSampling, InstructionSampler};
 pub use crate::capture::MAX_STACK_DEPTH;
 use crate::capture::{
     keep_until_dropped, GuestStack, LabelsNow, SampleValues, Sampler, SamplerKind, Sink, StoreKey,
@@ -58,6 +59,10 @@ use crate::store_labels::{SampleLabels, StoreLabels};
 use crate::sync::lock;
 
 static NEXT_PROFILER_ID: AtomicU64 = AtomicU64::new(1);
+
+/// [`ProfilerOptions::instruction_interval`] by default: Wasm code runs about 10^9
+/// instructions a second, so about as many samples a second as the CPU clock's 1 kHz.
+pub const DEFAULT_INSTRUCTION_INTERVAL: u64 = 1_000_000;
 
 thread_local! {
     /// The profiler that last began sampling this thread.
@@ -86,10 +91,15 @@ impl Drop for ThreadEnd {
 
 #[derive(Clone, Debug)]
 pub struct ProfilerOptions {
-    /// Samples per second.
+    /// Samples per second, on the CPU and wall clocks.
     pub rate_hz: u32,
     pub sampler: SamplerKind,
+    /// What samples follow: CPU time, wall time, or executed Wasm instructions
+    /// ([`Clock::Instructions`], whatever `sampler` says).
     pub clock: Clock,
+    /// On the instructions clock: a sample every this many executed Wasm instructions on
+    /// average.
+    pub instruction_interval: u64,
     /// Map code to file:line, inlined calls included, with the modules' DWARF debug info;
     /// when false, profiles name functions only.
     pub dwarf: bool,
@@ -113,6 +123,7 @@ impl Default for ProfilerOptions {
             rate_hz: 1000,
             sampler: SamplerKind::Auto,
             clock: Clock::Cpu,
+            instruction_interval: DEFAULT_INSTRUCTION_INTERVAL,
             dwarf: true,
             mem_rate: None,
             runtime_native: false,
@@ -147,6 +158,9 @@ pub struct ProfilerHandle {
     /// Whether guests yield to their executor at epoch checks ([`ProfilerHandle::yield_at_epochs`]).
     yields: Arc<AtomicBool>,
     sampler: Arc<SharedSampler>,
+    /// On the instructions clock: what gives each attached store its fuel and intervals, and
+    /// their mean.
+    fuel: Option<(InstructionSampler, u64)>,
     /// With the signal sampler: shows the handler each attached store's record of the guest's
     /// exits from Wasm, by which samples in host code find the guest stack under them.
     store_contexts: Option<Arc<StoreContexts>>,
@@ -167,8 +181,10 @@ pub struct ProfilerHandle {
 /// What the profiler keeps of an attached store.
 struct AttachedStore {
     key: StoreKey,
-    /// The runtime instance whose stack its epoch callback reads, once shown.
+    /// The runtime instance whose stack its samplers read, once shown.
     runtime: Arc<ReaderSlot>,
+    /// On the instructions clock: its intervals, and its labels, which its call hook uses.
+    fuel: Option<(Arc<Mutex<FuelSampling>>, Arc<LabelsNow>)>,
 }
 
 /// A runtime's module's text, with the runtime.
@@ -204,9 +220,15 @@ impl Profiler {
     /// - the epoch sampler: epoch interruption, which compiles a check of the epoch into every
     ///   function entry and loop back-edge: up to a third slower guest code, most on call-heavy
     ///   code (see the README's table). The signal sampler needs none: it samples from a timer
-    ///   signal, and an engine without epochs runs the guest's code as Wasmtime does by default.
+    ///   signal, and an engine without epochs runs the guest's code as Wasmtime does by default;
+    /// - the instructions clock ([`Clock::Instructions`]): fuel, which compiles a count of the
+    ///   instructions run into the guest's code (see the README for its cost); no sampler's.
     pub fn configure(config: &mut Config, options: &ProfilerOptions) {
         config.wasm_backtrace_max_frames(NonZeroUsize::new(MAX_STACK_DEPTH));
+        if options.clock == Clock::Instructions {
+            config.consume_fuel(true);
+            return;
+        }
         match options.sampler.resolve() {
             SamplerKind::Epoch => {
                 config.epoch_interruption(true);
@@ -217,16 +239,31 @@ impl Profiler {
 
     /// `engine` must have been configured with [`Profiler::configure`] for the same options.
     pub fn new(engine: &Engine, options: ProfilerOptions) -> Result<Self> {
+        let instructions = options.clock == Clock::Instructions;
+        if instructions && options.sampler != SamplerKind::Auto {
+            bail!("the instructions clock samples where Wasmtime counts fuel, with no sampler of time: leave the sampler to auto");
+        }
+        if instructions && options.instruction_interval == 0 {
+            bail!("the instruction interval must be at least 1");
+        }
         let signals = SIGNALS_AVAILABLE;
         if options.sampler == SamplerKind::Signal && !signals {
             bail!("the signal sampler needs Linux on x86_64 or aarch64; use the epoch sampler");
         }
-        let use_signals = signals && options.sampler.resolve() == SamplerKind::Signal;
-        if !use_signals && !engine.get_epoch_interruption() {
+        let use_signals =
+            !instructions && signals && options.sampler.resolve() == SamplerKind::Signal;
+        if !instructions && !use_signals && !engine.get_epoch_interruption() {
             bail!("the epoch sampler needs an engine with epoch interruption: configure it with Profiler::configure for these options");
         }
-        let name = if use_signals { "signal" } else { "epoch" };
+        let name = match (instructions, use_signals) {
+            (true, _) => "instructions",
+            (false, true) => "signal",
+            (false, false) => "epoch",
+        };
         let mut recorder = Recorder::new(options.rate_hz, options.clock, name);
+        if instructions {
+            recorder.count_instructions(options.instruction_interval);
+        }
         let allocations = options.mem_rate.map(|rate| {
             recorder.profile_heap(rate);
             let seed = SystemTime::now()
@@ -241,13 +278,19 @@ impl Profiler {
             Resolver::new(options.dwarf, options.runtime_native),
             recorder,
         ));
-        let (sampler, store_contexts): (Box<dyn Sampler>, _) = if use_signals {
+        let wall = options.clock == Clock::Wall;
+        let mut fuel = None;
+        let (sampler, store_contexts): (Box<dyn Sampler>, _) = if instructions {
+            let sampler = InstructionSampler::new(engine)?;
+            fuel = Some((sampler.clone(), options.instruction_interval));
+            (Box::new(sampler), None)
+        } else if use_signals {
             (
-                new_signal_sampler(&options, pipeline.clone()),
+                new_signal_sampler(options.rate_hz, wall, pipeline.clone()),
                 Some(Arc::new(StoreContexts::new(engine)?)),
             )
         } else {
-            let epochs = EpochSampler::new(engine, options.rate_hz, options.clock);
+            let epochs = EpochSampler::new(engine, options.rate_hz, wall);
             (Box::new(epochs), None)
         };
         Ok(Profiler {
@@ -257,6 +300,7 @@ impl Profiler {
                 interrupt: Arc::new(AtomicBool::new(false)),
                 yields: Arc::new(AtomicBool::new(false)),
                 sampler: Arc::new(Mutex::new(sampler)),
+                fuel,
                 store_contexts,
                 id: NEXT_PROFILER_ID.fetch_add(1, Ordering::Relaxed),
                 warnings: Arc::default(),
@@ -531,11 +575,9 @@ fn allocator_call(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
-fn new_signal_sampler(options: &ProfilerOptions, sink: Arc<dyn Sink>) -> Box<dyn Sampler> {
+fn new_signal_sampler(rate_hz: u32, wall: bool, sink: Arc<dyn Sink>) -> Box<dyn Sampler> {
     Box::new(crate::capture::signal::SignalSampler::new(
-        options.rate_hz,
-        options.clock,
-        sink,
+        rate_hz, wall, sink,
     ))
 }
 
@@ -557,7 +599,7 @@ fn use_walkable_fiber_stacks(_: &mut Config) {}
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 )))]
-fn new_signal_sampler(_: &ProfilerOptions, _: Arc<dyn Sink>) -> Box<dyn Sampler> {
+fn new_signal_sampler(_: u32, _: bool, _: Arc<dyn Sink>) -> Box<dyn Sampler> {
     unreachable!("SIGNALS_AVAILABLE is false on this platform")
 }
 
@@ -647,17 +689,29 @@ impl ProfilerHandle {
         self.sample_this_thread()?;
         let data = StoreData::of(store.data());
         let runtime = Arc::new(ReaderSlot::new());
+        let fuel = match &self.fuel {
+            Some((sampler, interval)) => {
+                let sampling = Arc::new(Mutex::new(sampler.attach(store, *interval)?));
+                let clock = self.fuel_clock(sampling.clone(), labels.now(), runtime.clone());
+                store.call_hook(clock);
+                Some((sampling, labels.now()))
+            }
+            None => None,
+        };
         let attached = AttachedStore {
             key,
             runtime: runtime.clone(),
+            fuel,
         };
         lock(&self.stores).insert(data, attached);
         let stores = Arc::downgrade(&self.stores);
         keep_until_dropped(&mut *store, StoreAttached { data, stores });
         if self.engine.get_epoch_interruption() {
             let samples_at_epochs = lock(&self.sampler).samples_at_epochs();
-            self.attach_epoch_callback(store, labels.now(), samples_at_epochs.then_some(runtime));
+            let runtime = samples_at_epochs.then(|| runtime.clone());
+            self.attach_epoch_callback(store, labels.now(), runtime);
         }
+
         if let Some(contexts) = &self.store_contexts {
             contexts.publish(store, key, labels.now())?;
         }
@@ -827,6 +881,64 @@ impl ProfilerHandle {
         Ok(())
     }
 
+    /// The call hook that samples `store` on the instructions clock: see
+    /// [`crate::capture::instructions`].
+    fn fuel_clock<T: 'static>(
+        &self,
+        sampling: Arc<Mutex<FuelSampling>>,
+        labels: Arc<LabelsNow>,
+        runtime: Arc<ReaderSlot>,
+    ) -> impl FnMut(StoreContextMut<'_, T>, CallHook) -> wasmtime::Result<()> + Send + Sync + 'static
+    {
+        let pipeline = self.pipeline.clone();
+        move |mut store: StoreContextMut<'_, T>, hook: CallHook| {
+            let ran = lock(&sampling).on_call_hook(store.as_context_mut(), hook)?;
+            if let Some(ran) = ran {
+                let taken = Taken {
+                    labels: labels.get(),
+                    thread: epoch::current_thread(),
+                    time_ns: monotonic_ns(),
+                };
+                let values = SampleValues {
+                    measured: ran,
+                    wall_ns: 0,
+                };
+                epoch::take_sample(&store, runtime.get(), taken, pipeline.as_ref(), values);
+            }
+            Ok(())
+        }
+    }
+
+    /// Sets `store`'s call hook (see `Store::call_hook`), which the instructions clock uses
+    /// itself: use this in its place on a store attached to a profiler, and both run, the
+    /// profiler's first. The store must have been attached.
+    pub fn call_hook<T: 'static>(
+        &self,
+        store: &mut Store<T>,
+        mut hook: impl FnMut(StoreContextMut<'_, T>, CallHook) -> wasmtime::Result<()>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Result<()> {
+        let attached = lock(&self.stores)
+            .get(&StoreData::of(store.data()))
+            .map(|attached| (attached.fuel.clone(), attached.runtime.clone()));
+        let Some((fuel, runtime)) = attached else {
+            bail!("the store is not attached to the profiler");
+        };
+        match fuel {
+            Some((sampling, labels)) => {
+                let mut clock = self.fuel_clock(sampling, labels, runtime);
+                store.call_hook(move |mut store, kind| {
+                    clock(store.as_context_mut(), kind)?;
+                    hook(store, kind)
+                });
+            }
+            None => store.call_hook(hook),
+        }
+        Ok(())
+    }
+
     /// Samples at epoch deadlines where `samples` (the epoch sampler; the store's runtime
     /// instance once shown), and stops the guest there once interrupted.
     fn attach_epoch_callback<T: 'static>(
@@ -857,7 +969,10 @@ impl ProfilerHandle {
                 } else {
                     wall_ns
                 };
-                let values = SampleValues { cpu_ns, wall_ns };
+                let values = SampleValues {
+                    measured: cpu_ns,
+                    wall_ns,
+                };
                 (last_thread, last_cpu, last_wall) = (thread, cpu, wall);
                 let taken = Taken {
                     labels: labels.get(),

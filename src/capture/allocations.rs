@@ -8,43 +8,10 @@
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
+use super::intervals::RandomIntervals;
 use super::{GuestStack, LabelsNow, Sink, StoreKey};
 use crate::memory::rewrite::{block_slot, bytes_unseeded, report, Allocator};
 use rustc_hash::{FxHashMap, FxHashSet};
-
-/// Draws the intervals between sampled allocations. The countdown itself runs in the guest
-/// (see [`crate::memory::rewrite`]): each allocation takes its size off the interval, and the
-/// one that takes it below zero is sampled.
-pub struct HeapSampler {
-    rate: u64,
-    /// xorshift64* state: the intervals need no more than a fast uniform source.
-    rng: u64,
-}
-
-impl HeapSampler {
-    /// `seed` starts the random intervals (zero is taken as one: xorshift needs a bit set).
-    pub fn new(rate: u64, seed: u64) -> Self {
-        HeapSampler {
-            rate,
-            rng: seed.max(1),
-        }
-    }
-
-    /// An exponentially distributed number of bytes, of mean `rate`; at a rate of 1, −1, so
-    /// that every allocation, even of zero bytes, is sampled.
-    pub fn next_interval(&mut self) -> i64 {
-        if self.rate <= 1 {
-            return -1;
-        }
-        self.rng ^= self.rng >> 12;
-        self.rng ^= self.rng << 25;
-        self.rng ^= self.rng >> 27;
-        let bits = self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11;
-        // Uniform in (0, 1].
-        let uniform = (bits as f64 + 1.0) / (1u64 << 53) as f64;
-        (-uniform.ln() * self.rate as f64) as i64
-    }
-}
 
 /// A call of a rewritten allocator that reached the host: (allocator, size, freed address,
 /// allocated address, countdown), as [`crate::memory::rewrite::HOOK_TABLE`] says.
@@ -99,7 +66,7 @@ impl Blocks {
 /// Which allocations to sample, and which sampled blocks are live, by store: every store has
 /// its own memory, where the same addresses mean other blocks.
 pub struct Allocations {
-    sampler: HeapSampler,
+    sampler: RandomIntervals,
     /// The attached stores, and the labels each has now.
     stores: FxHashMap<StoreData, (StoreKey, Arc<LabelsNow>)>,
     /// By the store they are in (`None`: a store not attached).
@@ -110,7 +77,7 @@ impl Allocations {
     /// Samples an allocation every `rate` bytes on average; `seed` starts the intervals.
     pub fn new(rate: u64, seed: u64) -> Self {
         Allocations {
-            sampler: HeapSampler::new(rate, seed),
+            sampler: RandomIntervals::new(rate, seed),
             stores: FxHashMap::default(),
             blocks: FxHashMap::default(),
         }

@@ -14,25 +14,27 @@ use anyhow::{Context, Result};
 use wasmtime::{AsContext, Engine, WasmBacktrace};
 
 use super::{GuestStack, SampleValues, Sampler, Sink, Taken};
-use crate::clock::{clock_ns, current_thread_cpu_clock, sampling_period, Clock};
+use crate::clock::{clock_ns, current_thread_cpu_clock, sampling_period};
 use crate::profile::ThreadId;
 use crate::runtimes::{GuestPoint, RuntimeInstance};
 
 pub struct EpochSampler {
     engine: Engine,
     period: Duration,
-    clock: Clock,
+    /// Ticking by wall time, not the guest thread's CPU time.
+    wall: bool,
     /// The guest thread's CPU clock, once bound.
     guest_cpu_clock: Option<libc::clockid_t>,
     ticker: Option<(Sender<()>, JoinHandle<()>)>,
 }
 
 impl EpochSampler {
-    pub fn new(engine: &Engine, rate_hz: u32, clock: Clock) -> Self {
+    /// At `rate_hz` of the guest thread's CPU time, or of wall time if `wall`.
+    pub fn new(engine: &Engine, rate_hz: u32, wall: bool) -> Self {
         EpochSampler {
             engine: engine.clone(),
             period: sampling_period(rate_hz),
-            clock,
+            wall,
             guest_cpu_clock: None,
             ticker: None,
         }
@@ -57,9 +59,9 @@ impl Sampler for EpochSampler {
         let engine = self.engine.clone();
         let period = self.period;
         // On the CPU clock, tick each time the guest thread has used another period of CPU.
-        let cpu_clock = match self.clock {
-            Clock::Cpu => self.guest_cpu_clock,
-            Clock::Wall => None,
+        let cpu_clock = match self.wall {
+            false => self.guest_cpu_clock,
+            true => None,
         };
         let thread = std::thread::Builder::new()
             .name("wasmspy-epoch".into())

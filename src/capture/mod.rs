@@ -3,10 +3,14 @@
 //! One file per strategy, behind [`Sampler`] (and [`allocations`], for memory profiles):
 //! - [`signal`]: a POSIX timer sends SIGPROF to the guest thread, whose handler walks the stack
 //!   wherever the guest is (the default on Linux x86_64 and aarch64);
-//! - [`epoch`]: Wasmtime's epoch interruption, where compiled code checks for it (everywhere).
+//! - [`epoch`]: Wasmtime's epoch interruption, where compiled code checks for it (everywhere);
+//! - [`instructions`]: every so many executed Wasm instructions, counted by Wasmtime's fuel
+//!   (deterministic: the same run gives the same samples).
 
 pub mod allocations;
 pub mod epoch;
+pub mod instructions;
+pub mod intervals;
 #[cfg(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
@@ -208,7 +212,9 @@ pub const SIGNALS_AVAILABLE: bool = cfg!(all(
 /// What a sample measured since the previous one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SampleValues {
-    pub cpu_ns: u64,
+    /// What the profile's clock counts ([`crate::clock::Clock`]): the guest thread's CPU
+    /// nanoseconds, or the Wasm instructions it executed.
+    pub measured: u64,
     pub wall_ns: u64,
 }
 

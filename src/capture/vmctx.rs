@@ -5,8 +5,11 @@
 //! compiler takes them (the exact version Wasmtime depends on), computed from the module's
 //! counts of imports and definitions, and checked against what Wasmtime reports.
 
+use std::future::Future;
+use std::task::{Context as PollContext, Poll, Waker};
+
 use anyhow::{bail, Context, Result};
-use wasmtime::{AsContextMut, ExternType, Instance, Module};
+use wasmtime::{AsContextMut, Engine, ExternType, Instance, Module, Store};
 use wasmtime_environ::{HostPtr, PtrSize, VMOffsetsFields, VMCONTEXT_MAGIC};
 
 /// The address of the `VMContext` of the instance that defines `func`, alive as long as its
@@ -49,6 +52,48 @@ pub fn context_of_instance(vmctx: usize) -> usize {
     // SAFETY: a live instance's `VMContext` (the caller's `vmctx_of`) holds the store
     // context's address.
     unsafe { read::<usize>(vmctx + usize::from(HostPtr.vmctx_store_context())) }
+}
+
+/// Finds stores' `VMStoreContext`s with a probe module, compiled once per engine.
+#[derive(Clone)]
+pub struct ContextFinder {
+    probe: Module,
+}
+
+const PROBE: &str = r#"(module (func (export "probe")))"#;
+
+impl ContextFinder {
+    pub fn new(engine: &Engine) -> Result<Self> {
+        Ok(ContextFinder {
+            probe: Module::new(engine, PROBE)?,
+        })
+    }
+
+    /// The address of `store`'s `VMStoreContext`, alive as long as the store. Adds the probe's
+    /// instance to the store.
+    pub fn find<T: 'static>(&self, store: &mut Store<T>) -> Result<usize> {
+        // Instantiating a module without a start function runs no code and never suspends, on
+        // a synchronous store or an asynchronous one alike: one poll completes it.
+        // A store of another engine than the profiler's (a mistake, but one that works).
+        let other;
+        let probe = if Engine::same(store.engine(), self.probe.engine()) {
+            &self.probe
+        } else {
+            other = Module::new(store.engine(), PROBE)?;
+            &other
+        };
+        let instance = {
+            let instantiating = std::pin::pin!(Instance::new_async(&mut *store, probe, &[]));
+            match instantiating.poll(&mut PollContext::from_waker(Waker::noop())) {
+                Poll::Ready(instance) => instance?,
+                Poll::Pending => bail!("instantiating an empty module did not complete"),
+            }
+        };
+        let func = instance
+            .get_func(&mut *store, "probe")
+            .context("the probe module exports its function")?;
+        Ok(context_of_instance(vmctx_of(&mut *store, func)?))
+    }
 }
 
 /// The counts of `module`'s imports and definitions that place the fields of its instances'

@@ -125,7 +125,7 @@ impl Instances {
         };
         let tasks = (self.reuse.concurrent > 1).then(|| {
             let tasks = Arc::new(TaskLabels::default());
-            label_tasks(store, labels.clone(), Arc::clone(&tasks));
+            label_tasks(&self.profiler, store, labels.clone(), Arc::clone(&tasks));
             tasks
         });
         Some(Labeling {
@@ -154,10 +154,16 @@ impl TaskLabels {
 /// Gives the store the labels of the request whose task enters Wasm (a call, or a return from
 /// the host to a task that was waiting). A call hook: it runs at every crossing between Wasm
 /// and the host, so it is set only where requests share an instance, and looks the task up
-/// only when another one runs than last time, or a request has started since.
-fn label_tasks(store: &mut Store<Host>, labels: StoreLabels, tasks: Arc<TaskLabels>) {
+/// only when another one runs than last time, or a request has started since. Set through the
+/// profiler, whose instructions clock has a call hook of its own.
+fn label_tasks(
+    profiler: &ProfilerHandle,
+    store: &mut Store<Host>,
+    labels: StoreLabels,
+    tasks: Arc<TaskLabels>,
+) {
     let mut labeled = None;
-    store.call_hook(move |mut store: StoreContextMut<'_, Host>, hook| {
+    let hooked = profiler.call_hook(store, move |mut store: StoreContextMut<'_, Host>, hook| {
         if matches!(hook, CallHook::CallingWasm | CallHook::ReturningFromHost) {
             if let Some(task) = store.async_call_stack().ok().and_then(|s| s.last()) {
                 // A task not yet known (its request not started) is looked up again next time.
@@ -172,6 +178,9 @@ fn label_tasks(store: &mut Store<Host>, labels: StoreLabels, tasks: Arc<TaskLabe
         }
         Ok(())
     });
+    if let Err(e) = hooked {
+        eprintln!("wasmspy: warning: the requests of an instance are not labeled: {e:#}");
+    }
 }
 
 /// An instance's labels.

@@ -131,11 +131,12 @@ impl Outputs {
             print_warnings(profiler);
         }
         let mut result = Ok(());
-        let summary = format!(
-            "{} samples, {:.3} s CPU",
-            cpu.total(SAMPLES),
-            cpu.total(CPU) as f64 / 1e9
-        );
+        // The second value is what the clock measured: CPU nanoseconds, or instructions.
+        let measured = match cpu.sample_types.get(CPU) {
+            Some(kind) if kind.unit == "count" => format!("{} {}", cpu.total(CPU), kind.kind),
+            _ => format!("{:.3} s CPU", cpu.total(CPU) as f64 / 1e9),
+        };
+        let summary = format!("{} samples, {measured}", cpu.total(SAMPLES));
         for output in &self.cpu {
             result = result.and(output.save(cpu, &summary, save));
         }
@@ -299,15 +300,22 @@ fn temp_file_beside(path: &Path) -> Result<NamedTempFile> {
 #[derive(Clone)]
 pub struct Counts {
     pub sampler: &'static str,
-    pub rate_hz: u32,
+    /// How often it samples: `at 1000 Hz`, `every 1000000 instructions`.
+    pub rate: String,
     pub clock: wasmspy::clock::Clock,
 }
 
 impl Counts {
     pub fn of(profiler: &wasmspy::Profiler, options: &wasmspy::ProfilerOptions) -> Self {
+        let rate = match options.clock {
+            wasmspy::clock::Clock::Instructions => {
+                format!("every {} instructions", options.instruction_interval)
+            }
+            _ => format!("at {} Hz", options.rate_hz),
+        };
         Counts {
             sampler: profiler.sampler_name(),
-            rate_hz: options.rate_hz,
+            rate,
             clock: options.clock,
         }
     }
@@ -315,8 +323,8 @@ impl Counts {
     pub fn print(&self, profiler: &ProfilerHandle) {
         let c = profiler.counts();
         eprintln!(
-            "wasmspy: {} sampler at {} Hz on the {} clock: {} guest, {} host call, {} runtime, {} lost samples",
-            self.sampler, self.rate_hz, self.clock, c.guest, c.host_call, c.runtime, c.lost
+            "wasmspy: {} sampler {} on the {} clock: {} guest, {} host call, {} runtime, {} lost samples",
+            self.sampler, self.rate, self.clock, c.guest, c.host_call, c.runtime, c.lost
         );
     }
 }

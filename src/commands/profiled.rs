@@ -4,6 +4,7 @@
 
 use anyhow::Result;
 use wasmspy::capture::SamplerKind;
+use wasmspy::clock::Clock;
 use wasmspy::Profiler;
 use wasmtime::{Config, Engine};
 use wasmtime_cli_flags::CommonOptions;
@@ -34,12 +35,15 @@ impl Profiled {
         name: &str,
     ) -> Result<Self> {
         let timeline = outputs.cpu.iter().any(|o| o.format.shows_time());
-        let mut options = args.options(default_rate, timeline);
+        let mut options = args.options(default_rate, timeline)?;
         if guest.on_pulley() && options.sampler == SamplerKind::Auto {
             if let Err(e) = wasmspy::capture::signals_sample_pulley() {
                 eprintln!("wasmspy: warning: {e:#}; sampling at epochs instead");
                 options.sampler = SamplerKind::Epoch;
             }
+        }
+        if options.clock == Clock::Instructions && guest.wasmtime.wasm.fuel.is_some() {
+            anyhow::bail!("-W fuel: --clock instructions gives the guest fuel of its own (more than any run uses)");
         }
         let mut config = config(&mut guest.wasmtime, outputs.memory.is_some())?;
         // As `wasmtime run` and `wasmtime serve`: `-W timeout` stops compiled code at epochs.

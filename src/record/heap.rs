@@ -129,7 +129,7 @@ impl<K: Copy + Eq + Hash> Heap<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::allocations::HeapSampler;
+    use crate::capture::intervals::RandomIntervals;
 
     /// A block of a store not attached.
     fn at(address: u32) -> Block {
@@ -148,7 +148,7 @@ mod tests {
 
     #[test]
     fn every_allocation_counts_at_rate_one() {
-        let mut sampler = HeapSampler::new(1, 7);
+        let mut sampler = RandomIntervals::new(1, 7);
         let mut heap = Heap::new(1);
         for (i, size) in [16u64, 32, 48].into_iter().enumerate() {
             assert!(sampler.next_interval() - (size as i64) < 0);
@@ -225,7 +225,7 @@ mod tests {
     #[test]
     fn sampled_estimates_are_unbiased() {
         let rate = 512 * 1024;
-        let mut sampler = HeapSampler::new(rate, 0x1234_5678);
+        let mut sampler = RandomIntervals::new(rate, 0x1234_5678);
         let mut heap = Heap::new(rate);
         let sites: [(u8, u64, u64); 3] = [
             (0, 100, 5_000_000),

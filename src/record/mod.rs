@@ -25,7 +25,8 @@ use heap::{Block, Heap};
 use labels::{LabelSets, LabelsId};
 use timeline::{Tally, Timeline};
 
-/// Value indices of a sample: `samples`, `cpu`, and in wall-clock mode `wall`.
+/// Value indices of a sample: `samples`, what the clock measured (`cpu`, or `instructions`),
+/// and in wall-clock mode `wall`.
 pub const SAMPLES: usize = 0;
 pub const CPU: usize = 1;
 pub const WALL: usize = 2;
@@ -95,6 +96,8 @@ pub struct Recorder {
     heap: Option<Heap<KeyId>>,
     rate_hz: u32,
     clock: Clock,
+    /// On the instructions clock, the mean interval between samples.
+    instruction_interval: u64,
     sampler: &'static str,
     started_ns: u64,
     started_unix_ns: i64,
@@ -118,6 +121,7 @@ impl Recorder {
             heap: None,
             rate_hz,
             clock,
+            instruction_interval: 0,
             sampler,
             started_ns: monotonic_ns(),
             started_unix_ns: unix_now_ns(),
@@ -168,7 +172,7 @@ impl Recorder {
 
     fn values(&self, t: Tally) -> Vec<i64> {
         let clamp = |n: u64| n.min(i64::MAX as u64) as i64;
-        let mut values = vec![clamp(t.samples), clamp(t.cpu_ns)];
+        let mut values = vec![clamp(t.samples), clamp(t.measured)];
         if self.clock == Clock::Wall {
             values.push(clamp(t.wall_ns));
         }
@@ -342,6 +346,11 @@ impl Recorder {
                 })
                 .collect();
         }
+    }
+
+    /// On the instructions clock: samples taken every `interval` instructions on average.
+    pub fn count_instructions(&mut self, interval: u64) {
+        self.instruction_interval = interval;
     }
 
     /// Keeps a heap profile too, of allocations sampled at `rate` bytes.
@@ -528,31 +537,55 @@ impl Recorder {
     /// A CPU profile's header: its sample types, period and comment, with `timing`.
     fn cpu_header(&self, timing: ProfileHeader) -> ProfileHeader {
         let cpu = ValueType::new("cpu", "nanoseconds");
-        let wall = ValueType::new("wall", "nanoseconds");
-        let mut sample_types = vec![ValueType::new("samples", "count"), cpu.clone()];
-        let (default_sample_type, period_type) = match self.clock {
-            Clock::Cpu => (CPU, cpu),
+        let mut sample_types = vec![ValueType::new("samples", "count")];
+        let (default_sample_type, period_type, period, rate) = match self.clock {
+            Clock::Cpu => {
+                sample_types.push(cpu.clone());
+                (
+                    CPU,
+                    cpu,
+                    self.period_ns(),
+                    format!("at {} Hz", self.rate_hz),
+                )
+            }
             Clock::Wall => {
-                sample_types.push(wall.clone());
-                (WALL, wall)
+                let wall = ValueType::new("wall", "nanoseconds");
+                sample_types.extend([cpu, wall.clone()]);
+                (
+                    WALL,
+                    wall,
+                    self.period_ns(),
+                    format!("at {} Hz", self.rate_hz),
+                )
+            }
+            Clock::Instructions => {
+                let instructions = ValueType::new("instructions", "count");
+                sample_types.push(instructions.clone());
+                let interval = self.instruction_interval;
+                let rate = format!("every {interval} instructions on average (intervals from a fixed seed; host calls not counted)");
+                (CPU, instructions, interval as i64, rate)
             }
         };
         ProfileHeader {
             sample_types,
             default_sample_type,
             period_type,
-            period: sampling_period(self.rate_hz).as_nanos() as i64,
+            period,
             comments: std::iter::once(format!(
-                "wasmspy {}: {} sampler at {} Hz on the {} clock",
+                "wasmspy {}: {} sampler {} on the {} clock",
                 env!("CARGO_PKG_VERSION"),
                 self.sampler,
-                self.rate_hz,
+                rate,
                 self.clock
             ))
             .chain(self.label_sets.note())
             .collect(),
             ..timing
         }
+    }
+
+    fn period_ns(&self) -> i64 {
+        sampling_period(self.rate_hz).as_nanos() as i64
     }
 
     /// The profile of `samples`, its frames symbolized.

@@ -22,7 +22,7 @@ pub const BUDGET: usize = 1 << 17;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Tally {
     pub samples: u64,
-    pub cpu_ns: u64,
+    pub measured: u64,
     pub wall_ns: u64,
 }
 
@@ -30,14 +30,14 @@ impl Tally {
     pub fn one(values: SampleValues) -> Self {
         Tally {
             samples: 1,
-            cpu_ns: values.cpu_ns,
+            measured: values.measured,
             wall_ns: values.wall_ns,
         }
     }
 
     pub fn add(&mut self, other: Tally) {
         self.samples = self.samples.saturating_add(other.samples);
-        self.cpu_ns = self.cpu_ns.saturating_add(other.cpu_ns);
+        self.measured = self.measured.saturating_add(other.measured);
         self.wall_ns = self.wall_ns.saturating_add(other.wall_ns);
     }
 
@@ -45,7 +45,7 @@ impl Tally {
     pub fn since(self, earlier: Tally) -> Tally {
         Tally {
             samples: self.samples.saturating_sub(earlier.samples),
-            cpu_ns: self.cpu_ns.saturating_sub(earlier.cpu_ns),
+            measured: self.measured.saturating_sub(earlier.measured),
             wall_ns: self.wall_ns.saturating_sub(earlier.wall_ns),
         }
     }
@@ -174,10 +174,10 @@ mod tests {
         KeyId::from_index(i)
     }
 
-    fn one(cpu_ns: u64) -> Tally {
+    fn one(measured: u64) -> Tally {
         Tally::one(SampleValues {
-            cpu_ns,
-            wall_ns: cpu_ns,
+            measured,
+            wall_ns: measured,
         })
     }
 

@@ -26,7 +26,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use super::{LabelsKey, NativeSample, Pcs, SampleValues, Sampler, Sink, Splice, Taken};
-use crate::clock::{current_thread_cpu_clock, sampling_period, Clock};
+use crate::clock::{current_thread_cpu_clock, sampling_period};
 use crate::profile::ThreadId;
 use crate::sync::lock;
 use handler::{Kind, RawSample, ThreadState};
@@ -57,17 +57,19 @@ struct Running {
 
 pub struct SignalSampler {
     period: Duration,
-    clock: Clock,
+    /// Sampling by wall time, not the guest thread's CPU time.
+    wall: bool,
     sink: Arc<dyn Sink>,
     guests: Vec<GuestThread>,
     running: Option<Running>,
 }
 
 impl SignalSampler {
-    pub fn new(rate_hz: u32, clock: Clock, sink: Arc<dyn Sink>) -> Self {
+    /// At `rate_hz` of the guest thread's CPU time, or of wall time if `wall`.
+    pub fn new(rate_hz: u32, wall: bool, sink: Arc<dyn Sink>) -> Self {
         SignalSampler {
             period: sampling_period(rate_hz),
-            clock,
+            wall,
             sink,
             guests: Vec::new(),
             running: None,
@@ -76,18 +78,18 @@ impl SignalSampler {
 
     /// Starts sampling `guest`'s thread.
     fn sample(&self, running: &mut Running, guest: &GuestThread) -> Result<()> {
-        let cpu_period_ns = match self.clock {
-            Clock::Cpu => self.period.as_nanos() as u64,
-            Clock::Wall => 0,
+        let cpu_period_ns = match self.wall {
+            false => self.period.as_nanos() as u64,
+            true => 0,
         };
         let timer = |clock| {
             SignalTimer::create(clock, guest.tid).context("cannot create the sampling timer")
         };
         let timers = (
             timer(libc::CLOCK_MONOTONIC)?,
-            match self.clock {
-                Clock::Cpu => Some(timer(guest.cpu_clock)?),
-                Clock::Wall => None,
+            match self.wall {
+                false => Some(timer(guest.cpu_clock)?),
+                true => None,
             },
         );
         let state = Arc::new(ThreadState::new(
@@ -266,7 +268,7 @@ fn drain(states: &Mutex<Vec<Arc<ThreadState>>>, sink: &dyn Sink) {
 fn drain_state(state: &ThreadState, sink: &dyn Sink) {
     while state.ring.pop_with(|s| {
         let values = SampleValues {
-            cpu_ns: s.cpu_delta_ns,
+            measured: s.cpu_delta_ns,
             wall_ns: s.wall_delta_ns,
         };
         let pcs = match s.splice {

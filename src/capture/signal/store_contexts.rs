@@ -27,19 +27,17 @@
 //! thread polls it (a multi-threaded tokio runtime moves tasks between its workers). The
 //! handler tells the stores running on its own stack by where their records point.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 
-use anyhow::{bail, Context as _, Result};
-use wasmtime::{Engine, Instance, Module, Store};
+use anyhow::{Context as _, Result};
+use wasmtime::{Engine, Store};
 use wasmtime_environ::{HostPtr, PtrSize};
 
 use super::pulley_layout::{find_executor, ExecutorAt, VmLayout};
 use super::pulley_stack;
 use super::slot_table::{self, Payload, SlotTable};
-use crate::capture::vmctx::{context_of_instance, vmctx_of};
+use crate::capture::vmctx::ContextFinder;
 use crate::capture::{keep_until_dropped, LabelsNow, StoreKey};
 use crate::sync::lock;
 
@@ -159,9 +157,9 @@ impl Offsets {
     }
 }
 
-/// Finds stores' contexts with a probe module, compiled once per engine.
+/// Publishes stores' contexts for the signal handler.
 pub struct StoreContexts {
-    probe: Module,
+    contexts: ContextFinder,
     /// For an engine that compiles to Pulley.
     pulley: Option<PulleyStores>,
 }
@@ -180,11 +178,9 @@ struct Publication {
     _labels: Arc<LabelsNow>,
 }
 
-const PROBE: &str = r#"(module (func (export "probe")))"#;
-
 impl StoreContexts {
     pub fn new(engine: &Engine) -> Result<Self> {
-        let probe = Module::new(engine, PROBE)?;
+        let contexts = ContextFinder::new(engine)?;
         let pulley = match engine.is_pulley() {
             true => Some(PulleyStores {
                 layout: pulley_stack::interpreter()?.layout,
@@ -192,7 +188,7 @@ impl StoreContexts {
             }),
             false => None,
         };
-        Ok(StoreContexts { probe, pulley })
+        Ok(StoreContexts { contexts, pulley })
     }
 
     /// Publishes `store`'s context, its `key` and its `labels`, for the handler, until the
@@ -204,7 +200,7 @@ impl StoreContexts {
         key: StoreKey,
         labels: Arc<LabelsNow>,
     ) -> Result<()> {
-        let context = self.find(store)?;
+        let context = self.contexts.find(store)?;
         let pulley = match &self.pulley {
             Some(pulley) => {
                 let mut found = lock(&pulley.found);
@@ -239,36 +235,11 @@ impl StoreContexts {
         );
         Ok(())
     }
-
-    /// The address of `store`'s `VMStoreContext`.
-    fn find<T: 'static>(&self, store: &mut Store<T>) -> Result<usize> {
-        // Instantiating a module without a start function runs no code and never suspends, on
-        // a synchronous store or an asynchronous one alike: one poll completes it.
-        // A store of another engine than the profiler's (a mistake, but one that works).
-        let other;
-        let probe = if Engine::same(store.engine(), self.probe.engine()) {
-            &self.probe
-        } else {
-            other = Module::new(store.engine(), PROBE)?;
-            &other
-        };
-        let instance = {
-            let instantiating = std::pin::pin!(Instance::new_async(&mut *store, probe, &[]));
-            match instantiating.poll(&mut Context::from_waker(Waker::noop())) {
-                Poll::Ready(instance) => instance?,
-                Poll::Pending => bail!("instantiating an empty module did not complete"),
-            }
-        };
-        let func = instance
-            .get_func(&mut *store, "probe")
-            .context("the probe module exports its function")?;
-        Ok(context_of_instance(vmctx_of(&mut *store, func)?))
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use wasmtime::Func;
+    use wasmtime::{Func, Instance, Module};
 
     use super::*;
     use crate::capture::LabelsKey;
