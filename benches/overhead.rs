@@ -7,7 +7,11 @@
 //! interruption, sampling at epoch ticks and host calls). Each profiler's engine is configured
 //! with what it needs and nothing more (`Profiler::configure`). The last column is the floor
 //! of any timer-signal sampler on this machine: the same timer at 10 kHz with a handler that
-//! does nothing (extrapolated to 1 kHz), on a default engine. The corpus's components
+//! does nothing (extrapolated to 1 kHz), on a default engine. Then the instructions clock
+//! (`--clock instructions` at its default interval, a sample every 10^6 instructions), and, to
+//! tell its parts apart, fuel alone: an engine that counts fuel (`Config::consume_fuel`) and a
+//! store given more than it uses, no profiler: what the counting compiled into the guest's code
+//! costs. The corpus's components
 //! (`cm-online-stats`, `kotlin-richards`) are run as `wasmtime run` runs them, and profiled
 //! with `Profiler::add_component` and `GuestProfiler::new_component`; their inputs make them
 //! shorter than the programs timed here, so each runs from a copy whose `default.input`
@@ -44,18 +48,21 @@ use common::{
     check, geometric_mean, paired, report_seconds_with_stdout_silenced, seconds_in_child,
 };
 use wasmspy::capture::SamplerKind;
+use wasmspy::clock::Clock;
 use wasmspy::runtimes::in_component::probe_runtimes;
 use wasmspy::wasi_host::{self, DirMount, Program, UnknownImports, WasiConfig};
 use wasmspy::{Profiler, ProfilerOptions};
 use wasmtime::{Engine, GuestProfiler, UpdateDeadline};
 
-const CONFIGS: [&str; 6] = [
+const CONFIGS: [&str; 8] = [
     "default",
     "signal",
     "signal-10k",
     "epoch",
     "guest-profiler",
     "empty-handler-10k",
+    "instructions",
+    "fuel",
 ];
 const RATE_HZ: u32 = 1000;
 /// Programs faster than this on a default engine are too short to time reliably here.
@@ -98,7 +105,7 @@ fn main() {
 
     println!("sampling overhead: median over {reps} repetitions of the time as a ratio to a default engine's (no profiler)");
     println!(
-        "{:<34} {:>9} {:>10} {:>11} {:>14} {:>10} {:>15} {:>16}",
+        "{:<34} {:>9} {:>10} {:>11} {:>14} {:>10} {:>15} {:>16} {:>13} {:>11}",
         "program",
         "default s",
         "signal 1k",
@@ -106,7 +113,9 @@ fn main() {
         "(10k → 1 kHz)",
         "epoch 1k",
         "guest-prof. 1k",
-        "floor (→ 1 kHz)"
+        "floor (→ 1 kHz)",
+        "instr. 10^6",
+        "fuel alone"
     );
     let mut all: Vec<Vec<f64>> = vec![Vec::new(); CONFIGS.len()];
     for (name, module, args) in &programs {
@@ -129,24 +138,31 @@ fn main() {
             "",
             &means,
         );
-        let worst = all[1].iter().cloned().fold(f64::MIN, f64::max);
-        let worst_10k = all[2].iter().cloned().fold(f64::MIN, f64::max);
+        let highest = |column: &[f64]| column.iter().cloned().fold(f64::MIN, f64::max);
         println!(
-            "signal sampler at 1 kHz: highest {worst:.3}; at 10 kHz extrapolated to 1 kHz: highest {:.4}",
-            1.0 + (worst_10k - 1.0) / 10.0
+            "signal sampler at 1 kHz: highest {:.3}; at 10 kHz extrapolated to 1 kHz: highest {:.4}",
+            highest(&all[1]),
+            1.0 + (highest(&all[2]) - 1.0) / 10.0
+        );
+        println!(
+            "instructions clock: highest {:.3}; fuel alone: highest {:.3}",
+            highest(&all[6]),
+            highest(&all[7])
         );
     }
 }
 
 fn print_row(name: &str, seconds: &str, ratios: &[f64]) {
     println!(
-        "{name:<34} {seconds:>9} {:>10.3} {:>11.3} {:>14.4} {:>10.3} {:>15.3} {:>16.4}",
+        "{name:<34} {seconds:>9} {:>10.3} {:>11.3} {:>14.4} {:>10.3} {:>15.3} {:>16.4} {:>13.3} {:>11.3}",
         ratios[1],
         ratios[2],
         1.0 + (ratios[2] - 1.0) / 10.0,
         ratios[3],
         ratios[4],
-        1.0 + (ratios[5] - 1.0) / 10.0
+        1.0 + (ratios[5] - 1.0) / 10.0,
+        ratios[6],
+        ratios[7]
     );
 }
 
@@ -291,6 +307,10 @@ fn run_one(config: &str, module_path: &Path, args: &[String]) -> f64 {
             RATE_HZ
         },
         sampler: sampler.unwrap_or_default(),
+        clock: match config {
+            "instructions" => Clock::Instructions,
+            _ => Clock::Cpu,
+        },
         ..Default::default()
     };
     let mut engine_config = wasi_host::engine_config();
@@ -300,13 +320,17 @@ fn run_one(config: &str, module_path: &Path, args: &[String]) -> f64 {
         "guest-profiler" => {
             engine_config.epoch_interruption(true);
         }
+        "fuel" => {
+            engine_config.consume_fuel(true);
+        }
         _ => Profiler::configure(&mut engine_config, &options),
     }
     let engine = Engine::new(&engine_config).unwrap();
     let wasm = std::fs::read(module_path).unwrap();
     // As `wasmspy record` compiles it: a component's language runtimes probed.
-    let probed = match (sampler, wasmparser::Parser::is_component(&wasm)) {
-        (Some(_), true) => probe_runtimes(&wasm).unwrap(),
+    let profiled = sampler.is_some() || config == "instructions";
+    let probed = match (profiled, wasmparser::Parser::is_component(&wasm)) {
+        (true, true) => probe_runtimes(&wasm).unwrap(),
         _ => None,
     };
     let program = wasi_host::compile(&engine, probed.as_deref().unwrap_or(&wasm)).unwrap();
@@ -341,7 +365,10 @@ fn run_one(config: &str, module_path: &Path, args: &[String]) -> f64 {
             check(wasi_host::run_program(&mut store, &program));
             start.elapsed()
         }
-        "default" => {
+        "default" | "fuel" => {
+            if config == "fuel" {
+                store.set_fuel(u64::MAX).unwrap();
+            }
             let start = Instant::now();
             check(wasi_host::run_program(&mut store, &program));
             start.elapsed()

@@ -3,6 +3,7 @@
 mod common;
 
 use wasmspy::capture::SamplerKind;
+use wasmspy::clock::Clock;
 use wasmspy::profile::{FrameId, StackId};
 use wasmspy::record::CPU;
 use wasmspy::{Profiler, ProfilerOptions};
@@ -242,6 +243,54 @@ fn each_sampler_configures_only_what_it_needs() {
     };
     let err = Profiler::new(&Engine::default(), options).err().unwrap();
     assert!(err.to_string().contains("epoch interruption"), "{err}");
+}
+
+/// On the instructions clock an embedder's store, called asynchronously, is sampled every
+/// `instruction_interval` instructions: the profile counts instructions, not CPU time; two
+/// stores running the same call get the same samples; a synchronous call is refused (fuel
+/// yields need a fiber), not profiled wrong.
+#[test]
+fn an_embedders_store_is_profiled_by_instructions() {
+    let options = ProfilerOptions {
+        clock: Clock::Instructions,
+        instruction_interval: 10_000,
+        ..Default::default()
+    };
+    let (engine, module, _, mut profiler) = compiled(options, &guest());
+    assert!(!engine.get_epoch_interruption());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    profiler.start().unwrap();
+    let handle = profiler.handle();
+    let run_once = || {
+        let mut store = Store::new(&engine, ());
+        handle.attach(&mut store).unwrap();
+        runtime.block_on(async {
+            let instance = Instance::new_async(&mut store, &module, &[]).await.unwrap();
+            let run = instance
+                .get_typed_func::<i32, i32>(&mut store, "run")
+                .unwrap();
+            run.call_async(&mut store, 1_000_000).await.unwrap();
+            let sync = run.call(&mut store, 1);
+            assert!(sync.is_err(), "a synchronous call ran");
+        });
+    };
+    run_once();
+    let first = profiler.handle().snapshot();
+    run_once();
+    let profile = profiler.stop();
+    let kinds: Vec<&str> = profile
+        .sample_types
+        .iter()
+        .map(|t| t.kind.as_str())
+        .collect();
+    assert_eq!(kinds, ["samples", "instructions"]);
+    // The second store's samples are the first's again: every value doubled.
+    assert_eq!(profile.total(CPU), 2 * first.total(CPU));
+    assert_eq!(profile.total(0), 2 * first.total(0));
+    assert!(first.total(0) > 100, "{} samples", first.total(0));
+    assert!(leaf_share(&profile, "busy") > 0.99);
 }
 
 /// A guest called asynchronously runs on a fiber stack: the signal handler walks it too, so

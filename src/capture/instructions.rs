@@ -1,23 +1,27 @@
 //! The instructions clock: a sample every so many executed Wasm instructions, as Wasmtime's
-//! fuel counts them (its cost per operator: 1 for most, 0 for `nop`, `drop`, `block`, `loop`,
-//! `end`...), at intervals drawn from a fixed seed. The same program given the same input
-//! executes the same instructions, so it is sampled at the same points with the same values,
-//! on any machine.
+//! fuel counts them (1 for most operators, 0 for `nop`, `drop` and structured control flow,
+//! one more per byte or element of a bulk operation), at intervals drawn from a fixed seed.
+//! The same program given the same input executes the same instructions, so it is sampled at
+//! the same points with the same values, on any machine.
 //!
-//! How: the store is given fuel with an async yield interval, so Wasmtime's out-of-gas
-//! libcall refuels it with exactly the interval and yields, each time the interval is spent.
-//! Compiled code checks its fuel where it checks epochs (function entries and loop headers)
-//! and reloads it from the store after the libcall. A call hook, which Wasmtime runs around
-//! every libcall and host call, sees the store's fuel counter hold exactly the interval
-//! injected (minus nothing: the guest has not run since) only right after a refuel, and
-//! there takes the sample and sets the next interval, which the guest then reloads. Values
-//! are exact: the store's fuel says how far past the interval the check came.
+//! How: the store is given [`FUEL`] with Wasmtime's fuel yield interval set to the interval
+//! drawn, so that its out-of-gas libcall, each time the interval is spent, refuels it with
+//! exactly the interval (the store's total unchanged) and yields to the executor. Compiled
+//! code checks its fuel where it checks epochs (function entries and loop headers), keeps it
+//! in a register between checks, calls and returns, and reloads it from the store after the
+//! out-of-gas libcall and after calls, not after other libcalls (`memory.copy`...). A call
+//! hook, which Wasmtime runs as every libcall and host call returns, takes the sample where
+//! the store's fuel counter holds exactly the interval with some fuel spent: only right
+//! after a refuel (elsewhere it holds less of the interval, or, with nothing run since the
+//! interval was set, the whole fuel is there). There it sets the next interval, which the
+//! guest reloads; the instructions the sample stands for are what the total lost since the
+//! last one (the interval, and the few between its end and the check that saw it).
 //!
 //! Host calls execute no Wasm instructions: they are not in these profiles. The guest must be
 //! called asynchronously (`call_async`): fuel yields need a fiber.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use wasmtime::{AsContextMut, CallHook, Engine, Store, StoreContextMut};
@@ -26,6 +30,7 @@ use wasmtime_environ::{HostPtr, PtrSize};
 use super::intervals::RandomIntervals;
 use super::vmctx::ContextFinder;
 use super::Sampler;
+use crate::sync::lock;
 
 /// The fuel a store holds after each sample: more than any run executes (2^62 instructions at
 /// 10^9 a second take 146 years), so it never runs out.
@@ -55,9 +60,9 @@ impl InstructionSampler {
     /// hook keeps.
     pub fn attach<T: 'static>(&self, store: &mut Store<T>, interval: u64) -> Result<FuelSampling> {
         let context = self.contexts.find(store)?;
-        let mut sampling = FuelSampling {
-            intervals: RandomIntervals::new(interval, SEED),
-            current: 0,
+        let sampling = FuelSampling {
+            intervals: Mutex::new(RandomIntervals::new(interval, SEED)),
+            current: AtomicU64::new(0),
             fuel_consumed: context + usize::from(HostPtr.vm_store_context().fuel_consumed()),
             running: self.running.clone(),
         };
@@ -88,11 +93,13 @@ impl Sampler for InstructionSampler {
     }
 }
 
-/// A store's instructions clock, which its call hook runs.
+/// A store's instructions clock, which its call hook runs. Shared (by the hook, and by the
+/// profiler for [`crate::ProfilerHandle::call_hook`]); the hook reads it without a lock until
+/// it samples, as it runs at every exit from Wasm.
 pub struct FuelSampling {
-    intervals: RandomIntervals,
+    intervals: Mutex<RandomIntervals>,
     /// The interval the guest's code counts down now.
-    current: u64,
+    current: AtomicU64,
     /// The address of the store's `VMStoreContext::fuel_consumed`: the negated fuel left in
     /// the interval, as compiled code last stored it (it keeps it in a register between
     /// calls, checks and returns).
@@ -102,16 +109,17 @@ pub struct FuelSampling {
 
 impl FuelSampling {
     /// Draws the next interval and gives it to the store, with [`FUEL`] in all.
-    fn next_interval<T>(&mut self, mut store: StoreContextMut<'_, T>) -> wasmtime::Result<()> {
-        self.current = self.intervals.next_uniform();
-        store.fuel_async_yield_interval(Some(self.current))?;
+    fn next_interval<T>(&self, mut store: StoreContextMut<'_, T>) -> wasmtime::Result<()> {
+        let interval = lock(&self.intervals).next_uniform();
+        self.current.store(interval, Ordering::Relaxed);
+        store.fuel_async_yield_interval(Some(interval))?;
         store.set_fuel(FUEL)
     }
 
     /// At the call hook: if the guest has just been refuelled, the instructions it executed
     /// since the previous sample, the next interval set (this is a sample).
     pub fn on_call_hook<T>(
-        &mut self,
+        &self,
         mut store: StoreContextMut<'_, T>,
         hook: CallHook,
     ) -> wasmtime::Result<Option<u64>> {
@@ -123,8 +131,11 @@ impl FuelSampling {
         let in_interval = unsafe { std::ptr::read(self.fuel_consumed as *const i64) };
         // Refuelling injects exactly the interval; anywhere else since the interval was set
         // the counter holds less, or no instruction has run (then the fuel is all there).
+        if in_interval != -(self.current.load(Ordering::Relaxed) as i64) {
+            return Ok(None);
+        }
         let left = store.get_fuel()?;
-        if in_interval != -(self.current as i64) || left >= FUEL {
+        if left >= FUEL {
             return Ok(None);
         }
         // Refuelling keeps the store's total: what it lost since the interval was set (the

@@ -36,7 +36,8 @@ impl Profiled {
     ) -> Result<Self> {
         let timeline = outputs.cpu.iter().any(|o| o.format.shows_time());
         let mut options = args.options(default_rate, timeline)?;
-        if guest.on_pulley() && options.sampler == SamplerKind::Auto {
+        let timed = options.clock != Clock::Instructions;
+        if timed && guest.on_pulley() && options.sampler == SamplerKind::Auto {
             if let Err(e) = wasmspy::capture::signals_sample_pulley() {
                 eprintln!("wasmspy: warning: {e:#}; sampling at epochs instead");
                 options.sampler = SamplerKind::Epoch;
