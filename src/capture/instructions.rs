@@ -4,7 +4,7 @@
 //! The same program given the same input executes the same instructions, so it is sampled at
 //! the same points with the same values, on any machine.
 //!
-//! How: the store is given [`FUEL`] with Wasmtime's fuel yield interval set to the interval
+//! How: the store is given `FUEL` with Wasmtime's fuel yield interval set to the interval
 //! drawn, so that its out-of-gas libcall, each time the interval is spent, refuels it with
 //! exactly the interval (the store's total unchanged) and yields to the executor. Compiled
 //! code checks its fuel where it checks epochs (function entries and loop headers), keeps it
