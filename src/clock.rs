@@ -53,7 +53,7 @@ pub enum Clock {
     /// there, and samples also carry wall time.
     Wall,
     /// Samples follow the Wasm instructions the guest executes, counted by Wasmtime's fuel
-    /// (its cost per operator), every [`crate::ProfilerOptions::interval`] on average at
+    /// (its cost per operator), every [`crate::ProfilerOptions::instruction_interval`] on average at
     /// intervals from a fixed seed: the same run of the same program gives the same samples,
     /// on any machine. Host calls execute no Wasm instructions: they are not sampled.
     Instructions,

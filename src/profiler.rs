@@ -665,7 +665,7 @@ impl StoreContexts {
 
 impl ProfilerHandle {
     /// Installs the profiler in `store`, on the thread that will run the guest. Any number of
-    /// stores may be attached, on any threads, before or after [`start`](Self::start): the
+    /// stores may be attached, on any threads, before or after [`start`](Profiler::start): the
     /// signal sampler samples every thread that attached one. With the signal sampler this adds to the
     /// store an empty instance and a host function, by which the signal handler reads, for a
     /// sample taken in host code (a host call, a libcall), Wasmtime's record of where the guest

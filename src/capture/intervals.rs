@@ -46,11 +46,6 @@ impl RandomIntervals {
         let span = self.mean.saturating_mul(2).saturating_sub(1).max(1);
         1 + self.next_u64() % span
     }
-
-    /// The largest interval [`next_uniform`](Self::next_uniform) draws.
-    pub fn max_uniform(&self) -> u64 {
-        self.mean.saturating_mul(2).saturating_sub(1).max(1)
-    }
 }
 
 #[cfg(test)]

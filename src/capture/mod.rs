@@ -4,13 +4,15 @@
 //! - [`signal`]: a POSIX timer sends SIGPROF to the guest thread, whose handler walks the stack
 //!   wherever the guest is (the default on Linux x86_64 and aarch64);
 //! - [`epoch`]: Wasmtime's epoch interruption, where compiled code checks for it (everywhere);
-//! - [`instructions`]: every so many executed Wasm instructions, counted by Wasmtime's fuel
+//! - `instructions`: every so many executed Wasm instructions, counted by Wasmtime's fuel
 //!   (deterministic: the same run gives the same samples).
 
 pub mod allocations;
 pub mod epoch;
-pub mod instructions;
-pub mod intervals;
+// Crate-private: a `FuelSampling` reads the address of its store's fuel counter, which a
+// caller holding it past the store could make a read of freed memory.
+pub(crate) mod instructions;
+pub(crate) mod intervals;
 #[cfg(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")

@@ -114,7 +114,8 @@ pub trait Runtime: Send + Sync + 'static {
 /// Where the guest stopped when a stack is taken on its thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GuestPoint {
-    /// At an epoch check (the epoch sampler).
+    /// At a check compiled into the guest's code, a function entry or loop header: the epoch
+    /// sampler's, and the instructions clock's (fuel is checked where epochs are).
     Epoch,
     /// In the allocator hook, called by a rewritten allocator's wrapper once it returned.
     Allocator,
