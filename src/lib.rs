@@ -23,6 +23,7 @@ pub mod capture;
 pub mod clock;
 pub mod diff;
 pub mod export;
+pub mod live_view;
 pub mod memory;
 pub mod opcodes;
 pub mod perf;

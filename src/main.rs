@@ -38,6 +38,7 @@ fn main() {
         cli::Command::Report(args) => commands::report::report(args),
         cli::Command::Convert(args) => commands::report::convert(args),
         cli::Command::Diff(args) => commands::report::diff(args),
+        cli::Command::Top(args) => commands::top::top(args),
     };
     let code = code.unwrap_or_else(|e| {
         eprintln!("wasmspy: error: {e:#}");

@@ -3,10 +3,13 @@
 //!
 //! - `/debug/pprof/`: an HTML index;
 //! - `/debug/pprof/profile?seconds=N`: the CPU profile of the next N seconds (30 by default),
-//!   cut short when the guest exits; one at a time;
+//!   cut short when the guest exits; one at a time; `&format=cpuprofile` (or any output
+//!   format's name) for another format than pprof;
 //! - `/debug/pprof/heap`, `/debug/pprof/allocs`: the memory profile so far (in-use and
 //!   allocation views), when memory is profiled;
-//! - `/debug/pprof/cmdline`: the guest's command line, NUL-separated.
+//! - `/debug/pprof/cmdline`: the guest's command line, NUL-separated;
+//! - `/debug/wasmspy/window?seconds=N`: the CPU profile of the next N seconds (1 by default),
+//!   any number at once, for `wasmspy top`.
 //!
 //! Building a profile (symbolizing it, encoding it) runs on tokio's blocking threads.
 
@@ -25,7 +28,7 @@ use axum::routing::get;
 use axum::Router;
 use tokio::sync::{oneshot, watch};
 
-use crate::export::pprof;
+use crate::export::Format;
 use crate::profile::Profile;
 use crate::record::{ALLOC_SPACE, INUSE_SPACE};
 use crate::ProfilerHandle;
@@ -84,6 +87,7 @@ impl LiveServer {
             .route("/debug/pprof/profile", get(cpu_profile))
             .route("/debug/pprof/cmdline", get(cmdline))
             .route("/debug/pprof/{name}", get(named_profile))
+            .route("/debug/wasmspy/window", get(window))
             .with_state(shared);
         let thread = std::thread::Builder::new()
             .name("wasmspy-server".into())
@@ -154,8 +158,18 @@ fn error(status: StatusCode, text: &str) -> Response {
 
 /// A profile as `net/http/pprof` sends one: gzipped pprof, as an attachment.
 fn attachment(profile: &Profile, name: &str) -> Response {
-    match pprof::encode(profile) {
-        Ok(bytes) => {
+    attachment_as(profile, name, Format::Pprof)
+}
+
+/// A profile in `format`, as an attachment (a `.cpuprofile` named so, for the browser).
+fn attachment_as(profile: &Profile, name: &str, format: Format) -> Response {
+    let mut bytes = Vec::new();
+    match format.write(profile, &mut bytes) {
+        Ok(()) => {
+            let name = match format {
+                Format::CpuProfile => format!("{name}.cpuprofile"),
+                _ => name.to_string(),
+            };
             let disposition = format!("attachment; filename=\"{name}\"");
             let mut response =
                 ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response();
@@ -181,7 +195,7 @@ async fn index(State(shared): State<Arc<Shared>>) -> Html<String> {
     let mut rows = row(
         "profile?seconds=30",
         "profile",
-        "CPU profile of the guest: samples of its stack over the next <code>seconds</code> (default 30).",
+        "CPU profile of the guest: samples of its stack over the next <code>seconds</code> (default 30); <code>format=cpuprofile</code> for VS Code and Chrome DevTools.",
     );
     for (name, what) in [
         ("heap", "Memory in use, by allocation site (sampled allocations through the guest's allocator)."),
@@ -241,6 +255,11 @@ async fn cpu_profile(
         Ok(s) => s,
         Err(why) => return error(StatusCode::BAD_REQUEST, &why),
     };
+    let format = match query.get("format").map(|f| f.parse::<Format>()) {
+        None => Format::Pprof,
+        Some(Ok(format)) => format,
+        Some(Err(why)) => return error(StatusCode::BAD_REQUEST, &why),
+    };
     if shared.cpu_busy.swap(true, Ordering::AcqRel) {
         return error(
             StatusCode::CONFLICT,
@@ -248,6 +267,27 @@ async fn cpu_profile(
         );
     }
     let _slot = CpuSlot(&shared.cpu_busy);
+    profile_of_next(&shared, seconds, format).await
+}
+
+/// `/debug/wasmspy/window?seconds=N`: the CPU profile of the next N seconds (1 by default),
+/// as `/debug/pprof/profile` has it, any number at once: what `wasmspy top` polls.
+async fn window(
+    State(shared): State<Arc<Shared>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let seconds = match query.contains_key("seconds") {
+        true => seconds(&query, shared.options.max_seconds),
+        false => Ok(1),
+    };
+    match seconds {
+        Ok(seconds) => profile_of_next(&shared, seconds, Format::Pprof).await,
+        Err(why) => error(StatusCode::BAD_REQUEST, &why),
+    }
+}
+
+/// The CPU profile of the next `seconds`, cut short when the guest exits.
+async fn profile_of_next(shared: &Arc<Shared>, seconds: u64, format: Format) -> Response {
     let mark = shared.profiler.mark();
     let mut exited = shared.exited.clone();
     tokio::select! {
@@ -255,9 +295,10 @@ async fn cpu_profile(
         _ = exited.wait_for(|&e| e) => {}
     }
     let profiler = shared.profiler.clone();
-    let built =
-        tokio::task::spawn_blocking(move || attachment(&profiler.profile_since(&mark), "profile"))
-            .await;
+    let built = tokio::task::spawn_blocking(move || {
+        attachment_as(&profiler.profile_since(&mark), "profile", format)
+    })
+    .await;
     built.unwrap_or_else(|e| error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()))
 }
 

@@ -74,7 +74,7 @@ fn bad_files_get_one_line_that_says_what_is_wrong() {
     let dir = dir.path();
     let raw = valid().encode_to_vec();
     let go_cpu = std::fs::read(fixture("pprof/go-cpu.pb.gz")).unwrap();
-    let foreign = "is not a pprof, speedscope or folded-stacks profile";
+    let foreign = "is not a pprof, speedscope, .cpuprofile or folded-stacks profile";
 
     fails(dir, "empty.pb.gz", b"", "is empty");
     fails(dir, "blank.folded", b"  \n\n", "is empty");

@@ -315,7 +315,7 @@ fn convert_between_formats() {
     fails(
         &["report".as_ref(), fixture("c/cprog.c").as_os_str()],
         1,
-        "is not a pprof, speedscope or folded-stacks profile",
+        "is not a pprof, speedscope, .cpuprofile or folded-stacks profile",
     );
     fails(
         &[

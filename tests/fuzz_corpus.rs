@@ -1,4 +1,4 @@
-//! The fuzz targets' corpora (`fuzz/corpus/{pprof,speedscope,folded}`: seeds, and the inputs
+//! The fuzz targets' corpora (`fuzz/corpus/{pprof,speedscope,folded,cpuprofile}`: seeds, and the inputs
 //! `cargo fuzz` found that reach new code) replayed on stable Rust: reading any of them, as
 //! `report` and `convert` do, never panics.
 
@@ -44,6 +44,13 @@ fn speedscope_corpus_reads_without_panic() {
 #[test]
 fn folded_corpus_reads_without_panic() {
     for input in corpus("folded") {
+        read_and_use(&input);
+    }
+}
+
+#[test]
+fn cpuprofile_corpus_reads_without_panic() {
+    for input in corpus("cpuprofile") {
         read_and_use(&input);
     }
 }

@@ -135,6 +135,23 @@ fn a_cpu_profile_of_the_next_seconds() {
     );
     assert_eq!(profile.top_self("cpu")[0].0, "hot_function");
 
+    // The same, as a .cpuprofile.
+    let (status, _, body) = get(&live.url("/debug/pprof/profile?seconds=1&format=cpuprofile"));
+    assert_eq!(status, 200);
+    assert!(body.starts_with(b"{\"nodes\":[{\"id\":1,"), "a .cpuprofile");
+    let read = wasmspy::export::read(&body).unwrap();
+    let cpu = read.sample_index("cpu").unwrap();
+    let hot = read
+        .samples
+        .iter()
+        .filter(|s| read.frame_name(read.stacks[s.stack][0]) == "hot_function")
+        .map(|s| s.values[cpu])
+        .sum::<i64>();
+    assert!(hot * 2 > read.total(cpu), "hot_function leads");
+    let (status, _, body) = get(&live.url("/debug/pprof/profile?seconds=1&format=xml"));
+    assert_eq!(status, 400);
+    assert!(String::from_utf8_lossy(&body).contains("unknown format `xml`"));
+
     sigint(&live.child);
     let (code, _, err) = live.finish();
     assert_eq!(code, Some(130), "{err}");

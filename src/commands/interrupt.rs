@@ -79,6 +79,8 @@ pub fn stop_guest_on_signals(
             let Some(signal) = received.next() else {
                 return;
             };
+            // The live view (`--top`) ends here: what follows is said on the terminal.
+            crate::commands::top::restore_terminal();
             if let Some(&code) = ended.0.exit_code.get() {
                 std::process::exit(code);
             }

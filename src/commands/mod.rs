@@ -4,7 +4,7 @@
 //! [`rewrite`] instrumenting the allocators for a memory profile, [`perf_files`] telling Linux
 //! perf of the guest's code, [`request_headers`] setting `serve -H`'s headers, [`instances`] the instances `serve`
 //! answers with), `report` and
-//! `convert` read profiles back.
+//! `convert` read profiles back, and [`top`] shows the live view of a running guest.
 
 pub mod instances;
 pub mod interrupt;
@@ -16,3 +16,4 @@ pub mod report;
 pub mod request_headers;
 pub mod rewrite;
 pub mod serve;
+pub mod top;

@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use tempfile::NamedTempFile;
 use wasmspy::export::flamegraph::NothingToDraw;
 use wasmspy::export::Format;
@@ -98,6 +98,14 @@ impl Outputs {
     /// output's, or each one's name says.
     pub fn create(cpu: &[PathBuf], memory: Option<&Path>, format: Option<Format>) -> Result<Self> {
         let output = |p: &Path| Output::create(p, Format::for_output(format, p));
+        if let Some(memory) = memory {
+            if Format::for_output(format, memory) == Format::CpuProfile {
+                bail!(
+                    "--mem-profile `{}`: a .cpuprofile holds time, not memory: write the memory profile as pprof (.pb.gz) or another format",
+                    memory.display()
+                );
+            }
+        }
         Ok(Outputs {
             cpu: cpu.iter().map(|p| output(p)).collect::<Result<_>>()?,
             memory: memory.map(output).transpose()?,

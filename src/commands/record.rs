@@ -17,12 +17,14 @@ use crate::commands::outputs::{
 use crate::commands::perf_files;
 use crate::commands::profiled::Profiled;
 use crate::commands::rewrite::Rewrite;
+use crate::commands::top::{RecordTop, Terminal};
 
 /// `wasmtime run`'s exit code for a trap: that of an abort.
 const TRAP_EXIT_CODE: i32 = 128 + libc::SIGABRT;
 
 pub fn record(mut args: RecordArgs) -> Result<i32> {
     args.guest.configure()?;
+    let terminal = args.top.then(Terminal::open).transpose()?;
     // Created before the guest runs, so a bad path fails fast rather than after a long run.
     let outputs = Arc::new(Outputs::create(
         &args.cpu_outputs(),
@@ -104,6 +106,15 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
     )?;
 
     profiler.start()?;
+    let view = match terminal {
+        Some(terminal) => Some(RecordTop::start(
+            terminal,
+            profiler.handle(),
+            format!("wasmspy record {name}"),
+            args.top_sort,
+        )?),
+        None => None,
+    };
     if let Some(every) = args.profiling.flush_every {
         flush_periodically(outputs.clone(), profiler.handle(), every)?;
     }
@@ -136,6 +147,9 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
     };
     let run_end = Instant::now();
     ended.returned();
+    if let Some(view) = view {
+        view.stop();
+    }
     if let Some(server) = &server {
         server.guest_exited();
     }

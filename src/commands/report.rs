@@ -3,11 +3,12 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use wasmspy::diff::{compare, negated_base, write_flamegraph};
 use wasmspy::export::{self, Format};
 use wasmspy::opcodes::opcodes;
 use wasmspy::profile::Profile;
+use wasmspy::resolve::v8_wasm::V8WasmFrames;
 use wasmspy::top::top;
 
 use crate::cli::{ConvertArgs, DiffArgs, ReportArgs};
@@ -34,7 +35,11 @@ pub fn report(args: ReportArgs) -> Result<i32> {
 }
 
 pub fn convert(args: ConvertArgs) -> Result<i32> {
-    let mut profile = read(&args.input)?;
+    let mut profile = if args.wasm.is_empty() {
+        read(&args.input)?
+    } else {
+        read_v8(&args)?
+    };
     profile.default_sample_type = sample_index(&profile, args.sample_index.as_deref())?;
     let format = Format::for_output(args.format, &args.output);
     let mut bytes = Vec::new();
@@ -81,6 +86,25 @@ pub fn diff(args: DiffArgs) -> Result<i32> {
     let verdict = comparison.verdict(args.fail_above, args.fail_above_function);
     println!("{}", verdict.line);
     Ok(i32::from(verdict.failed))
+}
+
+/// A V8 `.cpuprofile` with its Wasm frames named from the `--wasm` modules.
+fn read_v8(args: &ConvertArgs) -> Result<Profile> {
+    let path = &args.input;
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
+    if !export::is_cpuprofile(&bytes) {
+        bail!(
+            "--wasm names the Wasm frames of a V8 .cpuprofile (Node's --cpu-prof, Chrome DevTools), and `{}` is not one",
+            path.display()
+        );
+    }
+    let mut frames = V8WasmFrames::open(&args.wasm, &args.debug_file, true)?;
+    let profile = export::read_cpuprofile(&bytes, &mut frames)
+        .map_err(|e| anyhow!("`{}` {e:#}", path.display()))?;
+    for warning in frames.take_warnings() {
+        eprintln!("wasmspy: warning: {warning}");
+    }
+    Ok(profile)
 }
 
 fn read(path: &Path) -> Result<Profile> {

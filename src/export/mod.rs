@@ -1,6 +1,7 @@
 //! File formats, each a consumer of the [`Profile`](crate::profile::Profile) model, and the
 //! choice among them by name or by a file's name.
 
+pub mod cpuprofile;
 pub mod firefox;
 pub mod flamegraph;
 pub mod folded;
@@ -29,14 +30,17 @@ pub enum Format {
     Svg,
     /// Folded stacks (`.folded`).
     Folded,
+    /// Chrome DevTools' CPU profile (`.cpuprofile`), which VS Code and Chrome DevTools open.
+    CpuProfile,
 }
 
-const NAMES: [(&str, Format); 5] = [
+const NAMES: [(&str, Format); 6] = [
     ("pprof", Format::Pprof),
     ("firefox", Format::Firefox),
     ("speedscope", Format::Speedscope),
     ("svg", Format::Svg),
     ("folded", Format::Folded),
+    ("cpuprofile", Format::CpuProfile),
 ];
 
 impl Format {
@@ -54,6 +58,8 @@ impl Format {
             Format::Svg
         } else if ends(".folded") {
             Format::Folded
+        } else if ends(".cpuprofile") {
+            Format::CpuProfile
         } else {
             return None;
         })
@@ -74,12 +80,16 @@ impl Format {
             Format::Speedscope => speedscope::write(profile, out),
             Format::Svg => flamegraph::write(profile, out),
             Format::Folded => folded::write(profile, out),
+            Format::CpuProfile => cpuprofile::write(profile, out),
         }
     }
 
     /// Whether the format shows samples in time order (and needs them kept so).
     pub fn shows_time(self) -> bool {
-        matches!(self, Format::Firefox | Format::Speedscope)
+        matches!(
+            self,
+            Format::Firefox | Format::Speedscope | Format::CpuProfile
+        )
     }
 
     /// How to look at a file of this format.
@@ -93,6 +103,9 @@ impl Format {
             Format::Speedscope => format!("speedscope {path}"),
             Format::Svg => format!("open {path} in a browser"),
             Format::Folded => format!("inferno-flamegraph < {path} > flamegraph.svg"),
+            Format::CpuProfile => {
+                format!("open {path} in VS Code, or load it in Chrome DevTools' Performance panel")
+            }
         }
     }
 }
@@ -123,8 +136,8 @@ impl fmt::Display for Format {
 }
 
 /// Reads a profile file of any format that can be read: pprof (gzipped or not), speedscope,
-/// folded stacks. Errors are phrases about the file, to follow its name: "is empty",
-/// "ends early", "is not a pprof, speedscope or folded-stacks profile"...
+/// `.cpuprofile` (V8's too), folded stacks. Errors are phrases about the file, to follow its name: "is empty",
+/// "ends early", "is not a pprof, speedscope, .cpuprofile or folded-stacks profile"...
 pub fn read(bytes: &[u8]) -> Result<Profile> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         bail!("is empty");
@@ -136,6 +149,8 @@ pub fn read(bytes: &[u8]) -> Result<Profile> {
             Ok(json) if json.starts_with('{') => {
                 if json.contains("speedscope.app/file-format-schema") {
                     speedscope::read(bytes)?
+                } else if cpuprofile::is_cpuprofile(json) {
+                    cpuprofile::read(bytes, &mut cpuprofile::AsNamed)?
                 } else if json.contains("\"meta\"") && json.contains("\"threads\"") {
                     bail!("is a Firefox Profiler profile, which cannot be read back: convert from the pprof profile instead")
                 } else {
@@ -160,10 +175,22 @@ pub fn read(bytes: &[u8]) -> Result<Profile> {
     Ok(profile)
 }
 
+/// Whether a file is a `.cpuprofile`.
+pub fn is_cpuprofile(bytes: &[u8]) -> bool {
+    std::str::from_utf8(bytes).is_ok_and(|json| cpuprofile::is_cpuprofile(json.trim_start()))
+}
+
+/// Reads a `.cpuprofile`, some of its frames resolved by `frames` (see [`read`]'s errors).
+pub fn read_cpuprofile(bytes: &[u8], frames: &mut dyn cpuprofile::CallFrames) -> Result<Profile> {
+    let profile = cpuprofile::read(bytes, frames)?;
+    check_values(&profile)?;
+    Ok(profile)
+}
+
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 /// What a file none of the readers understands is.
-pub const FOREIGN: &str = "is not a pprof, speedscope or folded-stacks profile";
+pub const FOREIGN: &str = "is not a pprof, speedscope, .cpuprofile or folded-stacks profile";
 
 /// Values every consumer can add up: each sample type's absolute values sum within an i64.
 fn check_values(profile: &Profile) -> Result<()> {

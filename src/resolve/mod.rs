@@ -1,12 +1,14 @@
 //! The resolve stage: maps what [`crate::capture`] captured (native program counters, Wasmtime
 //! backtraces) to frames of the registered modules' code ([`RawFrame`]): the code map, the
 //! import (or WIT function) a host call calls, the allocator rewrite's offsets mapped back to
-//! the original module; and, when a profile is built, symbolization ([`symbolize`]).
+//! the original module; and, when a profile is built, symbolization ([`symbolize`]). The same
+//! symbolization names V8's frames of Wasm modules in its profiles ([`v8_wasm`]).
 
 mod build_id;
 pub mod code_map;
 pub mod pulley_ops;
 pub mod symbolize;
+pub mod v8_wasm;
 
 use std::collections::HashMap;
 use std::ops::Range;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what check.js needs, idempotently: Debian's chromium (only when
+# Installs what check.js and devtools.mjs need, idempotently: Debian's chromium (only when
 # /usr/bin/chromium is missing) and the pinned npm packages from
 # package-lock.json (only when node_modules is missing or incomplete).
 # Needs root (or sudo) for apt, and Node >= 20 with npm on PATH.
@@ -25,7 +25,8 @@ if [ "$node_major" -lt 20 ]; then
   exit 1
 fi
 
-if [ ! -f node_modules/speedscope/dist/release/index.html ] || [ ! -f node_modules/playwright-core/package.json ]; then
+if [ ! -f node_modules/speedscope/dist/release/index.html ] || [ ! -f node_modules/playwright-core/package.json ] \
+    || [ ! -f node_modules/chrome-devtools-frontend/package.json ] || [ ! -f node_modules/esbuild/package.json ]; then
   echo "install.sh: installing npm packages (npm ci)" >&2
   npm ci --no-audit --no-fund --loglevel=error
 fi
