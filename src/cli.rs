@@ -39,6 +39,18 @@ pub enum Command {
     /// Show the functions taking a running guest's CPU now, refreshed, from its live server
     /// (`record --pprof-addr`, `serve --pprof-addr`), as py-spy's `top` does.
     Top(TopArgs),
+    /// Print the stack of every guest running now, from its live server (`record
+    /// --pprof-addr`, `serve --pprof-addr`), as py-spy's `dump` does: each request with its
+    /// labels and how long it has run.
+    Dump(DumpArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(arg_required_else_help = true)]
+pub struct DumpArgs {
+    /// The live server: `http://127.0.0.1:6060`, `127.0.0.1:6060`, or `:6060` on loopback.
+    #[arg(value_name = "ADDR")]
+    pub addr: String,
 }
 
 #[derive(Args, Debug)]

@@ -22,6 +22,7 @@
 pub mod capture;
 pub mod clock;
 pub mod diff;
+pub mod dump;
 pub mod export;
 pub mod live_view;
 pub mod memory;

@@ -39,6 +39,7 @@ fn main() {
         cli::Command::Convert(args) => commands::report::convert(args),
         cli::Command::Diff(args) => commands::report::diff(args),
         cli::Command::Top(args) => commands::top::top(args),
+        cli::Command::Dump(args) => commands::dump::dump(args),
     };
     let code = code.unwrap_or_else(|e| {
         eprintln!("wasmspy: error: {e:#}");

@@ -18,8 +18,10 @@ use anyhow::{Context, Result};
 
 use rustc_hash::FxHashMap;
 
-use crate::capture::{GuestStack, LabelsKey, NativeSample, SampleValues, Sink, StoreKey, Taken};
-use crate::clock::monotonic_ns;
+use crate::capture::{
+    DumpedStack, GuestStack, LabelsKey, NativeSample, SampleValues, Sink, StoreKey, Taken,
+};
+use crate::clock::{monotonic_ns, Clock};
 use crate::profile::{Labels, Profile, PULLEY_NEXT_LABEL, PULLEY_OP_LABEL, PULLEY_PREV_LABEL};
 use crate::record::heap::Block;
 use crate::record::{KindCounts, Mark, Recorder};
@@ -88,8 +90,8 @@ pub struct Pipeline {
     queued: Mutex<Receiver<Event>>,
     /// Events the full queue turned away.
     dropped: AtomicU64,
-    /// The registered sets of labels.
-    labels: Mutex<FxHashMap<LabelsKey, Labels>>,
+    /// The registered sets of labels, with when each was registered (`CLOCK_MONOTONIC`).
+    labels: Mutex<FxHashMap<LabelsKey, (Labels, u64)>>,
     /// Sets no longer registered (`CLOCK_MONOTONIC` when dropped), forgotten once their last
     /// samples must have been resolved.
     retired: Mutex<VecDeque<(u64, LabelsKey)>>,
@@ -131,7 +133,7 @@ impl Pipeline {
         // Interned by the recorder when a sample comes: a store is labeled without waiting
         // for a profile being built.
         let key = LabelsKey::unique();
-        lock(&self.labels).insert(key, labels);
+        lock(&self.labels).insert(key, (labels, monotonic_ns()));
         Some(RegisteredLabels {
             pipeline: Arc::downgrade(self),
             key,
@@ -179,7 +181,34 @@ impl Pipeline {
     }
 
     fn labels_of(&self, key: Option<LabelsKey>) -> Option<Labels> {
+        self.labels_since(key).map(|(labels, _)| labels)
+    }
+
+    /// A registered set of labels, with when it was registered (`CLOCK_MONOTONIC`): when a
+    /// server began the request it names.
+    pub fn labels_since(&self, key: Option<LabelsKey>) -> Option<(Labels, u64)> {
         key.and_then(|k| lock(&self.labels).get(&k).cloned())
+    }
+
+    /// A profile of `stacks` (a stack dump's), a sample each, named and symbolized as the
+    /// profile's own samples are; the profile being recorded is left as it is.
+    pub fn dumped_profile(&self, stacks: &[DumpedStack]) -> Profile {
+        let mut resolver = self.resolver();
+        let mut recorder = Recorder::new(1, Clock::Wall, "dump");
+        let mut frames = Vec::new();
+        for stack in stacks {
+            resolver.native_frames(stack.native(), &mut frames);
+            let labels = self.labels_of(stack.taken.labels);
+            recorder.add_sample(
+                &resolver,
+                &frames,
+                labels.as_ref(),
+                Some(stack.taken.thread),
+                SampleValues::default(),
+                stack.taken.time_ns,
+            );
+        }
+        recorder.profile(&mut resolver)
     }
 
     /// Starts the thread that empties the queue.

@@ -43,10 +43,11 @@ use crate::capture::epoch::{self, EpochSampler};
 use crate::capture::instructions::{FuelSampling, InstructionSampler};
 pub use crate::capture::MAX_STACK_DEPTH;
 use crate::capture::{
-    keep_until_dropped, GuestStack, LabelsNow, SampleValues, Sampler, SamplerKind, Sink, StoreKey,
-    Taken, SIGNALS_AVAILABLE,
+    keep_until_dropped, GuestStack, LabelsNow, NativeKind, SampleValues, Sampler, SamplerKind,
+    Sink, StoreKey, Taken, SIGNALS_AVAILABLE,
 };
 use crate::clock::{monotonic_ns, thread_cpu_ns, Clock};
+use crate::dump::{GuestState, RunningGuest, StackDump};
 use crate::memory::component::ALLOCATOR_HOOK;
 use crate::memory::rewrite::{report, Rewritten, HOOK_TABLE, SAMPLE_COUNTDOWN};
 use crate::pipeline::Pipeline;
@@ -183,6 +184,8 @@ pub struct ProfilerHandle {
 /// What the profiler keeps of an attached store.
 struct AttachedStore {
     key: StoreKey,
+    /// When it was attached (`CLOCK_MONOTONIC`).
+    attached_ns: u64,
     /// The runtime instance whose stack its samplers read, once shown.
     runtime: Arc<ReaderSlot>,
     /// On the instructions clock: its intervals, and its labels, which its call hook uses.
@@ -702,6 +705,7 @@ impl ProfilerHandle {
         };
         let attached = AttachedStore {
             key,
+            attached_ns: monotonic_ns(),
             runtime: runtime.clone(),
             fuel,
         };
@@ -1037,6 +1041,57 @@ impl ProfilerHandle {
     /// The profile of the samples taken since `mark`, one per stack.
     pub fn profile_since(&self, mark: &Mark) -> Profile {
         self.pipeline.profile_since(mark)
+    }
+
+    /// The stack of every guest running now, in its code or in a host call it made: one
+    /// taken of each sampled thread on demand, waiting up to `wait` for them (a thread
+    /// answers when it next runs); none before [`start`](Profiler::start) or after the
+    /// profile is stopped. Only with the signal sampler: an epoch or the instructions clock
+    /// stops a guest only where its code checks for them.
+    pub fn dump_stacks(&self, wait: std::time::Duration) -> Result<StackDump> {
+        let Some(dumper) = lock(&self.sampler).dumper() else {
+            bail!("stacks are dumped by the signal sampler (the default on Linux x86_64 and aarch64; not with --sampler epoch or --clock instructions)");
+        };
+        let dumps = dumper.dump(wait);
+        let profile = self.pipeline.dumped_profile(&dumps.stacks);
+        let attached: FxHashMap<StoreKey, u64> = lock(&self.stores)
+            .values()
+            .map(|s| (s.key, s.attached_ns))
+            .collect();
+        let mut guests: Vec<RunningGuest> = dumps
+            .stacks
+            .iter()
+            .filter_map(|stack| {
+                let taken = stack.taken;
+                let sample = profile
+                    .samples
+                    .iter()
+                    .find(|s| s.thread == Some(taken.thread))?;
+                let labeled = self.pipeline.labels_since(taken.labels);
+                let since = match &labeled {
+                    Some((_, registered)) => Some(*registered),
+                    None => stack.store.and_then(|s| attached.get(&s).copied()),
+                };
+                Some(RunningGuest {
+                    store: stack.store.map(|s| s.0),
+                    thread: taken.thread,
+                    state: match stack.kind {
+                        NativeKind::Host => GuestState::HostCall,
+                        _ => GuestState::Running,
+                    },
+                    running_ns: since.map(|t| taken.time_ns.saturating_sub(t)),
+                    labels: labeled.map(|(l, _)| l).unwrap_or_default(),
+                    stack: sample.stack,
+                })
+            })
+            .collect();
+        guests.sort_by_key(|g| std::cmp::Reverse(g.running_ns));
+        Ok(StackDump {
+            profile,
+            guests,
+            idle: dumps.idle,
+            unanswered: dumps.unanswered,
+        })
     }
 
     /// Whether memory is profiled ([`ProfilerOptions::mem_rate`]).

@@ -7,6 +7,8 @@
 //!   format's name) for another format than pprof;
 //! - `/debug/pprof/heap`, `/debug/pprof/allocs`: the memory profile so far (in-use and
 //!   allocation views), when memory is profiled;
+//! - `/debug/pprof/goroutine?debug=2`: the stack of every guest running now, taken on demand
+//!   (Go's goroutine dump; `debug=0`, a pprof profile of them);
 //! - `/debug/pprof/cmdline`: the guest's command line, NUL-separated;
 //! - `/debug/wasmspy/window?seconds=N`: the CPU profile of the next N seconds (1 by default),
 //!   any number at once, for `wasmspy top`.
@@ -207,6 +209,11 @@ async fn index(State(shared): State<Arc<Shared>>) -> Html<String> {
             rows += &format!("<tr><td>{name}</td><td>{what} Off: run with <code>--mem-profile</code>.</td></tr>\n");
         }
     }
+    rows += &row(
+        "goroutine?debug=2",
+        "goroutine",
+        "The stack of every guest running now (each serve request with its labels and how long it has run), as <code>wasmspy dump</code> prints it.",
+    );
     rows += &row("cmdline", "cmdline", "The guest's command line.");
     Html(format!(
         "<!DOCTYPE html>\n<html><head><title>/debug/pprof/</title></head><body>\n\
@@ -286,6 +293,36 @@ async fn window(
     }
 }
 
+/// `/debug/pprof/goroutine`: the stack of every guest running now, as text with `debug=1` or
+/// `debug=2` (Go's layout: a block per guest), else as a pprof profile of `goroutine` counts.
+async fn goroutines(shared: &Arc<Shared>, query: &HashMap<String, String>) -> Response {
+    let text = match query.get("debug").map(String::as_str) {
+        None | Some("0") => false,
+        Some("1" | "2") => true,
+        Some(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                r#"invalid value for "debug" - must be 0, 1 or 2"#,
+            )
+        }
+    };
+    let profiler = shared.profiler.clone();
+    let dumped = tokio::task::spawn_blocking(move || profiler.dump_stacks(DUMP_WAIT)).await;
+    match dumped {
+        Ok(Ok(dump)) if text => (
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            dump.render(),
+        )
+            .into_response(),
+        Ok(Ok(dump)) => attachment(&dump.as_profile(), "goroutine"),
+        Ok(Err(e)) => error(StatusCode::NOT_IMPLEMENTED, &format!("{e:#}")),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+/// How long a stack dump waits for the threads' answers: a thread answers when it next runs.
+const DUMP_WAIT: Duration = Duration::from_millis(500);
+
 /// The CPU profile of the next `seconds`, cut short when the guest exits.
 async fn profile_of_next(shared: &Arc<Shared>, seconds: u64, format: Format) -> Response {
     let mark = shared.profiler.mark();
@@ -310,6 +347,7 @@ async fn named_profile(
     let default = match name.as_str() {
         "heap" => INUSE_SPACE,
         "allocs" => ALLOC_SPACE,
+        "goroutine" => return goroutines(&shared, &query).await,
         _ => return error(StatusCode::NOT_FOUND, "Unknown profile"),
     };
     if query.contains_key("seconds") {

@@ -402,3 +402,97 @@ fn a_components_live_profiles() {
     assert_eq!(code, Some(0), "{err}");
     assert!(out.starts_with("component done: 400 rounds"), "{out}");
 }
+
+/// `/debug/pprof/goroutine?debug=2` and `wasmspy dump`: a guest asleep in a host call (where
+/// the CPU clock takes no sample) shows the call under the guest's frames; a busy one, where
+/// it runs; after the guest exits, none.
+#[test]
+fn a_dump_shows_where_a_guest_is_now() {
+    let live = Live::start(&[], "c/cprog.wasm", &["sleep", "4000"]);
+    // The guest runs once its nap shows (the server answers from before it starts).
+    let text = loop {
+        let (status, kind, body) = get(&live.url("/debug/pprof/goroutine?debug=2"));
+        assert_eq!(status, 200);
+        assert_eq!(kind, "text/plain");
+        let text = String::from_utf8(body).unwrap();
+        if text.contains("\nnap\n") {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("guest 1 [host call, "), "{text}");
+    assert!(
+        lines[0].ends_with(&format!(" thread={}", live.child.id())),
+        "{text}"
+    );
+    let frames: Vec<(&str, &str)> = lines[1..]
+        .chunks(2)
+        .take_while(|c| c.len() == 2 && c[1].starts_with('\t'))
+        .map(|c| (c[0], c[1].trim()))
+        .collect();
+    assert_eq!(
+        frames[0],
+        ("wasi_snapshot_preview1::poll_oneoff", "[host]"),
+        "{text}"
+    );
+    let nap = frames.iter().position(|(f, _)| *f == "nap").unwrap();
+    assert!(frames[nap].1.ends_with("cprog.c:57"), "{text}");
+    assert!(frames[nap..].iter().any(|(f, _)| *f == "main"), "{text}");
+    assert!(text.contains("# 1 guest running, 0 threads idle"), "{text}");
+    let out = wasmspy().arg("dump").arg(&live.base).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("\nnap\n\t"), "{}", stdout(&out));
+    sigint(&live.child);
+    let _ = live.finish();
+
+    let live = Live::start(&[], "c/cprog.wasm", &["spin", "100000"]);
+    let text = loop {
+        let (_, _, body) = get(&live.url("/debug/pprof/goroutine?debug=2"));
+        let text = String::from_utf8(body).unwrap();
+        if text.contains("\nrun_spin\n") {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(text.starts_with("guest 1 [running, "), "{text}");
+    let leaf = text.lines().nth(1).unwrap();
+    assert!(
+        ["hot_function", "cold_function", "run_spin"].contains(&leaf),
+        "{text}"
+    );
+    let (status, _, body) = get(&live.url("/debug/pprof/goroutine?debug=3"));
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));
+    // Dumps leave the sampling as it was: a dump's signal may take the place of a timer's
+    // (SIGPROF does not queue), and the handler then arms the timer again.
+    for _ in 0..50 {
+        assert_eq!(get(&live.url("/debug/pprof/goroutine?debug=1")).0, 200);
+    }
+    let cpu_before = live.cpu_seconds();
+    let (status, _, body) = get(&live.url("/debug/pprof/profile?seconds=1"));
+    let cpu_used = live.cpu_seconds() - cpu_before;
+    assert_eq!(status, 200);
+    // As in a_cpu_profile_of_the_next_seconds: the profile holds most of the process's CPU.
+    let cpu = decode(&body).total("cpu") as f64 / 1e9;
+    assert!(
+        cpu > 0.8 * cpu_used - 0.02,
+        "{cpu} s sampled of {cpu_used} s"
+    );
+    sigint(&live.child);
+    let _ = live.finish();
+}
+
+/// Without the signal sampler there is nothing to dump with: said, with the status.
+#[test]
+fn a_dump_needs_the_signal_sampler() {
+    let live = Live::start(&["--sampler", "epoch"], "c/cprog.wasm", &["sleep", "3000"]);
+    let (status, _, body) = get(&live.url("/debug/pprof/goroutine?debug=2"));
+    assert_eq!(status, 501);
+    assert!(
+        String::from_utf8_lossy(&body).contains("stacks are dumped by the signal sampler"),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    sigint(&live.child);
+    let _ = live.finish();
+}

@@ -75,6 +75,15 @@ impl Server {
         get(&self.base, path)
     }
 
+    /// With `--pprof-addr`: the live server's URL, `http://…/debug/pprof/`.
+    fn live_url(&mut self) -> String {
+        let line = self.stderr.wait_for("serving profiles at ");
+        line.split("serving profiles at ")
+            .nth(1)
+            .unwrap()
+            .to_string()
+    }
+
     /// Stops the server with `signal`; its exit code and all it wrote on stderr.
     fn stop(mut self, signal: i32) -> (Option<i32>, String) {
         // SAFETY: plain kill(2) of our own child.
@@ -699,12 +708,7 @@ fn sampled_allocations_over_many_requests_add_up() {
 #[test]
 fn the_live_endpoint_profiles_the_whole_server() {
     let mut server = Server::start(&["--pprof-addr", "127.0.0.1:0"]);
-    let line = server.stderr.wait_for("serving profiles at ");
-    let live = line
-        .split("serving profiles at ")
-        .nth(1)
-        .unwrap()
-        .to_string();
+    let live = server.live_url();
     let profile = std::thread::scope(|s| {
         let fetch = s.spawn(|| {
             let response = ureq::get(&format!("{live}profile?seconds=3"))
@@ -941,4 +945,82 @@ fn a_python_handlers_requests_show_their_python_frames_under_their_labels() {
     );
     // 30 ms of CPU each: a few requests may get no sample only on a very busy machine.
     assert!(requests.len() >= 20, "{requests:?}");
+}
+
+/// `wasmspy dump` (`/debug/pprof/goroutine?debug=2`): with one request spinning for minutes
+/// while others come and go, the dump shows that request alone, its labels, how long it has
+/// run and where it spins; finished requests and idle workers are not shown.
+#[test]
+fn a_dump_shows_the_stuck_request_where_it_spins() {
+    let mut server = Server::start(&["--pprof-addr", "127.0.0.1:0"]);
+    let live = server.live_url();
+    let live = live.trim_end_matches("/debug/pprof/");
+    let base = server.base.clone();
+    // Its answer never comes before the server is stopped.
+    std::thread::spawn(move || {
+        let _ = ureq::get(&format!("{base}/spin?rounds=100000"))
+            .timeout(Duration::from_secs(600))
+            .call();
+    });
+    for _ in 0..3 {
+        assert_eq!(server.get("/hello"), (200, "hello\n".to_string()));
+    }
+    // The spin has begun once the server used a second of CPU (the hellos cost milliseconds).
+    let cpu_before = server.cpu_seconds();
+    while server.cpu_seconds() < cpu_before + 1.0 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = wasmspy().args(["dump", live]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let blocks: Vec<&str> = text
+        .split("\n\n")
+        .filter(|b| b.starts_with("guest "))
+        .collect();
+    assert_eq!(blocks.len(), 1, "{text}");
+    let lines: Vec<&str> = blocks[0].lines().collect();
+    // `guest N [running, 1.2 s]: request=4 method=GET path=/spin instance=4 thread=T`
+    assert!(lines[0].contains(" [running, "), "{text}");
+    assert!(lines[0].contains(" method=GET path=/spin "), "{text}");
+    assert!(lines[0].contains(" request="), "{text}");
+    let age = lines[0]
+        .split(" [running, ")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .unwrap_or_else(|| panic!("{text}"));
+    let seconds: f64 = match age.split_once(' ') {
+        Some((n, "ms")) => n.parse::<f64>().unwrap() / 1000.0,
+        Some((n, "s")) => n.parse().unwrap(),
+        _ => panic!("{text}"),
+    };
+    // The server's second of CPU was the spin's but for the little its other threads used
+    // (samplers, the live server): the request has run for more than half a second.
+    assert!(seconds >= 0.5, "{text}");
+    let functions: Vec<&str> = lines[1..].iter().step_by(2).copied().collect();
+    let hot = functions
+        .iter()
+        .position(|f| f.ends_with("hot_handler") || f.ends_with("cold_handler"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        functions[hot..].iter().any(|f| f.ends_with("route")),
+        "{text}"
+    );
+    assert!(
+        lines[2].contains(".rs:"),
+        "the leaf's file and line: {text}"
+    );
+    // The workers that answered the hellos, idle now, are counted, not shown.
+    assert!(text.contains("# 1 guest running, "), "{text}");
+
+    // The same, as pprof's goroutine profile.
+    let response = ureq::get(&format!("{live}/debug/pprof/goroutine"))
+        .timeout(Duration::from_secs(60))
+        .call()
+        .unwrap();
+    let mut bytes = Vec::new();
+    response.into_reader().read_to_end(&mut bytes).unwrap();
+    let p = wasmspy::export::read(&bytes).unwrap();
+    assert_eq!(p.sample_types[0].kind, "goroutine");
+    assert_eq!(p.total(0), 1);
+    server.stop(libc::SIGKILL);
 }

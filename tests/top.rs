@@ -80,6 +80,19 @@ impl Drop for Tmux {
     }
 }
 
+/// The shell line that runs `record --top` on `cprog.wasm spin` (minutes of work) in `dir`:
+/// the guest's output to files there, its input not the terminal (so the view reads keys);
+/// once it ends, its status in `dir/status`, the terminal's settings in `dir/stty`.
+fn record_top(dir: &Path) -> String {
+    let d = dir.display();
+    format!(
+        "{} record --top -o {d}/out.pb.gz -- {} spin 100000 > {d}/guest.out 2> {d}/guest.err < /dev/null; \
+         code=$?; stty -a > {d}/stty; echo exit $code > {d}/status; sleep 60",
+        env!("CARGO_BIN_EXE_wasmspy"),
+        fixture("c/cprog.wasm").display()
+    )
+}
+
 /// The number of the refresh a screen (or a printed view) shows last.
 fn refresh(text: &str) -> u64 {
     text.lines()
@@ -106,15 +119,7 @@ fn rows(text: &str) -> Vec<(String, f64)> {
 #[test]
 fn record_top_shows_the_hot_function_takes_keys_and_gives_the_terminal_back() {
     let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().display();
-    // The guest's output to files, its input not the terminal: the view reads keys.
-    let command = format!(
-        "{} record --top -o {d}/out.pb.gz -- {} spin 100000 > {d}/guest.out 2> {d}/guest.err < /dev/null; \
-         code=$?; stty -a > {d}/stty; echo exit $code > {d}/status; sleep 60",
-        env!("CARGO_BIN_EXE_wasmspy"),
-        fixture("c/cprog.wasm").display()
-    );
-    let Some(tmux) = Tmux::start("record-top", &command) else {
+    let Some(tmux) = Tmux::start("record-top", &record_top(dir.path())) else {
         return;
     };
     // Within two refreshes: the CPU is the guest's hot_function's (80 % of it by the
@@ -163,14 +168,7 @@ fn record_top_shows_the_hot_function_takes_keys_and_gives_the_terminal_back() {
 #[test]
 fn ctrl_c_while_the_view_is_up_writes_the_profile_and_gives_the_terminal_back() {
     let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().display();
-    let command = format!(
-        "{} record --top -o {d}/out.pb.gz -- {} spin 100000 > {d}/guest.out 2> {d}/guest.err < /dev/null; \
-         code=$?; stty -a > {d}/stty; echo exit $code > {d}/status; sleep 60",
-        env!("CARGO_BIN_EXE_wasmspy"),
-        fixture("c/cprog.wasm").display()
-    );
-    let Some(tmux) = Tmux::start("record-top-ctrl-c", &command) else {
+    let Some(tmux) = Tmux::start("record-top-ctrl-c", &record_top(dir.path())) else {
         return;
     };
     tmux.wait_for("refresh 1", |s| refresh(s) >= 1);

@@ -63,6 +63,77 @@ pub enum NativeSample<'a> {
     Pulley(Pcs<'a>),
 }
 
+/// Which of [`NativeSample`]'s kinds a sample is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NativeKind {
+    Guest,
+    Host,
+    Pulley,
+}
+
+impl<'a> NativeSample<'a> {
+    /// A sample of `kind` of `pcs`, leaf first, a language runtime's words from `splice`'s
+    /// index on (with the runtime's id), where one was read.
+    pub fn of(kind: NativeKind, pcs: &'a [usize], splice: Option<(usize, usize)>) -> Self {
+        let pcs = match splice {
+            Some((at, runtime)) => {
+                let (native, words) = pcs.split_at(at.min(pcs.len()));
+                Pcs {
+                    native,
+                    splice: Some(Splice { runtime, words }),
+                }
+            }
+            None => Pcs {
+                native: pcs,
+                splice: None,
+            },
+        };
+        match kind {
+            NativeKind::Guest => NativeSample::Guest(pcs),
+            NativeKind::Host => NativeSample::Host(pcs),
+            NativeKind::Pulley => NativeSample::Pulley(pcs),
+        }
+    }
+}
+
+/// A thread's stack taken on demand (a stack dump), as a sample of native PCs.
+pub struct DumpedStack {
+    pub kind: NativeKind,
+    pub pcs: Vec<usize>,
+    /// Where a language runtime's words start in `pcs`, and the runtime's id.
+    pub splice: Option<(usize, usize)>,
+    /// The store whose guest runs on the thread, where the sampler could tell.
+    pub store: Option<StoreKey>,
+    pub taken: Taken,
+}
+
+impl DumpedStack {
+    pub fn native(&self) -> NativeSample<'_> {
+        NativeSample::of(self.kind, &self.pcs, self.splice)
+    }
+
+    /// Whether the thread was running a guest: in its code, or in a host call it made.
+    pub fn runs_guest(&self) -> bool {
+        self.store.is_some() || self.kind != NativeKind::Host
+    }
+}
+
+/// What a stack dump found.
+pub struct ThreadDumps {
+    /// The stacks of the threads running a guest.
+    pub stacks: Vec<DumpedStack>,
+    /// Threads sampled that ran no guest (a server's idle worker).
+    pub idle: usize,
+    /// Threads that did not answer in time.
+    pub unanswered: usize,
+}
+
+/// Takes one stack of each thread running a guest, now.
+pub trait Dumper: Send + Sync {
+    /// Asks every sampled thread for its stack and waits up to `wait` for the answers.
+    fn dump(&self, wait: std::time::Duration) -> ThreadDumps;
+}
+
 /// A sample's program counters, leaf first.
 #[derive(Clone, Copy)]
 pub struct Pcs<'a> {
@@ -271,5 +342,9 @@ pub trait Sampler: Send {
     /// True when samples are taken in the store's epoch-deadline callback.
     fn samples_at_epochs(&self) -> bool {
         false
+    }
+    /// What takes a stack of each thread running a guest on demand, where this sampler can.
+    fn dumper(&self) -> Option<std::sync::Arc<dyn Dumper>> {
+        None
     }
 }

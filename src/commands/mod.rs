@@ -4,8 +4,10 @@
 //! [`rewrite`] instrumenting the allocators for a memory profile, [`perf_files`] telling Linux
 //! perf of the guest's code, [`request_headers`] setting `serve -H`'s headers, [`instances`] the instances `serve`
 //! answers with), `report` and
-//! `convert` read profiles back, and [`top`] shows the live view of a running guest.
+//! `convert` read profiles back, [`top`] shows the live view of a running guest and [`dump`]
+//! its stacks now.
 
+pub mod dump;
 pub mod instances;
 pub mod interrupt;
 pub mod outputs;

@@ -321,7 +321,7 @@ fn stdout_file() -> Result<File> {
 }
 
 /// `http://HOST:PORT` of `addr` (a URL, `HOST:PORT`, `:PORT` or `PORT`, on loopback).
-fn base_url(addr: &str) -> String {
+pub(crate) fn base_url(addr: &str) -> String {
     let addr = addr.trim_end_matches('/');
     let addr = addr.strip_suffix("/debug/pprof").unwrap_or(addr);
     if addr.starts_with("http://") {
@@ -336,10 +336,13 @@ fn base_url(addr: &str) -> String {
 /// The profile of the server's next `seconds`.
 fn fetch_window(base: &str, seconds: u64) -> Result<Profile> {
     let url = format!("{base}/debug/wasmspy/window?seconds={seconds}");
-    let response = match ureq::get(&url)
-        .timeout(Duration::from_secs(seconds + 60))
-        .call()
-    {
+    let bytes = get(&url, Duration::from_secs(seconds + 60))?;
+    export::read(&bytes).map_err(|e| anyhow!("{url}: the answer {e:#}"))
+}
+
+/// The body of a GET of `url`; an answer other than 200 is an error with its text.
+pub(crate) fn get(url: &str, timeout: Duration) -> Result<Vec<u8>> {
+    let response = match ureq::get(url).timeout(timeout).call() {
         Ok(response) => response,
         Err(ureq::Error::Status(status, response)) => {
             let text = response.into_string().unwrap_or_default();
@@ -349,7 +352,7 @@ fn fetch_window(base: &str, seconds: u64) -> Result<Profile> {
     };
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(&mut response.into_reader(), &mut bytes)?;
-    export::read(&bytes).map_err(|e| anyhow!("{url}: the answer {e:#}"))
+    Ok(bytes)
 }
 
 #[cfg(test)]

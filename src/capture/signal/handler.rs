@@ -2,7 +2,7 @@
 //!
 //! Invariants, which every change must keep:
 //! - **Async-signal-safe**: no allocation, no locks, no panics; only atomics, `clock_gettime`
-//!   (async-signal-safe per POSIX), `gettid`, `timer_settime` and `getrusage` (system calls:
+//!   (async-signal-safe per POSIX), `gettid`, `getpid`, `timer_settime`, `timer_gettime` and `getrusage` (system calls:
 //!   telling the sampled thread, arming the timer for the next sample, telling a wait from a
 //!   preemption; see [`super::timer`]) and reads of memory proven mapped (below). `errno` is
 //!   saved and restored.
@@ -30,8 +30,11 @@
 //!   any state is attached; they are cleared only when none is.
 //! - **One producer per ring**: only a signal of one of a thread's own timers (`si_code`
 //!   `SI_TIMER` with its cookie), on that thread, takes a sample into that thread's ring and
-//!   arms its next timer; any other SIGPROF (`kill`, another library's timer, a signal to
-//!   another thread) is ignored, so each ring has one producer, its thread.
+//!   arms its next timer; a stack dump's signal (`SI_QUEUE` from this process with the dump
+//!   cookie, see [`super::timer::send_dump_signal`]) or any of the thread's own signals answers
+//!   a dump asked of it, into its one dump slot; any other SIGPROF (`kill`, another library's
+//!   timer, a signal to another thread) is ignored, so each ring and slot has one producer,
+//!   its thread.
 //!
 //! Frame walking: Cranelift keeps a frame record (saved frame pointer, return address) in every
 //! Wasm function and trampoline. From a PC in Wasm code the handler follows the chain, keeping
@@ -60,6 +63,8 @@ pub const MAX_FRAMES: usize = crate::capture::MAX_STACK_DEPTH;
 enum Tick {
     Wall,
     Cpu,
+    /// A stack dump asked for ([`super::timer::send_dump_signal`]).
+    Dump,
 }
 
 /// Texts of modules and components the guest threads may run.
@@ -83,6 +88,7 @@ pub enum Kind {
 }
 
 /// One sample as the handler records it.
+#[derive(Clone)]
 pub struct RawSample {
     pub kind: Kind,
     /// The key of the store whose Wasm is innermost on the stack; 0 when unknown.
@@ -150,6 +156,12 @@ pub struct ThreadState {
     /// Set once the thread ended and the state is detached: the drain thread empties its ring
     /// one last time and drops it. Not read by the handler.
     pub ended: std::sync::atomic::AtomicBool,
+    /// Stack dumps asked of the thread (their generation) and the last one answered; the
+    /// answer in `dump`, written by the thread's handler alone while `dump_done` is behind
+    /// `dump_wanted`, read by the one dumper once they are equal (see [`Self::dumped`]).
+    dump_wanted: AtomicU64,
+    dump_done: AtomicU64,
+    dump: std::cell::UnsafeCell<RawSample>,
 }
 
 // SAFETY: the timers are kernel handles, usable from any thread; everything else is Sync.
@@ -186,6 +198,61 @@ impl ThreadState {
             signal_waits: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             ended: std::sync::atomic::AtomicBool::new(false),
+            dump_wanted: AtomicU64::new(0),
+            dump_done: AtomicU64::new(0),
+            dump: std::cell::UnsafeCell::new(RawSample::empty()),
+        }
+    }
+
+    /// Asks the thread's handler for a stack dump of generation `generation` (higher than
+    /// any asked before), answered at the thread's next own signal (send it one with
+    /// [`super::timer::send_dump_signal`]).
+    pub fn ask_dump(&self, generation: u64) {
+        self.dump_wanted.store(generation, Ordering::Release);
+    }
+
+    /// The thread's stack at dump `generation`, once its handler answered. Only one dumper
+    /// at a time may ask and read (the handler writes the next answer only once the next
+    /// generation is asked).
+    pub fn dumped(&self, generation: u64) -> Option<RawSample> {
+        if self.dump_done.load(Ordering::Acquire) != generation {
+            return None;
+        }
+        // SAFETY: the handler wrote the answer before publishing `dump_done` (release, seen
+        // above with acquire), and writes again only after a later `ask_dump`, which the one
+        // dumper makes after this read.
+        Some(unsafe { (*self.dump.get()).clone() })
+    }
+
+    /// Answers a stack dump asked and not answered yet: the stack as a sample would take it,
+    /// whatever the clocks say. Async-signal-safe.
+    fn answer_dump(&self, regs: &Registers, wall: u64) {
+        let wanted = self.dump_wanted.load(Ordering::Acquire);
+        if wanted == self.dump_done.load(Ordering::Relaxed) {
+            return;
+        }
+        // SAFETY: only this thread's handler writes the slot (SIGPROF is blocked while it
+        // runs), and the dumper reads it only once `dump_done` says this answer is written.
+        let s = unsafe { &mut *self.dump.get() };
+        s.cpu_delta_ns = 0;
+        s.wall_delta_ns = 0;
+        s.time_ns = wall;
+        self.fill(regs, s);
+        self.dump_done.store(wanted, Ordering::Release);
+    }
+
+    /// After a dump's signal: SIGPROF does not queue, so a timer's signal that came while the
+    /// dump's was pending was lost, and with it the timer's re-arming. With neither timer
+    /// armed, the next tick is armed here. Async-signal-safe.
+    fn rearm_if_lost(&self, wall: u64) -> std::io::Result<()> {
+        let armed = super::timer::armed(self.wall_timer.id())
+            || self
+                .cpu_timer
+                .as_ref()
+                .is_some_and(|t| super::timer::armed(t.id()));
+        match armed {
+            true => Ok(()),
+            false => self.arm_next_tick(wall),
         }
     }
 
@@ -235,16 +302,22 @@ impl ThreadState {
     }
 
     /// Which of this state's timers sent a signal, if one did, to the guest thread.
-    fn tick_of(&self, info: &TimerSigInfo) -> Option<Tick> {
-        if info.code != libc::SI_TIMER {
-            return None;
-        }
-        let tick = if info.value == self.wall_timer.cookie() {
-            Tick::Wall
-        } else if self.cpu_timer.as_ref().map(SignalTimer::cookie) == Some(info.value) {
-            Tick::Cpu
-        } else {
-            return None;
+    fn tick_of(&self, info: &SigInfo) -> Option<Tick> {
+        let tick = match info.code {
+            libc::SI_TIMER if info.value == self.wall_timer.cookie() => Tick::Wall,
+            libc::SI_TIMER
+                if self.cpu_timer.as_ref().map(SignalTimer::cookie) == Some(info.value) =>
+            {
+                Tick::Cpu
+            }
+            // SAFETY: getpid is a system call without preconditions, async-signal-safe.
+            libc::SI_QUEUE
+                if info.value == super::timer::DUMP_COOKIE
+                    && info.sender == unsafe { libc::getpid() } =>
+            {
+                Tick::Dump
+            }
+            _ => return None,
         };
         // SAFETY: gettid is a system call without preconditions, async-signal-safe.
         (unsafe { libc::gettid() } == self.tid).then_some(tick)
@@ -327,43 +400,48 @@ impl ThreadState {
             s.cpu_delta_ns = cpu_delta;
             s.wall_delta_ns = wall_delta;
             s.time_ns = wall;
-            s.pcs[0] = regs.pc;
-            s.depth = 1;
-            s.store = 0;
-            s.splice = None;
-            let mut leaf_at = None;
-            let stack = self.stack_at(regs.sp);
-            if self.in_code(regs.pc) {
-                s.kind = Kind::Guest;
-                if let Some(stack) = stack {
-                    // Found with a pooled fiber's stack already, else looked for.
-                    s.store = match stack.store {
-                        0 => self.running_store(stack),
-                        known => known,
-                    };
-                    self.walk(regs, stack, s);
-                }
-                leaf_at = Some(0);
-            } else {
-                s.kind = Kind::Host;
-                if let Some(exit) = stack.and_then(|st| self.last_exit(regs.sp, st)) {
-                    s.store = exit.store;
-                    push(s, exit.pc);
-                    self.follow_chain(exit.stack, exit.fp, s);
-                    leaf_at = Some(1);
-                } else {
-                    self.add_pulley_stack(regs, stack, s);
-                }
-            }
-            add_runtime_stack(s, leaf_at);
-            s.labels = match s.store {
-                0 => 0,
-                store => store_contexts::labels_of(store),
-            };
+            self.fill(regs, s);
         });
         if !pushed {
             self.lost.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Fills `s` with the stack the thread was interrupted in, its store and labels.
+    fn fill(&self, regs: &Registers, s: &mut RawSample) {
+        s.pcs[0] = regs.pc;
+        s.depth = 1;
+        s.store = 0;
+        s.splice = None;
+        let mut leaf_at = None;
+        let stack = self.stack_at(regs.sp);
+        if self.in_code(regs.pc) {
+            s.kind = Kind::Guest;
+            if let Some(stack) = stack {
+                // Found with a pooled fiber's stack already, else looked for.
+                s.store = match stack.store {
+                    0 => self.running_store(stack),
+                    known => known,
+                };
+                self.walk(regs, stack, s);
+            }
+            leaf_at = Some(0);
+        } else {
+            s.kind = Kind::Host;
+            if let Some(exit) = stack.and_then(|st| self.last_exit(regs.sp, st)) {
+                s.store = exit.store;
+                push(s, exit.pc);
+                self.follow_chain(exit.stack, exit.fp, s);
+                leaf_at = Some(1);
+            } else {
+                self.add_pulley_stack(regs, stack, s);
+            }
+        }
+        add_runtime_stack(s, leaf_at);
+        s.labels = match s.store {
+            0 => 0,
+            store => store_contexts::labels_of(store),
+        };
     }
 
     /// Appends the callers of a PC in Wasm code to `s`.
@@ -823,30 +901,32 @@ fn waits_so_far() -> u64 {
     }
 }
 
-/// The start of Linux's `siginfo_t` as a POSIX timer's signal fills it (`_sigfault`'s union
-/// member `_timer`: timer id, overrun count, then the `sigev_value` given at `timer_create`),
-/// on the 64-bit targets this module is built for.
+/// The start of Linux's `siginfo_t` as a POSIX timer's signal fills it (the union member
+/// `_timer`: timer id, overrun count, then the `sigev_value` given at `timer_create`) and as a
+/// queued signal does (`_rt`: the sender's pid and uid, then the value queued), on the 64-bit
+/// targets this module is built for.
 #[repr(C)]
-struct TimerSigInfo {
-    _signo: libc::c_int,
-    _errno: libc::c_int,
-    code: libc::c_int,
-    _pad: libc::c_int,
-    _timer_id: libc::c_int,
-    _overrun: libc::c_int,
-    value: usize,
+pub(super) struct SigInfo {
+    pub signo: libc::c_int,
+    pub errno: libc::c_int,
+    pub code: libc::c_int,
+    pub pad: libc::c_int,
+    /// The timer's id, or the pid of the process that queued the signal.
+    pub sender: libc::c_int,
+    /// The timer's overrun count, or the uid that queued the signal.
+    pub overrun_or_uid: libc::c_int,
+    pub value: usize,
 }
 
-const _: () =
-    assert!(std::mem::size_of::<TimerSigInfo>() <= std::mem::size_of::<libc::siginfo_t>());
+const _: () = assert!(std::mem::size_of::<SigInfo>() <= std::mem::size_of::<libc::siginfo_t>());
 
 extern "C" fn on_sigprof(_signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     // SAFETY: __errno_location returns this thread's errno slot.
     let errno = unsafe { *libc::__errno_location() };
     RUNNING.fetch_add(1, Ordering::SeqCst);
-    // SAFETY: the kernel passes a valid siginfo_t to SA_SIGINFO handlers; TimerSigInfo is a
+    // SAFETY: the kernel passes a valid siginfo_t to SA_SIGINFO handlers; SigInfo is a
     // prefix of it (checked at compile time above), whose fields any signal may read.
-    let info = unsafe { &*(info as *const TimerSigInfo) };
+    let info = unsafe { &*(info as *const SigInfo) };
     let own = THREADS.iter().find_map(|slot| {
         let state = slot.load(Ordering::SeqCst);
         // SAFETY: `detach` waits for RUNNING to reach zero before a state can be freed, and we
@@ -859,10 +939,14 @@ extern "C" fn on_sigprof(_signal: libc::c_int, info: *mut libc::siginfo_t, uc: *
         // SAFETY: the kernel passes a valid ucontext to SA_SIGINFO handlers.
         let regs = unsafe { Registers::from_ucontext(uc as *const libc::ucontext_t) };
         let wall = clock_ns(libc::CLOCK_MONOTONIC);
-        let cpu = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+        // Whatever the signal: a dump's own may have merged into a pending tick's.
+        state.answer_dump(&regs, wall);
         // A failure cannot be reported here; it ends this thread's sampling (`--verbose` shows
         // how many samples were taken).
-        let _ = state.on_tick(tick, &regs, wall, cpu);
+        let _ = match tick {
+            Tick::Dump => state.rearm_if_lost(wall),
+            tick => state.on_tick(tick, &regs, wall, clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)),
+        };
     }
     RUNNING.fetch_sub(1, Ordering::SeqCst);
     // SAFETY: as above.

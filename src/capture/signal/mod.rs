@@ -25,7 +25,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use super::{LabelsKey, NativeSample, Pcs, SampleValues, Sampler, Sink, Splice, Taken};
+use super::{
+    DumpedStack, Dumper, LabelsKey, NativeKind, NativeSample, SampleValues, Sampler, Sink,
+    StoreKey, Taken, ThreadDumps,
+};
 use crate::clock::{current_thread_cpu_clock, sampling_period};
 use crate::profile::ThreadId;
 use crate::sync::lock;
@@ -234,6 +237,16 @@ impl Sampler for SignalSampler {
             add_code(code);
         }
     }
+
+    /// Before the sampler starts and after it stops, it samples no thread: its dumps are
+    /// empty.
+    fn dumper(&self) -> Option<Arc<dyn Dumper>> {
+        let states = match &self.running {
+            Some(running) => running.states.clone(),
+            None => Arc::default(),
+        };
+        Some(Arc::new(SignalDumper { states }))
+    }
 }
 
 impl Drop for SignalSampler {
@@ -271,31 +284,91 @@ fn drain_state(state: &ThreadState, sink: &dyn Sink) {
             measured: s.cpu_delta_ns,
             wall_ns: s.wall_delta_ns,
         };
-        let pcs = match s.splice {
-            Some((at, runtime)) => {
-                let (native, words) = s.pcs().split_at(at.min(s.depth));
-                Pcs {
-                    native,
-                    splice: Some(Splice { runtime, words }),
+        let sample = NativeSample::of(kind(s.kind), s.pcs(), s.splice);
+        sink.native(sample, taken(state, s), values);
+    }) {}
+}
+
+fn kind(kind: Kind) -> NativeKind {
+    match kind {
+        Kind::Guest => NativeKind::Guest,
+        Kind::Host => NativeKind::Host,
+        Kind::Pulley => NativeKind::Pulley,
+    }
+}
+
+/// Where and when `state`'s thread took `s`.
+fn taken(state: &ThreadState, s: &RawSample) -> Taken {
+    Taken {
+        labels: (s.labels != 0).then_some(LabelsKey(s.labels)),
+        thread: ThreadId(state.tid as u32),
+        time_ns: s.time_ns,
+    }
+}
+
+/// The dumps asked so far: one dumper at a time asks and reads (see [`ThreadState::dumped`]).
+static DUMPS: Mutex<u64> = Mutex::new(0);
+
+/// Takes stack dumps of the sampled threads: each asked, sent a dump's signal, and its
+/// handler's answer read.
+struct SignalDumper {
+    states: Arc<Mutex<Vec<Arc<ThreadState>>>>,
+}
+
+impl Dumper for SignalDumper {
+    fn dump(&self, wait: Duration) -> ThreadDumps {
+        let mut generation = lock(&DUMPS);
+        *generation += 1;
+        let states: Vec<Arc<ThreadState>> = lock(&self.states)
+            .iter()
+            .filter(|s| !s.ended.load(Ordering::SeqCst))
+            .cloned()
+            .collect();
+        let mut asked = Vec::new();
+        for state in states {
+            state.ask_dump(*generation);
+            // A thread gone meanwhile (ESRCH) has nothing to dump.
+            if timer::send_dump_signal(state.tid).is_ok() {
+                asked.push((state, None));
+            }
+        }
+        // A running thread answers when next scheduled, a waiting one at once.
+        let until = std::time::Instant::now() + wait;
+        loop {
+            for (state, answer) in &mut asked {
+                if answer.is_none() {
+                    *answer = state.dumped(*generation);
                 }
             }
-            None => Pcs {
-                native: s.pcs(),
-                splice: None,
-            },
+            if asked.iter().all(|(_, a)| a.is_some()) || std::time::Instant::now() >= until {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut dumps = ThreadDumps {
+            stacks: Vec::new(),
+            idle: 0,
+            unanswered: 0,
         };
-        let sample = match s.kind {
-            Kind::Guest => NativeSample::Guest(pcs),
-            Kind::Host => NativeSample::Host(pcs),
-            Kind::Pulley => NativeSample::Pulley(pcs),
-        };
-        let taken = Taken {
-            labels: (s.labels != 0).then_some(LabelsKey(s.labels)),
-            thread: ThreadId(state.tid as u32),
-            time_ns: s.time_ns,
-        };
-        sink.native(sample, taken, values);
-    }) {}
+        for (state, answer) in asked {
+            let Some(s) = answer else {
+                dumps.unanswered += 1;
+                continue;
+            };
+            let stack = DumpedStack {
+                kind: kind(s.kind),
+                pcs: s.pcs().to_vec(),
+                splice: s.splice,
+                store: (s.store != 0).then_some(StoreKey(s.store)),
+                taken: taken(&state, &s),
+            };
+            match stack.runs_guest() {
+                true => dumps.stacks.push(stack),
+                false => dumps.idle += 1,
+            }
+        }
+        dumps
+    }
 }
 
 /// The calling thread's stack, as [lowest address, top).

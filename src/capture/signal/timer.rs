@@ -37,6 +37,8 @@ use anyhow::Result;
 
 /// Where the timers' cookies start: a value no pointer a library would pass is likely to have.
 const COOKIE_BASE: usize = 0x7773_7079_0000; // "wspy"
+/// What a stack dump's signal carries ([`send_dump_signal`]): below every timer's cookie.
+pub const DUMP_COOKIE: usize = COOKIE_BASE - 1;
 
 /// Deleted when dropped.
 pub struct SignalTimer {
@@ -111,6 +113,45 @@ pub fn arm_at(timer: libc::timer_t, deadline_ns: u64) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Whether `timer` is armed. Async-signal-safe (one system call).
+pub fn armed(timer: libc::timer_t) -> bool {
+    // SAFETY: a zeroed itimerspec is valid; timer_gettime only writes it (and fails for an
+    // id that is not valid, which reads as not armed).
+    unsafe {
+        let mut value: libc::itimerspec = std::mem::zeroed();
+        libc::timer_gettime(timer, &mut value) == 0
+            && (value.it_value.tv_sec != 0 || value.it_value.tv_nsec != 0)
+    }
+}
+
+/// Sends thread `tid` of this process a SIGPROF asking for a stack dump: queued
+/// (`rt_tgsigqueueinfo`, `SI_QUEUE`) with this process's pid and [`DUMP_COOKIE`], so that the
+/// handler tells it from its timers' signals and from anyone else's SIGPROF.
+pub fn send_dump_signal(tid: libc::pid_t) -> std::io::Result<()> {
+    // SAFETY: a zeroed siginfo_t is valid; SigInfo is a prefix of it (checked where it is
+    // defined), written through a pointer to it; the system call reads the struct.
+    let rc = unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let fields = &mut info as *mut libc::siginfo_t as *mut super::handler::SigInfo;
+        (*fields).signo = libc::SIGPROF;
+        (*fields).code = libc::SI_QUEUE;
+        (*fields).sender = libc::getpid();
+        (*fields).overrun_or_uid = libc::getuid() as libc::c_int;
+        (*fields).value = DUMP_COOKIE;
+        libc::syscall(
+            libc::SYS_rt_tgsigqueueinfo,
+            libc::getpid(),
+            tid,
+            libc::SIGPROF,
+            &info as *const libc::siginfo_t,
+        )
+    };
+    match rc {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
 }
 
 impl Drop for SignalTimer {
