@@ -176,7 +176,7 @@ fn bad_requests_get_the_status_and_text_go_gives() {
             400,
             "profile duration exceeds the server's limit of 60 seconds",
         ),
-        ("/debug/pprof/goroutine", 404, "Unknown profile"),
+        ("/debug/pprof/threadcreate", 404, "Unknown profile"),
         (
             "/debug/pprof/heap",
             404,

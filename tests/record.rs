@@ -460,6 +460,47 @@ fn sigterm_and_sighup_write_the_profile() {
     }
 }
 
+/// SIGHUP from a terminal that closed, its stderr gone with it: the run still ends (saying
+/// what was written fails, which once left the guest running with nobody to stop it), and
+/// the profile is written.
+#[test]
+fn a_hang_up_with_stderr_gone_still_ends_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.pb.gz");
+    let mut child = wasmspy()
+        .args(["record", "--pprof-addr", "127.0.0.1:0", "-o"])
+        .arg(&out)
+        .arg(fixture(C))
+        .args(["spin", "1000000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once a second of it has been profiled (asked of its live server), stderr is closed.
+    let mut lines = common::child::StderrLines::of(&mut child);
+    let line = lines.wait_for("serving profiles at ");
+    let live = line.split("serving profiles at ").nth(1).unwrap();
+    let window = ureq::get(&format!("{live}profile?seconds=1"))
+        .timeout(Duration::from_secs(60))
+        .call()
+        .unwrap();
+    assert_eq!(window.status(), 200);
+    drop(lines);
+    // SAFETY: plain kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGHUP) }, 0);
+    // Polled so that a run that never ends fails the test instead of hanging it.
+    let status = (0..1200).find_map(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        child.try_wait().unwrap()
+    });
+    let Some(status) = status else {
+        let _ = child.kill();
+        panic!("wasmspy still runs a minute after SIGHUP");
+    };
+    assert_eq!(status.code(), Some(129));
+    assert_eq!(Decoded::load(&out).top_self("cpu")[0].0, "hot_function");
+}
+
 #[test]
 fn ctrl_c_while_blocked_in_a_host_call_still_writes_the_profile() {
     let dir = tempfile::tempdir().unwrap();

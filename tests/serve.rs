@@ -768,6 +768,37 @@ fn a_flushed_profile_survives_sigkill() {
     assert!(!by_label(&p, "cpu", "request").is_empty());
 }
 
+/// `serve -o x.cpuprofile`: every request's samples in one `.cpuprofile`, written when the
+/// server stops, which `report` reads back with the handlers under their route.
+#[test]
+fn serve_writes_a_cpuprofile() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("serve.cpuprofile");
+    let server = Server::start(&["-o", out.to_str().unwrap()]);
+    for _ in 0..4 {
+        assert_eq!(server.get("/spin/30").0, 200);
+    }
+    let (code, err) = server.stop(libc::SIGTERM);
+    assert_eq!(code, Some(0), "{err}");
+    let bytes = std::fs::read(&out).unwrap();
+    assert!(bytes.starts_with(b"{\"nodes\":"), "a .cpuprofile");
+    let p = wasmspy::export::read(&bytes).unwrap();
+    let cpu = p.sample_index("cpu").unwrap();
+    let under_route = p
+        .samples
+        .iter()
+        .filter(|s| {
+            let names: Vec<&str> = p.stacks[s.stack].iter().map(|&f| p.frame_name(f)).collect();
+            let handler = names
+                .iter()
+                .position(|n| *n == "hot_handler" || *n == "cold_handler");
+            handler.is_some_and(|h| names[h..].contains(&"route"))
+        })
+        .map(|s| s.values[cpu])
+        .sum::<i64>();
+    assert!(under_route > 0, "{err}");
+}
+
 /// What cannot be served is refused before listening, in one line: as `wasmtime serve`, a
 /// component importing more than the proxy world needs `-S cli`, and `-S http=n` is refused.
 #[test]

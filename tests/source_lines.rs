@@ -82,7 +82,10 @@ fn check_c_inline(module: &str) {
         ],
         // The symbol of `int main(int, char **)` is `__main_argc_argv`: the source name wins.
         ("main", C_FILE, 32),
-        0.2,
+        // How the loop's time splits between the hot line and the volatile store after it
+        // (line 14) is the CPU's doing: the hot line had 20 % and more on earlier machines,
+        // 12-18 % on this one (the same split with the commits before this session's).
+        0.05,
     );
     assert_eq!(start_line(&p, "mix"), 7);
     assert_eq!(start_line(&p, "mix_twice"), 11);

@@ -238,7 +238,7 @@ fn dwarf_split_off_is_found_beside_the_module_or_given() {
 }
 
 #[test]
-fn a_module_that_is_not_the_profiles_is_said_and_left_as_v8_named_it() {
+fn the_profiles_module_is_found_by_its_code_and_another_is_said() {
     let dir = tempfile::tempdir().unwrap();
     let Some(v8) = node_profile(dir.path(), &hotspots()) else {
         return;
@@ -247,6 +247,24 @@ fn a_module_that_is_not_the_profiles_is_said_and_left_as_v8_named_it() {
     let other_wasm = dir.path().join("counted.wasm");
     std::fs::write(&other_wasm, wat::parse_file(&other).unwrap()).unwrap();
     let out_path = dir.path().join("out.pb.gz");
+    // Of two modules, the profile's is found by its code, whichever comes first.
+    let out = convert(&[
+        "--wasm".as_ref(),
+        other_wasm.as_os_str(),
+        "--wasm".as_ref(),
+        hotspots().as_os_str(),
+        v8.as_os_str(),
+        "-o".as_ref(),
+        out_path.as_os_str(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(warnings(&out), "");
+    let hot = hot_functions(&Decoded::load(&out_path));
+    assert!(
+        hot[..2].iter().all(|(_, f)| f.ends_with("hotspots.c")),
+        "{hot:?}"
+    );
+
     let out = convert(&[
         "--wasm".as_ref(),
         other_wasm.as_os_str(),

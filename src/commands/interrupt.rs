@@ -92,11 +92,15 @@ pub fn stop_guest_on_signals(
                         return; // stopped: the main thread writes the profile and exits
                     }
                 }
-                save(&profiler.snapshot());
+                // Exits even if saving panics: printing to a stderr gone (the terminal closed,
+                // SIGHUP) panics in `eprintln!`, and the guest would run on with nobody to stop it.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    save(&profiler.snapshot())
+                }));
                 std::process::exit(exit_code());
             });
             if let Some(again) = received.next() {
-                eprintln!("wasmspy: a second signal: exiting without waiting for the profile");
+                say!("wasmspy: a second signal: exiting without waiting for the profile");
                 std::process::exit(128 + again);
             }
             let _ = saving.join();

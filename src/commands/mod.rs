@@ -7,6 +7,14 @@
 //! `convert` read profiles back, [`top`] shows the live view of a running guest and [`dump`]
 //! its stacks now.
 
+/// `eprintln!` that does not panic where stderr is gone (a closed terminal, whose SIGHUP ends
+/// the run): what is said on the way out must not keep the profile from being written.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
 pub mod dump;
 pub mod instances;
 pub mod interrupt;

@@ -37,7 +37,7 @@ pub fn flush_periodically(
                 }
                 if let Err(e) = outputs.flush(&profiler) {
                     if !std::mem::replace(&mut warned, true) {
-                        eprintln!("wasmspy: warning: {e:#}");
+                        say!("wasmspy: warning: {e:#}");
                     }
                 }
             }
@@ -57,12 +57,12 @@ pub fn write_on_signals(
     let handle = profiler.clone();
     interrupt::stop_guest_on_signals(profiler, ended, move |profile| {
         let _ = std::io::stdout().flush();
-        eprintln!("wasmspy: {}", interrupt::ended_by());
+        say!("wasmspy: {}", interrupt::ended_by());
         if let Some(counts) = &verbose {
             counts.print(&handle);
         }
         if let Err(e) = outputs.save(&handle, profile) {
-            eprintln!("wasmspy: error: {e:#}");
+            say!("wasmspy: error: {e:#}");
         }
     })
 }
@@ -81,9 +81,9 @@ pub fn start_server(
     let server = LiveServer::start(profiler, addr, options)?;
     let local = server.local_addr();
     if !local.ip().is_loopback() {
-        eprintln!("wasmspy: warning: serving profiles on {local}, beyond this machine: profiles reveal the guest's code structure (function names, source files)");
+        say!("wasmspy: warning: serving profiles on {local}, beyond this machine: profiles reveal the guest's code structure (function names, source files)");
     }
-    eprintln!("wasmspy: serving profiles at http://{local}/debug/pprof/");
+    say!("wasmspy: serving profiles at http://{local}/debug/pprof/");
     Ok(server)
 }
 
@@ -170,7 +170,7 @@ impl Outputs {
 
 pub fn print_warnings(profiler: &ProfilerHandle) {
     for warning in profiler.take_warnings() {
-        eprintln!("wasmspy: warning: {warning}");
+        say!("wasmspy: warning: {warning}");
     }
 }
 
@@ -242,7 +242,7 @@ impl Output {
         match self.format.write(profile, &mut bytes) {
             Err(e) if e.is::<NothingToDraw>() => {
                 if save == Save::Last {
-                    eprintln!(
+                    say!(
                         "wasmspy: warning: {} not written: {e} (the guest was not sampled)",
                         self.path.display()
                     );
@@ -257,7 +257,7 @@ impl Output {
         };
         persist(file, &bytes, &self.path).with_context(what)?;
         if save == Save::Last {
-            eprintln!(
+            say!(
                 "wasmspy: wrote {} ({summary}); view it with: {}",
                 self.path.display(),
                 self.format.how_to_view(&self.path)
@@ -273,7 +273,7 @@ impl Output {
 pub fn write_whole(path: &Path, format: Format, bytes: &[u8]) -> Result<()> {
     persist(temp_file_beside(path)?, bytes, path)
         .with_context(|| format!("cannot write `{}`", path.display()))?;
-    eprintln!(
+    say!(
         "wasmspy: wrote {} ({format}); view it with: {}",
         path.display(),
         format.how_to_view(path)
@@ -330,7 +330,7 @@ impl Counts {
 
     pub fn print(&self, profiler: &ProfilerHandle) {
         let c = profiler.counts();
-        eprintln!(
+        say!(
             "wasmspy: {} sampler {} on the {} clock: {} guest, {} host call, {} runtime, {} lost samples",
             self.sampler, self.rate, self.clock, c.guest, c.host_call, c.runtime, c.lost
         );

@@ -20,7 +20,7 @@
 // Exit status: 0 ok; 1 the DevTools code threw or logged an error (console.error), or DevTools would
 // reject the file; 2 usage/IO/JSON error; 3 --strict found inconsistencies in what DevTools computed.
 
-import {mkdirSync, readFileSync, writeFileSync} from 'node:fs';
+import {mkdirSync, readFileSync, renameSync, writeFileSync} from 'node:fs';
 import {createRequire} from 'node:module';
 import path from 'node:path';
 import {fileURLToPath, pathToFileURL} from 'node:url';
@@ -81,9 +81,12 @@ async function loadDevTools() {
     plugins: [stubPlugin], logLevel: 'silent',
   });
   // Written to a file (not a data: URL) so stack traces stay short and point at readable code.
+  // Written beside and renamed into place: tests run several of these at once.
   const out = path.join(here, 'node_modules', '.cache', 'devtools-cpuprofile-bundle.mjs');
   mkdirSync(path.dirname(out), {recursive: true});
-  writeFileSync(out, result.outputFiles[0].text);
+  const tmp = `${out}.${process.pid}.tmp`;
+  writeFileSync(tmp, result.outputFiles[0].text);
+  renameSync(tmp, out);
   return import(pathToFileURL(out).href);
 }
 
