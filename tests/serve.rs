@@ -779,7 +779,7 @@ fn serve_writes_a_cpuprofile() {
         assert_eq!(server.get("/spin/30").0, 200);
     }
     let (code, err) = server.stop(libc::SIGTERM);
-    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(code, Some(143), "{err}");
     let bytes = std::fs::read(&out).unwrap();
     assert!(bytes.starts_with(b"{\"nodes\":"), "a .cpuprofile");
     let p = wasmspy::export::read(&bytes).unwrap();
