@@ -207,14 +207,14 @@ impl ThreadState {
     /// Asks the thread's handler for a stack dump of generation `generation` (higher than
     /// any asked before), answered at the thread's next own signal (send it one with
     /// [`super::timer::send_dump_signal`]).
-    pub fn ask_dump(&self, generation: u64) {
+    pub(super) fn ask_dump(&self, generation: u64) {
         self.dump_wanted.store(generation, Ordering::Release);
     }
 
     /// The thread's stack at dump `generation`, once its handler answered. Only one dumper
     /// at a time may ask and read (the handler writes the next answer only once the next
-    /// generation is asked).
-    pub fn dumped(&self, generation: u64) -> Option<RawSample> {
+    /// generation is asked): the signal module's dumper, under its lock, hence not public.
+    pub(super) fn dumped(&self, generation: u64) -> Option<RawSample> {
         if self.dump_done.load(Ordering::Acquire) != generation {
             return None;
         }
