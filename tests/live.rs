@@ -71,6 +71,15 @@ impl Live {
     }
 }
 
+/// A test that fails leaves no guest running behind it (one spinning for minutes slows every
+/// test after it).
+impl Drop for Live {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// GET `url`: the status, the `Content-Type` and the body.
 fn get(url: &str) -> (u16, String, Vec<u8>) {
     let response = match ureq::get(url).timeout(Duration::from_secs(60)).call() {

@@ -94,6 +94,15 @@ impl Server {
     }
 }
 
+/// A test that fails leaves no server running behind it (one answering a request that spins
+/// for minutes slows every test after it).
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// As `wasmtime serve`: each instance's lines on stdout and stderr prefixed with its number,
 /// `-H`'s headers on every request, `--no-logging-prefix` the lines as written.
 #[test]

@@ -34,10 +34,10 @@ impl StderrLines {
     }
 
     /// All of stderr, once the child has ended.
-    pub fn all(mut self) -> String {
+    pub fn all(&mut self) -> String {
         let mut rest = String::new();
         self.reader.read_to_string(&mut rest).unwrap();
-        self.lines.concat() + &rest
+        std::mem::take(&mut self.lines).concat() + &rest
     }
 }
 
