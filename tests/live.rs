@@ -419,16 +419,7 @@ fn a_components_live_profiles() {
 fn a_dump_shows_where_a_guest_is_now() {
     let live = Live::start(&[], "c/cprog.wasm", &["sleep", "4000"]);
     // The guest runs once its nap shows (the server answers from before it starts).
-    let text = loop {
-        let (status, kind, body) = get(&live.url("/debug/pprof/goroutine?debug=2"));
-        assert_eq!(status, 200);
-        assert_eq!(kind, "text/plain");
-        let text = String::from_utf8(body).unwrap();
-        if text.contains("\nnap\n") {
-            break text;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let text = dump_showing(&live, "\nnap\n");
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines[0].starts_with("guest 1 [host call, "), "{text}");
     assert!(
@@ -456,14 +447,7 @@ fn a_dump_shows_where_a_guest_is_now() {
     let _ = live.finish();
 
     let live = Live::start(&[], "c/cprog.wasm", &["spin", "100000"]);
-    let text = loop {
-        let (_, _, body) = get(&live.url("/debug/pprof/goroutine?debug=2"));
-        let text = String::from_utf8(body).unwrap();
-        if text.contains("\nrun_spin\n") {
-            break text;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let text = dump_showing(&live, "\nrun_spin\n");
     assert!(text.starts_with("guest 1 [running, "), "{text}");
     let leaf = text.lines().nth(1).unwrap();
     assert!(
@@ -489,6 +473,22 @@ fn a_dump_shows_where_a_guest_is_now() {
     );
     sigint(&live.child);
     let _ = live.finish();
+}
+
+/// The first dump of `live` whose text has `what` (the guest starts after its server): polled,
+/// a minute at most, so that a dump that never shows it fails rather than hangs.
+fn dump_showing(live: &Live, what: &str) -> String {
+    let mut text = String::new();
+    for _ in 0..3000 {
+        let (status, kind, body) = get(&live.url("/debug/pprof/goroutine?debug=2"));
+        assert_eq!((status, kind.as_str()), (200, "text/plain"));
+        text = String::from_utf8(body).unwrap();
+        if text.contains(what) {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("no dump showed {what:?}; the last:\n{text}");
 }
 
 /// Without the signal sampler there is nothing to dump with: said, with the status.
