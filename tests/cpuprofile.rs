@@ -231,6 +231,24 @@ fn what_a_cpuprofile_cannot_hold_is_refused_in_one_line() {
     );
     assert!(!heap.exists());
 
+    // A memory profile converted: said, nothing written.
+    let (out, heap) = record_every_allocation(dir.path(), &fixture("c/alloc.wasm"), &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let converted = dir.path().join("heap-converted.cpuprofile");
+    let out = wasmspy()
+        .arg("convert")
+        .arg(&heap)
+        .arg("-o")
+        .arg(&converted)
+        .output()
+        .unwrap();
+    assert_one_line_error(
+        &out,
+        "is a profile of inuse_space (bytes), and a .cpuprofile holds time",
+        &"convert",
+    );
+    assert!(!converted.exists());
+
     let bad = dir.path().join("bad.cpuprofile");
     std::fs::write(
         &bad,

@@ -95,7 +95,7 @@ const START_US: f64 = 1e6;
 const ROOT: &str = "(root)";
 
 pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
-    let (measure, ns_per_unit) = duration_measure(profile);
+    let (measure, ns_per_unit) = duration_measure(profile)?;
     let counts = profile
         .sample_types
         .iter()
@@ -150,25 +150,32 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
 
 /// The sample type whose values are a sample's duration, and nanoseconds per unit: the
 /// default type if a time, else the first time; the instructions clock's counts at one
-/// instruction a nanosecond; sample counts at the sampling period.
-fn duration_measure(profile: &Profile) -> (usize, u64) {
+/// instruction a nanosecond; sample counts at the sampling period. Anything else (bytes of
+/// a memory profile) is no time: an error.
+fn duration_measure(profile: &Profile) -> Result<(usize, u64)> {
     let types = &profile.sample_types;
     let default = profile.default_sample_type;
     let is_time = |t: &ValueType| t.unit == "nanoseconds";
     if is_time(&types[default]) {
-        return (default, 1);
+        return Ok((default, 1));
     }
     if let Some(time) = types.iter().position(is_time) {
-        return (time, 1);
+        return Ok((time, 1));
     }
-    if types[default].kind == "samples" {
-        let period = match profile.period_type.unit.as_str() {
-            "nanoseconds" if profile.period > 0 => profile.period as u64,
-            _ => 1_000_000,
-        };
-        return (default, period);
+    match types[default].kind.as_str() {
+        "samples" => {
+            let period = match profile.period_type.unit.as_str() {
+                "nanoseconds" if profile.period > 0 => profile.period as u64,
+                _ => 1_000_000,
+            };
+            Ok((default, period))
+        }
+        "instructions" => Ok((default, 1)),
+        kind => bail!(
+            "is a profile of {kind} ({}), and a .cpuprofile holds time",
+            types[default].unit
+        ),
     }
-    (default, 1)
 }
 
 /// The call tree as nodes are added: one node per function under each parent.
