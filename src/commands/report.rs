@@ -98,7 +98,7 @@ fn read_v8(args: &ConvertArgs) -> Result<Profile> {
             path.display()
         );
     }
-    let mut frames = V8WasmFrames::open(&args.wasm, &args.debug_file, true)?;
+    let mut frames = V8WasmFrames::open(&args.wasm, &args.debug_file)?;
     let profile = export::read_cpuprofile(&bytes, &mut frames)
         .map_err(|e| anyhow!("`{}` {e:#}", path.display()))?;
     for warning in frames.take_warnings() {

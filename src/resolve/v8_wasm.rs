@@ -48,7 +48,7 @@ impl V8WasmFrames {
     /// The modules at `paths`, each with its DWARF: its own, or that of the debug file among
     /// `debug_files` carrying its code, or that of the file its `external_debug_info` section
     /// names, looked for beside it.
-    pub fn open(paths: &[PathBuf], debug_files: &[PathBuf], use_dwarf: bool) -> Result<Self> {
+    pub fn open(paths: &[PathBuf], debug_files: &[PathBuf]) -> Result<Self> {
         let read = |path: &Path| {
             std::fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))
         };
@@ -74,7 +74,6 @@ impl V8WasmFrames {
                 .iter()
                 .find(|(_, _, code)| code.is_some() && code.as_deref() == sections.code(&bytes));
             let bytes = match (split, &sections.external) {
-                _ if !use_dwarf => bytes,
                 (Some((debug_path, debug_bytes, _)), _) => {
                     if sections.has_dwarf {
                         bail!("`{}` has DWARF of its own: --debug-file `{}` is for a module whose DWARF was split off", path.display(), debug_path.display());
@@ -99,7 +98,7 @@ impl V8WasmFrames {
             };
             let buffer: Arc<[u8]> = bytes.into();
             let wasm = ModuleBytes::whole(buffer.clone());
-            let symbolizer = ModuleSymbolizer::new(&file_name, wasm.clone(), use_dwarf)
+            let symbolizer = ModuleSymbolizer::new(&file_name, wasm.clone(), true)
                 .with_context(|| format!("`{}` is not a Wasm module", path.display()))?;
             let bodies = bodies(&buffer, symbolizer.imported_function_count())
                 .with_context(|| format!("`{}` is not a Wasm module", path.display()))?;
