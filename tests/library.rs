@@ -726,8 +726,8 @@ fn an_embedders_python_component_gets_its_python_memory_profile() {
 
 /// Four threads, each with its own store attached after the profiler started, each running a
 /// hot function of its own for a CPU time it measures itself: every thread is sampled, each
-/// function's share of the profile is its thread's share of the CPU time, and its samples carry
-/// the labels its store was attached with, also once written to pprof and read back.
+/// function holds its thread's CPU time, and its samples carry the labels its store was
+/// attached with, also once written to pprof and read back.
 #[test]
 fn every_thread_that_attaches_a_store_is_sampled() {
     use wasmspy::clock::thread_cpu_ns;
@@ -760,9 +760,10 @@ fn every_thread_that_attaches_a_store_is_sampled() {
                         .get_typed_func::<i32, i32>(&mut store, &format!("hot{i}"))
                         .unwrap();
                     let start = thread_cpu_ns();
-                    // Thread i runs (i + 1) × 150 ms of CPU.
+                    // Thread i runs (i + 1) × 150 ms of CPU, in calls of a few tens of ms
+                    // (the time between them, outside Wasm, is a small part of it).
                     while thread_cpu_ns() - start < (i + 1) * 150_000_000 {
-                        hot.call(&mut store, 2_000_000).unwrap();
+                        hot.call(&mut store, 20_000_000).unwrap();
                     }
                     thread_cpu_ns() - start
                 })
@@ -786,32 +787,45 @@ fn every_thread_that_attaches_a_store_is_sampled() {
             }
         }
     }
-    let total_cpu: u64 = cpu_ns.iter().sum();
-    let profiled = profile.total(CPU);
-    for (i, &cpu) in cpu_ns.iter().enumerate() {
-        let hot: i64 = profile
+    let cpu_of = |wanted: &dyn Fn(&str) -> bool| -> u64 {
+        profile
             .samples
             .iter()
             .filter(|s| {
                 profile.stacks[s.stack]
                     .iter()
-                    .any(|&f| profile.frame_name(f) == format!("hot{i}"))
+                    .any(|&f| wanted(profile.frame_name(f)))
             })
-            .map(|s| s.values[CPU])
-            .sum();
-        let share = hot as f64 / profiled as f64;
-        let expected = cpu as f64 / total_cpu as f64;
+            .map(|s| s.values[CPU] as u64)
+            .sum()
+    };
+    // No statistics here: a sample holds its thread's CPU time since the thread's previous
+    // sample, so each thread's loop time is in its own `hot` function's samples but for the
+    // CPU time outside Wasm (instantiation, the gaps between calls: the samples with no `hot`
+    // frame, `outside`, whatever thread they were on), the time after its last sample and
+    // before its first (at most a sample's CPU each, which is the 1 ms interval plus the
+    // signal's delivery, at most a kernel tick, ≤ 10 ms: `CHUNK` is twice that) and what
+    // lost samples held (each at most `CHUNK`). Measured under two CPU-bound processes:
+    // `outside` 50–120 ms (a debug build's instantiation), no lost sample.
+    const CHUNK: u64 = 20_000_000;
+    let counts = handle.counts();
+    let total_cpu: u64 = cpu_ns.iter().sum();
+    let profiled = profile.total(CPU) as u64;
+    let in_hot = cpu_of(&|name| name.starts_with("hot"));
+    let outside = profiled - in_hot;
+    for (i, &cpu) in cpu_ns.iter().enumerate() {
+        let hot = cpu_of(&|name| name == format!("hot{i}"));
+        let low = cpu.saturating_sub(2 * CHUNK + outside + counts.lost * CHUNK);
         assert!(
-            (share - expected).abs() < 0.03,
-            "hot{i}: {share:.3} of the profile, {expected:.3} of the threads' CPU time; threads' CPU {cpu_ns:?} ns, profiled {profiled} ns, samples {:?}",
-            handle.counts()
+            (low..=cpu + CHUNK).contains(&hot),
+            "hot{i} holds {hot} ns of CPU, its thread used {cpu} ns; outside Wasm {outside} ns; threads' CPU {cpu_ns:?} ns, profiled {profiled} ns, samples {counts:?}"
         );
     }
-    // Nearly all the CPU the threads used is in the profile.
-    let seen = profiled as f64 / total_cpu as f64;
+    // Nearly all the CPU the threads used is in the profile, and little of it outside Wasm.
+    let seen = in_hot as f64 / total_cpu as f64;
     assert!(
-        seen > 0.9,
-        "the profile holds {seen:.3} of the threads' CPU time"
+        seen > 0.9 && outside < total_cpu / 4,
+        "the profile's hot functions hold {seen:.3} of the threads' CPU time, {outside} ns outside Wasm"
     );
 }
 
