@@ -9,7 +9,7 @@
 //! first line (pointers or values), so a code freed and another made at its address gets an
 //! entry of its own.
 
-use std::cell::UnsafeCell;
+use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use wasmtime::WasmBacktrace;
@@ -181,6 +181,7 @@ pub fn is_function(frame: &RawFrame, function: Option<(ModuleId, u32)>) -> bool 
 /// Bytes of linear memory read in chunks, as an iterator; ends early where memory does.
 pub struct Bytes<'a, M> {
     memory: &'a M,
+    start: u64,
     next: u64,
     left: u32,
     buffer: [u8; 64],
@@ -193,12 +194,86 @@ impl<'a, M: Memory> Bytes<'a, M> {
     pub fn new(memory: &'a M, address: u64, len: u32) -> Self {
         Bytes {
             memory,
+            start: address,
             next: address,
             left: len,
             buffer: [0; 64],
             at: 0,
             filled: 0,
         }
+    }
+}
+
+impl<M: Memory> Bytes<'_, M> {
+    /// Bytes read from memory so far (whole chunks).
+    fn fetched(&self) -> u32 {
+        u32::try_from(self.next - self.start).unwrap_or(u32::MAX)
+    }
+}
+
+/// Bytes of line tables one walk decodes at most, over all its frames: the innermost frames'
+/// first, the frames past it keep their first line. Each frame's table alone is bounded by
+/// its own size field, which the guest writes: a guest whose every frame claimed a 64 KiB table
+/// held the signal handler for a second a sample and its own thread almost still (measured
+/// with `tests/hostile.rs` before this budget).
+pub const LINE_TABLES_PER_WALK: u32 = 1 << 16;
+
+/// What of [`LINE_TABLES_PER_WALK`] a walk has left.
+pub struct LineBudget(Cell<u32>);
+
+impl Default for LineBudget {
+    fn default() -> Self {
+        LineBudget(Cell::new(LINE_TABLES_PER_WALK))
+    }
+}
+
+impl LineBudget {
+    /// `decode` over the `size` bytes at `address` of `memory`, as many as the budget has
+    /// left; what it read is spent.
+    pub fn decode<'m, M: Memory, T>(
+        &self,
+        memory: &'m M,
+        address: u64,
+        size: u32,
+        decode: impl FnOnce(&mut Bytes<'m, M>) -> T,
+    ) -> T {
+        let mut bytes = Bytes::new(memory, address, size.min(self.0.get()));
+        let value = decode(&mut bytes);
+        self.0.set(self.0.get().saturating_sub(bytes.fetched()));
+        value
+    }
+}
+
+/// Brent's cycle detection over the links of a chain (frames' addresses): a link remembered at
+/// each power of two steps, meeting it again is a loop. No real frame chain has one; a guest's
+/// memory can, and a walk that went round it would spend its whole step limit.
+pub struct LoopCheck {
+    remembered: u32,
+    power: usize,
+    steps: usize,
+}
+
+impl Default for LoopCheck {
+    fn default() -> Self {
+        LoopCheck {
+            remembered: 0,
+            power: 1,
+            steps: 0,
+        }
+    }
+}
+
+impl LoopCheck {
+    /// Whether `link` (not 0) was met before: the chain loops.
+    pub fn looped(&mut self, link: u32) -> bool {
+        if link == self.remembered {
+            return true;
+        }
+        self.steps += 1;
+        if self.steps == self.power {
+            (self.remembered, self.power, self.steps) = (link, self.power * 2, 0);
+        }
+        false
     }
 }
 

@@ -287,11 +287,17 @@ impl ThreadState {
             }
         }
         self.take_sample(regs, wall, cpu);
-        self.arm_next_tick(wall)
+        // The guest runs for an eighth of a tick at least before the next: a sample that took
+        // longer than a tick (a walk of a runtime whose memory the guest made long to read)
+        // would otherwise find the next tick due as it returns, and the guest would never run
+        // again (seen: a CPython look-alike at 10 kHz, `tests/hostile.rs`). A grid tick is
+        // skipped only then; the next sample's CPU time still counts all the guest ran.
+        let done = clock_ns(libc::CLOCK_MONOTONIC);
+        self.arm_next_tick(wall.max(done + self.tick_ns / 8))
     }
 
     /// Arms the timer, on the CPU this thread runs on, for the next tick of the grid that is
-    /// still ahead (see [`super::timer`]). Async-signal-safe.
+    /// ahead of `now` (see [`super::timer`]). Async-signal-safe.
     pub fn arm_next_tick(&self, now: u64) -> std::io::Result<()> {
         let mut next = self.last_tick_ns.load(Ordering::Relaxed) + self.tick_ns;
         if next <= now {

@@ -5,7 +5,8 @@
 //!
 //! The walk is async-signal-safe: no allocation, no locks; every read goes through
 //! [`Memory`], within the memory's current length; the frame chain is followed for at most
-//! [`MAX_STEPS`] frames and a line table for at most [`MAX_LINE_TABLE`] bytes.
+//! [`MAX_STEPS`] frames (a chain that loops gives no stack), and line tables are read for at
+//! most [`LINE_TABLES_PER_WALK`](crate::runtimes::interpreted::LINE_TABLES_PER_WALK) bytes in all.
 //!
 //! A code object's names (`str` objects of the guest) are copied into [`CodeNames`] the first
 //! time a walk meets it, as [`crate::runtimes::interpreted`] says.
@@ -20,12 +21,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::layout::{line_at, CodeType, EntryMark, FrameChain, PythonLayout};
 use crate::capture::vmctx::Memory;
-use crate::runtimes::interpreted::{Bytes, CodeId, CodeKey, CodeNames, Frame, RawStr};
+use crate::runtimes::interpreted::{
+    CodeId, CodeKey, CodeNames, Frame, LineBudget, LoopCheck, RawStr,
+};
 
 /// Python frames followed at most in one walk.
 pub const MAX_STEPS: usize = 4096;
-/// Bytes of a line table decoded at most for one frame.
-pub const MAX_LINE_TABLE: u32 = 1 << 16;
 
 /// A CPython module's layout and the names of the code objects its walks met.
 pub struct PythonCode {
@@ -61,7 +62,11 @@ impl PythonCode {
         let Some(tstate) = tstate.filter(|&t| t != 0) else {
             return 0;
         };
-        let walk = Walk { code: self, memory };
+        let walk = Walk {
+            code: self,
+            memory,
+            lines: LineBudget::default(),
+        };
         match l.chain {
             FrameChain::Direct { current_frame } => memory
                 .u32_at(u64::from(tstate) + u64::from(current_frame))
@@ -95,6 +100,7 @@ impl PythonCode {
 struct Walk<'a, M> {
     code: &'a PythonCode,
     memory: &'a M,
+    lines: LineBudget,
 }
 
 impl<M: Memory> Walk<'_, M> {
@@ -119,10 +125,14 @@ impl<M: Memory> Walk<'_, M> {
     fn frames(&self, mut frame: u32, mut cframe: Option<u32>, out: &mut [usize]) -> Option<usize> {
         let l = &self.code.layout;
         let (mut written, mut named) = (0, 0);
+        let mut loops = LoopCheck::default();
         for _ in 0..MAX_STEPS {
             if frame == 0 {
                 // Entry frames alone (the interpreter between calls) are no Python stack.
                 return Some(if named == 0 { 0 } else { written });
+            }
+            if loops.looped(frame) {
+                return None;
             }
             let previous = self.u32(frame, l.frame_previous)?;
             let (runs_code, first) = match l.entry {
@@ -257,13 +267,11 @@ impl<M: Memory> Walk<'_, M> {
             return u32::try_from(first_line).ok();
         };
         let table = self.u32(code, l.code_linetable)?;
-        let size = self.u32(table, l.bytes_size)?.min(MAX_LINE_TABLE);
-        let bytes = Bytes::new(
-            self.memory,
-            u64::from(table) + u64::from(l.bytes_data),
-            size,
-        );
-        line_at(bytes, first_line, offset)
+        let size = self.u32(table, l.bytes_size)?;
+        let data = u64::from(table) + u64::from(l.bytes_data);
+        self.lines.decode(self.memory, data, size, |bytes| {
+            line_at(bytes, first_line, offset)
+        })
     }
 }
 

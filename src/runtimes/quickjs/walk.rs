@@ -5,8 +5,9 @@
 //!
 //! The walk is async-signal-safe: no allocation, no locks; every read goes through
 //! [`Memory`], within the memory's current length; the frame chain is followed for at most
-//! [`MAX_STEPS`] frames and a line table for at most [`MAX_LINE_TABLE`] bytes. A chain that
-//! leaves memory or does not end gives no stack, so the sample keeps its Wasm frames.
+//! [`MAX_STEPS`] frames and line tables for at most [`LINE_TABLES_PER_WALK`](crate::runtimes::interpreted::LINE_TABLES_PER_WALK) bytes in all. A
+//! chain that leaves memory, loops or does not end gives no stack, so the sample keeps its
+//! Wasm frames.
 //!
 //! QuickJS saves a frame's PC (`cur_pc`) only before a call or an operation that may throw,
 //! not at every instruction: a caller's line is the call's, and the innermost frame's is that
@@ -14,12 +15,10 @@
 
 use super::layouts::QuickJsLayout;
 use crate::capture::vmctx::Memory;
-use crate::runtimes::interpreted::{Bytes, CodeKey, CodeNames, Frame, RawStr};
+use crate::runtimes::interpreted::{CodeKey, CodeNames, Frame, LineBudget, LoopCheck, RawStr};
 
 /// JavaScript frames followed at most in one walk.
 pub const MAX_STEPS: usize = 4096;
-/// Bytes of a line table decoded at most for one frame.
-pub const MAX_LINE_TABLE: u32 = 1 << 16;
 
 /// A QuickJS build's layout and the names of the functions its walks met.
 pub struct JsCode {
@@ -53,6 +52,7 @@ impl JsCode {
             code: self,
             memory,
             rt,
+            lines: LineBudget::default(),
         };
         walk.frames(out).unwrap_or(0)
     }
@@ -62,6 +62,7 @@ struct Walk<'a, M> {
     code: &'a JsCode,
     memory: &'a M,
     rt: u32,
+    lines: LineBudget,
 }
 
 impl<M: Memory> Walk<'_, M> {
@@ -73,9 +74,13 @@ impl<M: Memory> Walk<'_, M> {
         let l = self.code.layout;
         let mut frame = self.u32(self.rt, l.rt_current_stack_frame)?;
         let mut written = 0;
+        let mut loops = LoopCheck::default();
         for _ in 0..MAX_STEPS {
             if frame == 0 {
                 return Some(written);
+            }
+            if loops.looped(frame) {
+                return None;
             }
             if let Some(bytecode) = self.bytecode_of(frame)? {
                 if written + 2 <= out.len() {
@@ -182,11 +187,11 @@ impl<M: Memory> Walk<'_, M> {
                 return None;
             }
             let table = self.u32(bytecode, l.bytecode_pc2line_buf)?;
-            let size = self
-                .u32(bytecode, l.bytecode_pc2line_len)?
-                .min(MAX_LINE_TABLE);
-            let bytes = Bytes::new(self.memory, u64::from(table), size);
-            line_at(l, bytes, first_line as i32, pc)
+            let size = self.u32(bytecode, l.bytecode_pc2line_len)?;
+            self.lines
+                .decode(self.memory, u64::from(table), size, |bytes| {
+                    line_at(l, bytes, first_line as i32, pc)
+                })
         })();
         line.unwrap_or(first_line)
     }

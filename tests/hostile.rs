@@ -1,0 +1,345 @@
+//! Guests that look like a runtime wasmspy reads and rewrite what it reads while sampled:
+//! the host never crashes, hangs or reads outside the guest's memory, and the guest's output
+//! and exit code are those of `wasmtime run`.
+//!
+//! The CPython look-alike: a module whose data holds CPython 3.13's `_Py_DebugOffsets` (so
+//! wasmspy reads it as CPython without DWARF), with a well-formed interpreter state (a thread,
+//! eight frames, their code objects, `str`s and line table) in an arena. Its loop rewrites
+//! random words of the arena with random and adversarial values (pointer cycles, the last
+//! byte of memory and past it, `u32::MAX`, unaligned pointers, huge lengths), restores the
+//! arena from a pristine copy every 256 rewrites (so that walks reach deep), grows its memory
+//! as it goes, prints a checksum of what it wrote and exits with 3. Sampled at 10 kHz by both
+//! samplers, in both stack views.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use common::{stderr, wasmspy, wasmtime_cli, Decoded};
+
+/// Where `_PyRuntime` (its `_Py_DebugOffsets` first) is.
+const RUNTIME: u32 = 1024;
+/// The interpreter state's structures, rewritten by the loop.
+const ARENA: u32 = 4096;
+const ARENA_BYTES: u32 = 12288;
+/// A pristine copy of the arena, copied back over it every [`HEAL_EVERY`] rewrites.
+const TEMPLATE: u32 = 32768;
+const HEAL_EVERY: u32 = 256;
+/// Rewrites in one run: 0.3 s of `wasmtime run`.
+const REWRITES: u32 = 1 << 23;
+
+const INTERP: u32 = ARENA + 256;
+const TSTATE: u32 = ARENA + 512;
+const FRAMES: u32 = ARENA + 1024;
+const CODES: u32 = ARENA + 2048;
+const CODE_TYPE: u32 = ARENA + 4096;
+const FILE: u32 = ARENA + 4352;
+const NAMES: u32 = ARENA + 4608;
+const LINES: u32 = ARENA + 5376;
+const FRAME_COUNT: u32 = 8;
+
+/// CPython 3.13's `_Py_DebugOffsets` groups, in order, as `Include/internal/
+/// pycore_debug_offsets.h` lists them (what `src/runtimes/cpython/debug_offsets.rs` reads).
+const GROUPS_313: &[(&str, &[&str])] = &[
+    (
+        "runtime_state",
+        &["size", "finalizing", "interpreters_head"],
+    ),
+    (
+        "interpreter_state",
+        &[
+            "size",
+            "id",
+            "next",
+            "threads_head",
+            "gc",
+            "imports_modules",
+            "sysdict",
+            "builtins",
+            "ceval_gil",
+            "gil_runtime_state",
+            "gil_runtime_state_enabled",
+            "gil_runtime_state_locked",
+            "gil_runtime_state_holder",
+        ],
+    ),
+    (
+        "thread_state",
+        &[
+            "size",
+            "prev",
+            "next",
+            "interp",
+            "current_frame",
+            "thread_id",
+            "native_thread_id",
+            "datastack_chunk",
+            "status",
+        ],
+    ),
+    (
+        "interpreter_frame",
+        &[
+            "size",
+            "previous",
+            "executable",
+            "instr_ptr",
+            "localsplus",
+            "owner",
+        ],
+    ),
+    (
+        "code_object",
+        &[
+            "size",
+            "filename",
+            "name",
+            "qualname",
+            "linetable",
+            "firstlineno",
+            "argcount",
+            "localsplusnames",
+            "localspluskinds",
+            "co_code_adaptive",
+        ],
+    ),
+    ("pyobject", &["size", "ob_type"]),
+    ("type_object", &["size", "tp_name", "tp_repr", "tp_flags"]),
+    ("tuple_object", &["size", "ob_item", "ob_size"]),
+    ("list_object", &["size", "ob_item", "ob_size"]),
+    ("dict_object", &["size", "ma_keys", "ma_values"]),
+    ("float_object", &["size", "ob_fval"]),
+    ("long_object", &["size", "lv_tag", "ob_digit"]),
+    ("bytes_object", &["size", "ob_size", "ob_sval"]),
+    (
+        "unicode_object",
+        &["size", "state", "length", "asciiobject_size"],
+    ),
+];
+
+/// The members the walk reads, and where this guest puts them.
+const MEMBERS: &[(&str, u64)] = &[
+    ("runtime_state.interpreters_head", (ARENA - RUNTIME) as u64),
+    ("interpreter_state.threads_head", 8),
+    ("thread_state.current_frame", 8),
+    ("interpreter_frame.previous", 0),
+    ("interpreter_frame.executable", 4),
+    ("interpreter_frame.instr_ptr", 8),
+    ("interpreter_frame.owner", 12),
+    ("code_object.filename", 8),
+    ("code_object.name", 12),
+    ("code_object.qualname", 16),
+    ("code_object.linetable", 20),
+    ("code_object.firstlineno", 24),
+    ("code_object.co_code_adaptive", 64),
+    ("pyobject.ob_type", 4),
+    ("type_object.tp_name", 12),
+    ("bytes_object.ob_size", 8),
+    ("bytes_object.ob_sval", 16),
+    ("unicode_object.state", 16),
+    ("unicode_object.length", 8),
+    ("unicode_object.asciiobject_size", 20),
+];
+
+/// `_Py_DebugOffsets` of CPython 3.13.0 with [`MEMBERS`]' offsets (other members 0).
+fn debug_offsets() -> Vec<u8> {
+    let mut words = vec![
+        u64::from_le_bytes(*b"xdebugpy"),
+        0x030d_00f0, // PY_VERSION_HEX of 3.13.0
+        0,           // not free-threaded
+    ];
+    for (group, members) in GROUPS_313 {
+        for member in *members {
+            let name = format!("{group}.{member}");
+            words.push(MEMBERS.iter().find(|(m, _)| *m == name).map_or(0, |m| m.1));
+        }
+    }
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// The arena as the interpreter would have it: thread state → eight frames (the last an entry
+/// frame) → code objects `frame_0` … `frame_7` of `hostile.py` with a line table.
+fn arena() -> Vec<u8> {
+    let mut a = vec![0u8; ARENA_BYTES as usize];
+    let mut put = |address: u32, value: u32| {
+        let at = (address - ARENA) as usize;
+        a[at..at + 4].copy_from_slice(&value.to_le_bytes());
+    };
+    put(ARENA, INTERP);
+    put(INTERP + 8, TSTATE);
+    put(TSTATE + 8, FRAMES);
+    for i in 0..FRAME_COUNT {
+        let (frame, code) = (FRAMES + 32 * i, CODES + 128 * i);
+        let last = i == FRAME_COUNT - 1;
+        put(frame, if last { 0 } else { frame + 32 });
+        put(frame + 4, code);
+        put(frame + 8, code + 64 + 2 * i);
+        put(frame + 12, if last { 3 } else { 0 }); // owner: 3 is an entry frame (C's)
+        put(code + 4, CODE_TYPE);
+        put(code + 8, FILE);
+        put(code + 12, NAMES + 64 * i);
+        put(code + 16, NAMES + 64 * i);
+        put(code + 20, LINES);
+        put(code + 24, 10 * i + 1);
+    }
+    put(CODE_TYPE + 12, CODE_TYPE + 64);
+    let mut text = |address: u32, bytes: &[u8]| {
+        let at = (address - ARENA) as usize;
+        a[at..at + bytes.len()].copy_from_slice(bytes);
+    };
+    text(CODE_TYPE + 64, b"code\0");
+    for (i, name) in (0..FRAME_COUNT).map(|i| (i, format!("frame_{i}"))) {
+        let s = NAMES + 64 * i;
+        text(s + 8, &(name.len() as u32).to_le_bytes());
+        text(s + 16, &100u32.to_le_bytes()); // kind 1, compact, ascii
+        text(s + 20, name.as_bytes());
+    }
+    text(FILE + 8, &10u32.to_le_bytes());
+    text(FILE + 16, &100u32.to_le_bytes());
+    text(FILE + 20, b"hostile.py");
+    // A line table of 3.11's form: entries of one code unit each, one line further each.
+    let table: Vec<u8> = (0..16).flat_map(|_| [0xd8u8, 0x02]).collect();
+    text(LINES + 8, &(table.len() as u32).to_le_bytes());
+    text(LINES + 16, &table);
+    a
+}
+
+/// The guest, in WAT: `$rewrite` picks an arena word and a value, `$heal` restores the arena,
+/// `_start` loops, prints `checksum XXXXXXXX` and exits with 3.
+fn guest() -> String {
+    let hex = |bytes: &[u8]| -> String { bytes.iter().map(|b| format!("\\{b:02x}")).collect() };
+    let arena_words = ARENA_BYTES / 4;
+    format!(
+        r#"(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $proc_exit (param i32)))
+  (memory (export "memory") 1 16)
+  (global $seed (mut i32) (i32.const 0x2545f491))
+  (data (i32.const {RUNTIME}) "{offsets}")
+  (data (i32.const {TEMPLATE}) "{arena}")
+  (data (i32.const 64) "checksum ")
+  (func $next (result i32)
+    (local $x i32)
+    (local.set $x (global.get $seed))
+    (local.set $x (i32.xor (local.get $x) (i32.shl (local.get $x) (i32.const 13))))
+    (local.set $x (i32.xor (local.get $x) (i32.shr_u (local.get $x) (i32.const 17))))
+    (local.set $x (i32.xor (local.get $x) (i32.shl (local.get $x) (i32.const 5))))
+    (global.set $seed (local.get $x))
+    (local.get $x))
+  (func $heal
+    (memory.copy (i32.const {ARENA}) (i32.const {TEMPLATE}) (i32.const {ARENA_BYTES})))
+  ;; Writes an adversarial value at a random word of the arena; returns it.
+  (func $rewrite (result i32)
+    (local $at i32) (local $value i32) (local $end i32) (local $r i32)
+    (local.set $at (i32.add (i32.const {ARENA})
+      (i32.shl (i32.rem_u (call $next) (i32.const {arena_words})) (i32.const 2))))
+    (local.set $end (i32.shl (memory.size) (i32.const 16)))
+    (local.set $r (call $next))
+    (local.set $value
+      (block $chosen (result i32)
+        (block $b9 (block $b8 (block $b7 (block $b6 (block $b5 (block $b4 (block $b3 (block $b2 (block $b1 (block $b0
+          (br_table $b0 $b1 $b2 $b3 $b4 $b5 $b6 $b7 $b8 $b9 (i32.rem_u (local.get $r) (i32.const 10))))
+          (br $chosen (call $next)))
+          ;; an aligned pointer into the arena
+          (br $chosen (i32.add (i32.const {ARENA}) (i32.shl (i32.rem_u (call $next) (i32.const {arena_words})) (i32.const 2)))))
+          (br $chosen (i32.const 0)))
+          ;; the last byte of memory, the last word, just past the end
+          (br $chosen (i32.sub (local.get $end) (i32.const 1))))
+          (br $chosen (i32.sub (local.get $end) (i32.const 4))))
+          (br $chosen (local.get $end)))
+          (br $chosen (i32.const -1)))
+          ;; itself: a cycle of one
+          (br $chosen (local.get $at)))
+          ;; an unaligned pointer into the arena
+          (br $chosen (i32.add (i32.const {ARENA}) (i32.rem_u (call $next) (i32.const {ARENA_BYTES})))))
+        ;; one of the frames: cycles through the chain
+        (i32.add (i32.const {FRAMES}) (i32.shl (i32.rem_u (call $next) (i32.const {FRAME_COUNT})) (i32.const 5)))))
+    (i32.store (local.get $at) (local.get $value))
+    (local.get $value))
+  (func $hex (param $at i32) (param $value i32)
+    (local $i i32) (local $digit i32)
+    (loop $digits
+      (local.set $digit (i32.and (i32.shr_u (local.get $value) (i32.sub (i32.const 28) (i32.shl (local.get $i) (i32.const 2)))) (i32.const 15)))
+      (i32.store8 (i32.add (local.get $at) (local.get $i))
+        (i32.add (local.get $digit) (select (i32.const 48) (i32.const 87) (i32.lt_u (local.get $digit) (i32.const 10)))))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $digits (i32.lt_u (local.get $i) (i32.const 8)))))
+  (func (export "_start")
+    (local $n i32) (local $sum i32)
+    (call $heal)
+    (loop $rewrites
+      (local.set $sum (i32.add (i32.mul (local.get $sum) (i32.const 31)) (call $rewrite)))
+      (if (i32.eqz (i32.rem_u (local.get $n) (i32.const {HEAL_EVERY}))) (then (call $heal)))
+      ;; Memory grows under the walks, to 16 pages.
+      (if (i32.eqz (i32.rem_u (local.get $n) (i32.const 0x200000)))
+        (then (drop (memory.grow (i32.const 1)))))
+      (local.set $n (i32.add (local.get $n) (i32.const 1)))
+      (br_if $rewrites (i32.lt_u (local.get $n) (i32.const {REWRITES}))))
+    (call $hex (i32.const 73) (local.get $sum))
+    (i32.store8 (i32.const 81) (i32.const 10))
+    (i32.store (i32.const 0) (i32.const 64))
+    (i32.store (i32.const 4) (i32.const 18))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))
+    (call $proc_exit (i32.const 3))))"#,
+        offsets = hex(&debug_offsets()),
+        arena = hex(&arena()),
+    )
+}
+
+fn write_guest(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("hostile_python.wasm");
+    std::fs::write(&path, wat::parse_str(guest()).unwrap()).unwrap();
+    path
+}
+
+fn run(command: &mut Command) -> Output {
+    command.stdin(Stdio::null()).output().unwrap()
+}
+
+#[test]
+fn a_cpython_look_alike_rewriting_its_frames_cannot_hurt_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let guest = write_guest(dir.path());
+    let plain = run(Command::new(wasmtime_cli()).arg("run").arg(&guest));
+    assert_eq!(plain.status.code(), Some(3), "{}", stderr(&plain));
+    let expected = String::from_utf8_lossy(&plain.stdout).to_string();
+    assert!(expected.starts_with("checksum "), "{expected}");
+    for sampler in ["signal", "epoch"] {
+        for native in [false, true] {
+            let out = dir.path().join(format!("{sampler}-{native}.pb.gz"));
+            let mut command = wasmspy();
+            command
+                .args(["record", "--rate", "10000", "--sampler", sampler, "-o"])
+                .arg(&out);
+            if native {
+                command.arg("--native");
+            }
+            let result = run(command.arg("--").arg(&guest));
+            let err = stderr(&result);
+            let what = format!("--sampler {sampler}, native {native}: {err}");
+            assert_eq!(result.status.code(), Some(3), "{what}");
+            assert_eq!(String::from_utf8_lossy(&result.stdout), expected, "{what}");
+            let p = Decoded::load(&out);
+            let names: Vec<&str> = p.0.function.iter().map(|f| p.str(f.name)).collect();
+            // Walks that found the state well-formed named its frames; the others kept
+            // the Wasm frames.
+            assert!(
+                names
+                    .iter()
+                    .any(|n| n.starts_with("frame_") && n.ends_with("(hostile.py)")),
+                "no Python frame: {names:?} ({what})"
+            );
+            assert!(
+                names
+                    .iter()
+                    .any(|n| n.contains("rewrite") || n.contains("heal") || n.contains("next")),
+                "no Wasm frame: {names:?} ({what})"
+            );
+            eprintln!(
+                "--sampler {sampler}, native {native}: {} samples, {names:?}",
+                p.total("samples")
+            );
+        }
+    }
+}
