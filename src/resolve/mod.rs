@@ -325,12 +325,20 @@ impl Resolver {
         });
     }
 
-    /// Warnings about the modules' symbols not taken yet.
+    /// Warnings about the modules' symbols, and the runtimes' walks, not taken yet.
     pub fn take_warnings(&mut self) -> Vec<String> {
-        self.modules
+        let mut warnings: Vec<String> = self
+            .modules
             .iter_mut()
             .flat_map(|m| m.symbolizer.take_warnings())
-            .collect()
+            .collect();
+        for registered in self.runtimes.values() {
+            if let Some(warning) = registered.runtime.walks_warning() {
+                let file_name = &self.modules[registered.module].file_name;
+                warnings.push(format!("{file_name}: {warning}"));
+            }
+        }
+        warnings
     }
 
     /// The registered modules, in the order of registration.

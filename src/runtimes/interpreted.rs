@@ -10,7 +10,7 @@
 //! entry of its own.
 
 use std::cell::{Cell, UnsafeCell};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 use wasmtime::WasmBacktrace;
 
@@ -210,6 +210,48 @@ impl<M: Memory> Bytes<'_, M> {
         u32::try_from(self.next - self.start).unwrap_or(u32::MAX)
     }
 }
+
+/// How an interpreter's walks went: how many there were, and how many found a frame chain that
+/// did not check out (a loop, a pointer outside memory, an object of the wrong type, a chain
+/// longer than the step limit): those samples keep their Wasm frames. A guest that corrupts
+/// its interpreter's memory, or writes it to mislead, shows here.
+#[derive(Default)]
+pub struct WalkCounts {
+    walks: AtomicU64,
+    unreadable: AtomicU64,
+    warned: AtomicBool,
+}
+
+impl WalkCounts {
+    /// Counts a walk (`None`: its chain did not check out) and passes its result on, 0 words
+    /// for none. Async-signal-safe.
+    pub fn count(&self, walked: Option<usize>) -> usize {
+        self.walks.fetch_add(1, Ordering::Relaxed);
+        if walked.is_none() {
+            self.unreadable.fetch_add(1, Ordering::Relaxed);
+        }
+        walked.unwrap_or(0)
+    }
+
+    /// The warning, once a run, where more than 1 % of the walks did not check out (one now
+    /// and then is an interpreter caught between two writes).
+    pub fn warning(&self, language: &str) -> Option<String> {
+        let (walks, unreadable) = (
+            self.walks.load(Ordering::Relaxed),
+            self.unreadable.load(Ordering::Relaxed),
+        );
+        if unreadable == 0 || unreadable * 100 < walks || self.warned.swap(true, Ordering::Relaxed)
+        {
+            return None;
+        }
+        Some(format!(
+            "{unreadable} of {walks} samples found the {language} interpreter's frames unreadable (a loop, a pointer outside memory, an object of the wrong type, or over {MAX_STEPS} frames): they show its Wasm frames"
+        ))
+    }
+}
+
+/// Frames one walk follows at most.
+pub const MAX_STEPS: usize = 4096;
 
 /// Bytes of line tables one walk decodes at most, over all its frames: the innermost frames'
 /// first, the frames past it keep their first line. Each frame's table alone is bounded by

@@ -105,6 +105,12 @@ pub trait Runtime: Send + Sync + 'static {
         None
     }
 
+    /// A warning about its walks so far, once a run: too many found its memory unreadable
+    /// (see [`interpreted::WalkCounts`]).
+    fn walks_warning(&self) -> Option<String> {
+        None
+    }
+
     /// What a module whose DWARF is unreadable still shows, for the warning it gets.
     fn with_unreadable_dwarf(&self) -> Option<&'static str> {
         None

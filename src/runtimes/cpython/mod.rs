@@ -5,7 +5,7 @@
 
 mod debug_offsets;
 pub mod layout;
-mod walk;
+pub(crate) mod walk;
 
 use std::sync::{Arc, OnceLock};
 
@@ -150,6 +150,10 @@ impl Runtime for CPython {
                 start_line: 0,
             },
         })
+    }
+
+    fn walks_warning(&self) -> Option<String> {
+        self.code.counts().warning("Python")
     }
 
     fn with_unreadable_dwarf(&self) -> Option<&'static str> {

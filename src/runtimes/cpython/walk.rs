@@ -22,11 +22,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use super::layout::{line_at, CodeType, EntryMark, FrameChain, PythonLayout};
 use crate::capture::vmctx::Memory;
 use crate::runtimes::interpreted::{
-    CodeId, CodeKey, CodeNames, Frame, LineBudget, LoopCheck, RawStr,
+    CodeId, CodeKey, CodeNames, Frame, LineBudget, LoopCheck, RawStr, WalkCounts, MAX_STEPS,
 };
-
-/// Python frames followed at most in one walk.
-pub const MAX_STEPS: usize = 4096;
 
 /// A CPython module's layout and the names of the code objects its walks met.
 pub struct PythonCode {
@@ -34,6 +31,7 @@ pub struct PythonCode {
     names: CodeNames,
     /// The type of code objects, once a walk told it by its name (see [`CodeType::Named`]).
     code_type: AtomicU32,
+    counts: WalkCounts,
 }
 
 impl PythonCode {
@@ -42,6 +40,7 @@ impl PythonCode {
             layout,
             names: CodeNames::new(),
             code_type: AtomicU32::new(0),
+            counts: WalkCounts::default(),
         }
     }
 
@@ -51,47 +50,55 @@ impl PythonCode {
 
     /// Writes the Python stack of `memory`'s interpreter into `out`, innermost first (see
     /// [`Frame::pack`]), as much as fits; how many were written, 0 without a Python stack
-    /// (none running, or a chain that does not check out). Async-signal-safe.
+    /// (none running, or a chain that does not check out, which [`Self::counts`] counts).
+    /// Async-signal-safe.
     pub fn walk(&self, memory: &impl Memory, out: &mut [usize]) -> usize {
+        self.counts.count(self.walk_chain(memory, out))
+    }
+
+    /// How the walks went.
+    pub fn counts(&self) -> &WalkCounts {
+        &self.counts
+    }
+
+    /// [`Self::walk`]'s words, `None` for a chain that does not check out.
+    fn walk_chain(&self, memory: &impl Memory, out: &mut [usize]) -> Option<usize> {
         let l = &self.layout;
-        let tstate = (|| {
-            let interpreter =
-                memory.u32_at(u64::from(l.runtime) + u64::from(l.main_interpreter))?;
-            memory.u32_at(u64::from(interpreter) + u64::from(l.threads_head))
-        })();
-        let Some(tstate) = tstate.filter(|&t| t != 0) else {
-            return 0;
-        };
+        let field =
+            |address: u32, offset: u32| memory.u32_at(u64::from(address) + u64::from(offset));
+        // No interpreter or no thread yet (starting up): no stack, and nothing wrong.
+        let interpreter = field(l.runtime, l.main_interpreter)?;
+        if interpreter == 0 {
+            return Some(0);
+        }
+        let tstate = field(interpreter, l.threads_head)?;
+        if tstate == 0 {
+            return Some(0);
+        }
         let walk = Walk {
             code: self,
             memory,
             lines: LineBudget::default(),
         };
         match l.chain {
-            FrameChain::Direct { current_frame } => memory
-                .u32_at(u64::from(tstate) + u64::from(current_frame))
-                .and_then(|frame| walk.frames(frame, None, out))
-                .unwrap_or(0),
+            FrameChain::Direct { current_frame } => {
+                walk.frames(field(tstate, current_frame)?, None, out)
+            }
             FrameChain::CFrames {
                 cframe, previous, ..
             } => {
-                let Some(mut cf) = memory.u32_at(u64::from(tstate) + u64::from(cframe)) else {
-                    return 0;
-                };
+                let mut cf = field(tstate, cframe)?;
                 // The innermost activation, else the one that called it.
                 for _ in 0..2 {
                     if cf == 0 {
-                        break;
+                        return Some(0);
                     }
                     if let Some(written) = walk.activation_frames(cf, out) {
-                        return written;
+                        return Some(written);
                     }
-                    match memory.u32_at(u64::from(cf) + u64::from(previous)) {
-                        Some(outer) => cf = outer,
-                        None => break,
-                    }
+                    cf = field(cf, previous)?;
                 }
-                0
+                None
             }
         }
     }

@@ -160,6 +160,10 @@ fn interpreter_loop(wasm: &[u8], l: &QuickJsLayout) -> Result<u32, String> {
 }
 
 impl Runtime for QuickJs {
+    fn walks_warning(&self) -> Option<String> {
+        self.code.counts().warning("JavaScript")
+    }
+
     unsafe fn walk(
         &self,
         instance: &InstanceView,

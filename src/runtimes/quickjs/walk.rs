@@ -15,15 +15,15 @@
 
 use super::layouts::QuickJsLayout;
 use crate::capture::vmctx::Memory;
-use crate::runtimes::interpreted::{CodeKey, CodeNames, Frame, LineBudget, LoopCheck, RawStr};
-
-/// JavaScript frames followed at most in one walk.
-pub const MAX_STEPS: usize = 4096;
+use crate::runtimes::interpreted::{
+    CodeKey, CodeNames, Frame, LineBudget, LoopCheck, RawStr, WalkCounts, MAX_STEPS,
+};
 
 /// A QuickJS build's layout and the names of the functions its walks met.
 pub struct JsCode {
     layout: &'static QuickJsLayout,
     names: CodeNames,
+    counts: WalkCounts,
 }
 
 impl JsCode {
@@ -31,6 +31,7 @@ impl JsCode {
         JsCode {
             layout,
             names: CodeNames::new(),
+            counts: WalkCounts::default(),
         }
     }
 
@@ -46,7 +47,7 @@ impl JsCode {
     /// first, each frame followed by [`Frame::Activation`] (QuickJS runs each call of a
     /// JavaScript function in a call of its interpreter loop), as much as fits; how many
     /// words were written, 0 without a JavaScript stack or with a chain that does not check
-    /// out. Async-signal-safe.
+    /// out (which [`Self::counts`] counts). Async-signal-safe.
     pub fn walk(&self, memory: &impl Memory, rt: u32, out: &mut [usize]) -> usize {
         let walk = Walk {
             code: self,
@@ -54,7 +55,12 @@ impl JsCode {
             rt,
             lines: LineBudget::default(),
         };
-        walk.frames(out).unwrap_or(0)
+        self.counts.count(walk.frames(out))
+    }
+
+    /// How the walks went.
+    pub fn counts(&self) -> &WalkCounts {
+        &self.counts
     }
 }
 
