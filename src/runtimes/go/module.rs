@@ -74,7 +74,7 @@ impl GoModule {
     /// module whose table cannot be read (then its `name` section names its functions).
     pub fn read(wasm: &[u8]) -> Option<Self> {
         let module = Module::read(wasm)?;
-        let table = Pclntab::find(module.data_image(), module.go_minor)?;
+        let table = Pclntab::find(module.data_image()?, module.go_minor)?;
         let defined = module.function_types.len();
         let mut functions = vec![None; defined];
         for entry in table.functions() {
@@ -234,20 +234,29 @@ impl<'a> Module<'a> {
 
     /// Memory 0 as the data segments leave it: Go's linker splits its data wherever eight or
     /// more zero bytes run, so no table is whole in one segment.
-    fn data_image(&self) -> Vec<u8> {
+    /// The memory the data segments lay out; `None` past [`MAX_DATA_IMAGE`].
+    fn data_image(&self) -> Option<Vec<u8>> {
         let end = self
             .segments
             .iter()
             .map(|(at, bytes)| at + bytes.len())
             .max()
             .unwrap_or(0);
+        if end > MAX_DATA_IMAGE {
+            return None;
+        }
         let mut image = vec![0; end];
         for &(at, bytes) in &self.segments {
             image[at..at + bytes.len()].copy_from_slice(bytes);
         }
-        image
+        Some(image)
     }
 }
+
+/// Bytes of data-segment memory read at most, from address 0: Go's linker lays its data out from
+/// 4 KiB on, a few tens of MiB for large programs; a module with a segment at 4 GiB would
+/// otherwise have the table searched through 4 GiB of zeros.
+const MAX_DATA_IMAGE: usize = 512 << 20;
 
 /// The `x` of Go 1.x in a `producers` section (`language: Go go1.27.3`).
 fn go_release(producers: wasmparser::ProducersSectionReader<'_>) -> Option<u32> {
@@ -281,6 +290,36 @@ mod tests {
                 .filter_map(|(i, f)| Some((first + i as u32, f?.clone())))
                 .collect(),
         )
+    }
+
+    /// A module that says Go built it, with the table's magic number in a data segment at
+    /// 3.75 GiB: not read (the image of its memory would be searched through 3.75 GiB).
+    #[test]
+    fn a_data_segment_far_out_is_not_searched() {
+        use wasm_encoder::{ConstExpr, CustomSection, DataSection, MemorySection, MemoryType};
+        let mut module = wasm_encoder::Module::new();
+        let mut memories = MemorySection::new();
+        memories.memory(MemoryType {
+            minimum: 65536,
+            maximum: None,
+            memory64: false,
+            shared: false,
+            page_size_log2: None,
+        });
+        module.section(&memories);
+        let mut data = DataSection::new();
+        let header = [0xf1, 0xff, 0xff, 0xff, 0, 0, 1, 8];
+        data.active(0, &ConstExpr::i32_const(0xf000_0000u32 as i32), header);
+        module.section(&data);
+        module.section(&CustomSection {
+            name: BUILD_ID_SECTION.into(),
+            data: b"id".as_slice().into(),
+        });
+        let wasm = module.finish();
+        let module = Module::read(&wasm).unwrap();
+        assert_eq!(module.segments.len(), 1);
+        assert!(module.data_image().is_none());
+        assert!(GoModule::read(&wasm).is_none());
     }
 
     /// `tests/fixtures/go/alloc.go` built by Go 1.27 (`alloc.wasm`) and by Go 1.21
