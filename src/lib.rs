@@ -24,6 +24,8 @@ pub mod clock;
 pub mod diff;
 pub mod dump;
 pub mod export;
+#[doc(hidden)]
+pub mod internals;
 pub mod live_view;
 pub mod memory;
 pub mod opcodes;

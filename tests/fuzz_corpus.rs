@@ -1,7 +1,10 @@
-//! The fuzz targets' corpora (`fuzz/corpus/{pprof,speedscope,folded,cpuprofile}`: seeds, and the inputs
-//! `cargo fuzz` found that reach new code) replayed on stable Rust: reading any of them, as
-//! `report` and `convert` do, never panics.
+//! The fuzz targets' corpora (`fuzz/corpus/*`: seeds, and the inputs `cargo fuzz` found that
+//! reach new code) replayed on stable Rust: reading any of them, as `report` and `convert` do,
+//! never panics; nor do the readers of what a guest supplies (a Go symbol table, CPython's
+//! `_Py_DebugOffsets` and the memory its stack is walked in, DWARF structure layouts).
 
+#[path = "common/guest_readers.rs"]
+mod guest_readers;
 #[path = "common/read_any.rs"]
 mod read_any;
 
@@ -52,5 +55,26 @@ fn folded_corpus_reads_without_panic() {
 fn cpuprofile_corpus_reads_without_panic() {
     for input in corpus("cpuprofile") {
         read_and_use(&input);
+    }
+}
+
+#[test]
+fn go_module_corpus_reads_without_panic() {
+    for input in corpus("go_module") {
+        guest_readers::go_module(&input);
+    }
+}
+
+#[test]
+fn python_offsets_corpus_walks_without_panic() {
+    for input in corpus("python_offsets") {
+        guest_readers::python_offsets(&input);
+    }
+}
+
+#[test]
+fn dwarf_layout_corpus_reads_without_panic() {
+    for input in corpus("dwarf_layout") {
+        guest_readers::dwarf_layout(&input);
     }
 }

@@ -6,13 +6,15 @@ use std::sync::Arc;
 use wasmparser::{Parser, Payload};
 use wasmspy::resolve::symbolize::{ModuleBytes, ModuleSymbolizer};
 
-/// Overwrites bytes of `module`'s `.debug_*` sections as `patch` says, then symbolizes one in
-/// every [`ADDRESS_STEP`] code offsets of the module (every function, most lines: a fuzzer wants
-/// many runs a second). `patch` is a list of 5-byte records: which section (modulo their
-/// number), a little-endian 24-bit position (modulo its size) and the byte to write there.
+/// Code offsets symbolized: one in this many (every function, most lines: a fuzzer wants many
+/// runs a second).
 pub const ADDRESS_STEP: usize = 7;
 
-pub fn symbolize_corrupted(module: &[u8], patch: &[u8]) {
+/// `module` with bytes of its `.debug_*` sections overwritten as `patch` says, and its code
+/// section's range; `None` for a module without DWARF. `patch` is a list of 5-byte records:
+/// which section (modulo their number), a little-endian 24-bit position (modulo its size) and
+/// the byte to write there.
+pub fn corrupted(module: &[u8], patch: &[u8]) -> Option<(Vec<u8>, std::ops::Range<usize>)> {
     let mut wasm = module.to_vec();
     let mut sections = Vec::new();
     let mut code = 0..0;
@@ -28,13 +30,21 @@ pub fn symbolize_corrupted(module: &[u8], patch: &[u8]) {
         }
     }
     if sections.is_empty() {
-        return;
+        return None;
     }
     for record in patch.chunks_exact(5) {
         let section = &sections[record[0] as usize % sections.len()];
         let at = u32::from_le_bytes([record[1], record[2], record[3], 0]) as usize % section.len();
         wasm[section.start + at] = record[4];
     }
+    Some((wasm, code))
+}
+
+/// Symbolizes one in every [`ADDRESS_STEP`] code offsets of `module` [`corrupted`] by `patch`.
+pub fn symbolize_corrupted(module: &[u8], patch: &[u8]) {
+    let Some((wasm, code)) = corrupted(module, patch) else {
+        return;
+    };
     let wasm: Arc<[u8]> = wasm.into();
     let mut symbolizer = ModuleSymbolizer::new("fuzz.wasm", ModuleBytes::whole(wasm), true)
         .expect("the module parses");
