@@ -13,6 +13,13 @@
 //!    request costs, sampling aside), at its default 100 Hz and at 1 kHz; the medians of the per-round
 //!    ratios of requests per second to `wasmtime serve`'s, for a tiny handler (`/hello`) and
 //!    a busy one (`/spin?rounds=1`, about 1.3 ms).
+//!
+//! `-- --soak S` instead: `wasmspy serve` (default rate, its live endpoint on) under steady load
+//! for S seconds, `/hello` and `/spin?rounds=1` in turn on each connection (a store and labels
+//! made and dropped per request): every 10 s the server's resident memory (RSS), the requests
+//! answered and a 1 s profile from the live endpoint; at the end the drift of RSS after the
+//! first minute (its warm-up), requests that failed, and samples whose labels name the other
+//! handler (a `/hello` sample with `/spin`'s `hot_handler` or `cold_handler` on its stack).
 
 #[path = "../tests/common/child.rs"]
 #[allow(dead_code)] // the benchmark reads the CPU time alone
@@ -34,6 +41,10 @@ fn main() {
     let seconds: f64 = option("--seconds", 5.0);
     let component = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rust/http.wasm");
     let wasmspy = Path::new(env!("CARGO_BIN_EXE_wasmspy"));
+    let soak_seconds: u64 = option("--soak", 0);
+    if soak_seconds > 0 {
+        return soak(wasmspy, &component, Duration::from_secs(soak_seconds));
+    }
 
     println!("## Coverage: 100 requests, 4 at a time, /spin?rounds=20");
     coverage(wasmspy, &component);
@@ -221,5 +232,136 @@ fn coverage(wasmspy: &Path, component: &Path) {
         "samples under a request's label: {:.1} % of the profile's CPU; {} requests labeled",
         100.0 * labeled as f64 / 1e9 / cpu,
         requests.len()
+    );
+}
+
+/// The resident memory of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// See the module's documentation: `-- --soak S`.
+fn soak(wasmspy: &Path, component: &Path, duration: Duration) {
+    let live = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let live_addr = live.local_addr().unwrap();
+    drop(live);
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("soak.pb.gz");
+    let profile_arg = profile.display().to_string();
+    let live_arg = live_addr.to_string();
+    let server = Server::wasmspy(
+        wasmspy,
+        component,
+        &["--pprof-addr", &live_arg, "-o", &profile_arg],
+    );
+    let (answered, failed) = (AtomicU64::new(0), AtomicU64::new(0));
+    let stop = AtomicBool::new(false);
+    let warm_up = Duration::from_secs(60).min(duration / 4);
+    println!(
+        "## Soak: wasmspy serve, {CONNECTIONS} connections, {} s",
+        duration.as_secs()
+    );
+    println!("| s | requests | req/s | RSS MiB | live 1 s profile |");
+    println!("|---|---|---|---|---|");
+    let mut curve: Vec<(Duration, u64)> = Vec::new();
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..CONNECTIONS {
+            s.spawn(|| {
+                let agent = ureq::AgentBuilder::new().max_idle_connections(1).build();
+                for path in ["/hello", "/spin?rounds=1"].iter().cycle() {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let url = format!("{}{path}", server.base);
+                    match agent.get(&url).call() {
+                        Ok(response) => {
+                            let mut body = Vec::new();
+                            let read = response.into_reader().read_to_end(&mut body);
+                            match read {
+                                Ok(_) if !body.is_empty() => {
+                                    answered.fetch_add(1, Ordering::Relaxed)
+                                }
+                                _ => failed.fetch_add(1, Ordering::Relaxed),
+                            };
+                        }
+                        Err(_) => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+        }
+        let live_agent = ureq::AgentBuilder::new()
+            .timeout(Duration::from_secs(30))
+            .build();
+        let mut last = (Duration::ZERO, 0);
+        while start.elapsed() < duration {
+            std::thread::sleep(
+                Duration::from_secs(10).min(duration.saturating_sub(start.elapsed())),
+            );
+            let url = format!("http://{live_addr}/debug/pprof/profile?seconds=1");
+            let live_ok = live_agent
+                .get(&url)
+                .call()
+                .ok()
+                .and_then(|r| {
+                    let mut body = Vec::new();
+                    r.into_reader().read_to_end(&mut body).ok()?;
+                    Some(body.len())
+                })
+                .filter(|&n| n > 0);
+            let (now, done) = (start.elapsed(), answered.load(Ordering::Relaxed));
+            let rss = rss_kib(server.child.id());
+            curve.push((now, rss));
+            let rate = (done - last.1) as f64 / (now - last.0).as_secs_f64();
+            last = (now, done);
+            println!(
+                "| {:.0} | {done} | {rate:.0} | {:.1} | {} |",
+                now.as_secs_f64(),
+                rss as f64 / 1024.0,
+                live_ok.map_or("FAILED".to_string(), |n| format!("{n} bytes"))
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let after_warm_up: Vec<u64> = curve
+        .iter()
+        .filter(|(t, _)| *t >= warm_up)
+        .map(|&(_, rss)| rss)
+        .collect();
+    let base = after_warm_up.first().copied().unwrap_or(0);
+    let drift = after_warm_up.iter().max().copied().unwrap_or(0) as i64 - base as i64;
+    // Ctrl-C, which writes the profile.
+    drop(server);
+    let bytes = std::fs::read(&profile).expect("the server's profile");
+    let p = wasmspy::export::pprof::read(&bytes).unwrap();
+    let mut mislabeled = 0;
+    let mut labeled = 0;
+    for sample in &p.samples {
+        let Some((_, path)) = sample.labels.iter().find(|(k, _)| k == "path") else {
+            continue;
+        };
+        labeled += 1;
+        let spins = p.stacks[sample.stack].iter().any(|&f| {
+            let name = p.frame_name(f);
+            name.contains("hot_handler") || name.contains("cold_handler")
+        });
+        if spins && path == "/hello" {
+            mislabeled += 1;
+        }
+    }
+    println!(
+        "\nrequests answered {}, failed {}; RSS after the warm-up ({} s) {:.1} MiB, largest drift {:+.1} MiB; samples with a path label {labeled}, naming the other handler {mislabeled}",
+        answered.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed),
+        warm_up.as_secs(),
+        base as f64 / 1024.0,
+        drift as f64 / 1024.0
     );
 }
