@@ -8,6 +8,8 @@
 
 use libfuzzer_sys::fuzz_target;
 
+// Each target uses one of the shared harnesses.
+#[allow(dead_code)]
 #[path = "../../tests/common/guest_readers.rs"]
 mod guest_readers;
 
