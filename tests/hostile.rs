@@ -40,85 +40,6 @@ const NAMES: u32 = ARENA + 4608;
 const LINES: u32 = ARENA + 5376;
 const FRAME_COUNT: u32 = 8;
 
-/// CPython 3.13's `_Py_DebugOffsets` groups, in order, as `Include/internal/
-/// pycore_debug_offsets.h` lists them (what `src/runtimes/cpython/debug_offsets.rs` reads).
-const GROUPS_313: &[(&str, &[&str])] = &[
-    (
-        "runtime_state",
-        &["size", "finalizing", "interpreters_head"],
-    ),
-    (
-        "interpreter_state",
-        &[
-            "size",
-            "id",
-            "next",
-            "threads_head",
-            "gc",
-            "imports_modules",
-            "sysdict",
-            "builtins",
-            "ceval_gil",
-            "gil_runtime_state",
-            "gil_runtime_state_enabled",
-            "gil_runtime_state_locked",
-            "gil_runtime_state_holder",
-        ],
-    ),
-    (
-        "thread_state",
-        &[
-            "size",
-            "prev",
-            "next",
-            "interp",
-            "current_frame",
-            "thread_id",
-            "native_thread_id",
-            "datastack_chunk",
-            "status",
-        ],
-    ),
-    (
-        "interpreter_frame",
-        &[
-            "size",
-            "previous",
-            "executable",
-            "instr_ptr",
-            "localsplus",
-            "owner",
-        ],
-    ),
-    (
-        "code_object",
-        &[
-            "size",
-            "filename",
-            "name",
-            "qualname",
-            "linetable",
-            "firstlineno",
-            "argcount",
-            "localsplusnames",
-            "localspluskinds",
-            "co_code_adaptive",
-        ],
-    ),
-    ("pyobject", &["size", "ob_type"]),
-    ("type_object", &["size", "tp_name", "tp_repr", "tp_flags"]),
-    ("tuple_object", &["size", "ob_item", "ob_size"]),
-    ("list_object", &["size", "ob_item", "ob_size"]),
-    ("dict_object", &["size", "ma_keys", "ma_values"]),
-    ("float_object", &["size", "ob_fval"]),
-    ("long_object", &["size", "lv_tag", "ob_digit"]),
-    ("bytes_object", &["size", "ob_size", "ob_sval"]),
-    (
-        "unicode_object",
-        &["size", "state", "length", "asciiobject_size"],
-    ),
-];
-
 /// The members the walk reads, and where this guest puts them.
 const MEMBERS: &[(&str, u64)] = &[
     ("runtime_state.interpreters_head", (ARENA - RUNTIME) as u64),
@@ -143,20 +64,9 @@ const MEMBERS: &[(&str, u64)] = &[
     ("unicode_object.asciiobject_size", 20),
 ];
 
-/// `_Py_DebugOffsets` of CPython 3.13.0 with [`MEMBERS`]' offsets (other members 0).
+/// `_Py_DebugOffsets` of CPython 3.13 with [`MEMBERS`]' offsets (other members 0).
 fn debug_offsets() -> Vec<u8> {
-    let mut words = vec![
-        u64::from_le_bytes(*b"xdebugpy"),
-        0x030d_00f0, // PY_VERSION_HEX of 3.13.0
-        0,           // not free-threaded
-    ];
-    for (group, members) in GROUPS_313 {
-        for member in *members {
-            let name = format!("{group}.{member}");
-            words.push(MEMBERS.iter().find(|(m, _)| *m == name).map_or(0, |m| m.1));
-        }
-    }
-    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    wasmspy::internals::python_debug_offsets(13, MEMBERS).unwrap()
 }
 
 /// The arena as the interpreter would have it: thread state → eight frames (the last an entry

@@ -202,12 +202,29 @@ impl<'a, M: Memory> Bytes<'a, M> {
             filled: 0,
         }
     }
-}
 
-impl<M: Memory> Bytes<'_, M> {
     /// Bytes read from memory so far (whole chunks).
     fn fetched(&self) -> u32 {
         u32::try_from(self.next - self.start).unwrap_or(u32::MAX)
+    }
+}
+
+impl<M: Memory> Iterator for Bytes<'_, M> {
+    type Item = u8;
+
+    fn next(&mut self) -> Option<u8> {
+        if self.at == self.filled {
+            let n = (self.left as usize).min(self.buffer.len());
+            if n == 0 {
+                return None;
+            }
+            self.memory.read(self.next, &mut self.buffer[..n])?;
+            self.next += n as u64;
+            self.left -= n as u32;
+            (self.at, self.filled) = (0, n);
+        }
+        self.at += 1;
+        Some(self.buffer[self.at - 1])
     }
 }
 
@@ -316,25 +333,6 @@ impl LoopCheck {
             (self.remembered, self.power, self.steps) = (link, self.power * 2, 0);
         }
         false
-    }
-}
-
-impl<M: Memory> Iterator for Bytes<'_, M> {
-    type Item = u8;
-
-    fn next(&mut self) -> Option<u8> {
-        if self.at == self.filled {
-            let n = (self.left as usize).min(self.buffer.len());
-            if n == 0 {
-                return None;
-            }
-            self.memory.read(self.next, &mut self.buffer[..n])?;
-            self.next += n as u64;
-            self.left -= n as u32;
-            (self.at, self.filled) = (0, n);
-        }
-        self.at += 1;
-        Some(self.buffer[self.at - 1])
     }
 }
 
@@ -548,6 +546,32 @@ pub mod image {
         pub fn put(&mut self, address: u32, value: u32) {
             let a = address as usize;
             self.0[a..a + 4].copy_from_slice(&value.to_le_bytes());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LoopCheck;
+
+    /// A chain of distinct links never loops, however long; one that comes back to any link
+    /// of its own is caught within a few rounds of its cycle.
+    #[test]
+    fn loops_are_caught_and_only_loops() {
+        let mut check = LoopCheck::default();
+        assert!((1..=100_000).all(|link| !check.looped(link)));
+        for (start, cycle) in [(0u32, 1u32), (3, 2), (10, 7), (1000, 300)] {
+            let mut check = LoopCheck::default();
+            // Links 1..=start, then round the cycle start+1..=start+cycle for ever.
+            let link = |i: u32| {
+                if i < start {
+                    i + 1
+                } else {
+                    start + 1 + (i - start) % cycle
+                }
+            };
+            let caught = (0..).find(|&i| check.looped(link(i))).unwrap();
+            assert!(caught <= 2 * (start + cycle) + 2, "caught at step {caught}");
         }
     }
 }

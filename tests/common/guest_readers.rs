@@ -66,15 +66,7 @@ fn module(table: &[u8]) -> Vec<u8> {
         functions.function(0);
     }
     module.section(&functions);
-    let mut memory = MemorySection::new();
-    memory.memory(MemoryType {
-        minimum: 2,
-        maximum: None,
-        memory64: false,
-        shared: false,
-        page_size_log2: None,
-    });
-    module.section(&memory);
+    module.section(&memory_section(2));
     let mut code = CodeSection::new();
     for i in 0..FUNCTIONS {
         let mut body = Function::new([]);
@@ -144,15 +136,7 @@ pub fn python_offsets(data: &[u8]) {
 /// A module whose memory is `image` (one active data segment at address 0).
 fn memory_module(image: &[u8]) -> Vec<u8> {
     let mut module = Module::new();
-    let mut memories = MemorySection::new();
-    memories.memory(MemoryType {
-        minimum: 1,
-        maximum: None,
-        memory64: false,
-        shared: false,
-        page_size_log2: None,
-    });
-    module.section(&memories);
+    module.section(&memory_section(1));
     let mut data = DataSection::new();
     data.active(0, &ConstExpr::i32_const(0), image.iter().copied());
     module.section(&data);
@@ -189,4 +173,17 @@ pub fn dwarf_layout(patch: &[u8]) {
     let _ = dwarf_layout::parameter_offsets(&wasm, "main");
     let _ = PythonLayout::read(&wasm);
     let _ = eval_loop(&wasm);
+}
+
+/// One 32-bit memory of `pages` pages at least.
+fn memory_section(pages: u64) -> MemorySection {
+    let mut memories = MemorySection::new();
+    memories.memory(MemoryType {
+        minimum: pages,
+        maximum: None,
+        memory64: false,
+        shared: false,
+        page_size_log2: None,
+    });
+    memories
 }

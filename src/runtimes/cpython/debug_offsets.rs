@@ -258,6 +258,23 @@ fn position(groups: &[Group], group: &str, member: &str) -> Option<usize> {
     None
 }
 
+/// `_Py_DebugOffsets` of CPython 3.`minor` as [`layout`] reads it: the cookie, the version,
+/// not free-threaded, then each group's members, `members`' values where they name one
+/// (`group.member`), 0 elsewhere; `None` for a version this reader does not know. For tests
+/// whose guests look like CPython (`tests/hostile.rs`).
+pub fn encode(minor: u64, members: &[(&str, u64)]) -> Option<Vec<u8>> {
+    let mut words = vec![u64::from_le_bytes(*COOKIE), 0x0300_00f0 | minor << 16, 0];
+    for &(group, names) in groups(minor)? {
+        for name in names {
+            let value = members
+                .iter()
+                .find(|(m, _)| m.split_once('.') == Some((group, name)));
+            words.push(value.map_or(0, |&(_, v)| v));
+        }
+    }
+    Some(words.iter().flat_map(|w| w.to_le_bytes()).collect())
+}
+
 /// Where `_PyRuntime` is in a module's memory, and its `_Py_DebugOffsets`' bytes (as many as
 /// its data segment holds): from the first active data segment of memory 0, at a constant
 /// address, that holds the cookie.
@@ -338,6 +355,27 @@ pub fn layout(runtime: u32, offsets: &[u8]) -> Result<PythonLayout, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What [`encode`] writes, [`layout`] reads back, for every version it knows.
+    #[test]
+    fn encoded_offsets_read_back() {
+        let members = [
+            ("runtime_state.interpreters_head", 40),
+            ("interpreter_frame.previous", 4),
+            ("code_object.co_code_adaptive", 64),
+            ("unicode_object.asciiobject_size", 20),
+        ];
+        for minor in 13..=15 {
+            let l = layout(1024, &encode(minor, &members).unwrap()).unwrap();
+            assert_eq!(l.runtime, 1024);
+            assert_eq!(l.main_interpreter, 40);
+            assert_eq!(l.frame_previous, 4);
+            assert_eq!(l.code_bytecode, 64);
+            assert_eq!(l.str_ascii_data, 20);
+            assert_eq!(l.frame_code, 0);
+        }
+        assert!(encode(12, &members).is_none());
+    }
 
     /// Where members are in `_Py_DebugOffsets` of real builds, as their bytes show them (each
     /// group's `size` and members checked against the structures: 3.13.2 of Pyodide 0.29.5,

@@ -3,7 +3,7 @@
 //! CPython's C frames (py-spy's view), or each activation of the eval loop replaced by the
 //! Python frames it runs (`--native`, py-spy's `--native`).
 
-mod debug_offsets;
+pub(crate) mod debug_offsets;
 pub mod layout;
 pub(crate) mod walk;
 

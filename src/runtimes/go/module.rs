@@ -233,8 +233,8 @@ impl<'a> Module<'a> {
     }
 
     /// Memory 0 as the data segments leave it: Go's linker splits its data wherever eight or
-    /// more zero bytes run, so no table is whole in one segment.
-    /// The memory the data segments lay out; `None` past [`MAX_DATA_IMAGE`].
+    /// more zero bytes run, so no table is whole in one segment. `None` past
+    /// [`MAX_DATA_IMAGE`].
     fn data_image(&self) -> Option<Vec<u8>> {
         let end = self
             .segments
