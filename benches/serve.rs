@@ -14,12 +14,14 @@
 //!    ratios of requests per second to `wasmtime serve`'s, for a tiny handler (`/hello`) and
 //!    a busy one (`/spin?rounds=1`, about 1.3 ms).
 //!
-//! `-- --soak S` instead: `wasmspy serve` (default rate, its live endpoint on) under steady load
-//! for S seconds, `/hello` and `/spin?rounds=1` in turn on each connection (a store and labels
-//! made and dropped per request): every 10 s the server's resident memory (RSS), the requests
-//! answered and a 1 s profile from the live endpoint; at the end the drift of RSS after the
-//! first minute (its warm-up), requests that failed, and samples whose labels name the other
-//! handler (a `/hello` sample with `/spin`'s `hot_handler` or `cold_handler` on its stack).
+//! `-- --soak S` instead: `wasmspy serve` (default rate, its live endpoint on) and, beside it,
+//! `wasmtime serve`, each under steady load for S seconds, `/hello` and `/spin?rounds=1` in
+//! turn on each connection (a store and labels made and dropped per request; `--no-baseline`
+//! leaves `wasmtime serve` out, for more requests): every 10 s each server's resident memory
+//! (RSS) and requests answered, and a 1 s profile from the live endpoint; at the end the drift
+//! of each server's RSS after the first minute (its warm-up), requests that failed, and samples
+//! whose labels name the other handler (a `/hello` sample with `/spin`'s `hot_handler` or
+//! `cold_handler` on its stack).
 
 #[path = "../tests/common/child.rs"]
 #[allow(dead_code)] // the benchmark reads the CPU time alone
@@ -245,8 +247,41 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap()
 }
 
+/// Requests answered and failed by one server in the soak.
+#[derive(Default)]
+struct Tally {
+    answered: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// One keep-alive connection's steady load on `base` until `stop`: `/hello` and
+/// `/spin?rounds=1` in turn.
+fn steady_load(base: &str, stop: &AtomicBool, tally: &Tally) {
+    let agent = ureq::AgentBuilder::new().max_idle_connections(1).build();
+    for path in ["/hello", "/spin?rounds=1"].iter().cycle() {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let answered = agent
+            .get(&format!("{base}{path}"))
+            .call()
+            .ok()
+            .and_then(|r| {
+                let mut body = Vec::new();
+                r.into_reader().read_to_end(&mut body).ok()?;
+                Some(!body.is_empty())
+            });
+        let counter = match answered {
+            Some(true) => &tally.answered,
+            _ => &tally.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// See the module's documentation: `-- --soak S`.
 fn soak(wasmspy: &Path, component: &Path, duration: Duration) {
+    let baseline = !std::env::args().any(|a| a == "--no-baseline");
     let live = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let live_addr = live.local_addr().unwrap();
     drop(live);
@@ -254,53 +289,36 @@ fn soak(wasmspy: &Path, component: &Path, duration: Duration) {
     let profile = dir.path().join("soak.pb.gz");
     let profile_arg = profile.display().to_string();
     let live_arg = live_addr.to_string();
-    let server = Server::wasmspy(
+    let mut servers = vec![Server::wasmspy(
         wasmspy,
         component,
         &["--pprof-addr", &live_arg, "-o", &profile_arg],
-    );
-    let (answered, failed) = (AtomicU64::new(0), AtomicU64::new(0));
+    )];
+    if baseline {
+        servers.push(Server::wasmtime(component));
+    }
+    let tallies: Vec<Tally> = servers.iter().map(|_| Tally::default()).collect();
     let stop = AtomicBool::new(false);
     let warm_up = Duration::from_secs(60).min(duration / 4);
     println!(
-        "## Soak: wasmspy serve, {CONNECTIONS} connections, {} s",
+        "## Soak: {CONNECTIONS} connections to each server, {} s",
         duration.as_secs()
     );
-    println!("| s | requests | req/s | RSS MiB | live 1 s profile |");
-    println!("|---|---|---|---|---|");
-    let mut curve: Vec<(Duration, u64)> = Vec::new();
+    println!("| s | wasmspy serve requests | req/s | RSS MiB | live 1 s profile | wasmtime serve requests | req/s | RSS MiB |");
+    println!("|---|---|---|---|---|---|---|---|");
+    // Each server's RSS, every 10 s.
+    let mut curve: Vec<(Duration, Vec<u64>)> = Vec::new();
     let start = Instant::now();
     std::thread::scope(|s| {
-        for _ in 0..CONNECTIONS {
-            s.spawn(|| {
-                let agent = ureq::AgentBuilder::new().max_idle_connections(1).build();
-                for path in ["/hello", "/spin?rounds=1"].iter().cycle() {
-                    if stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let url = format!("{}{path}", server.base);
-                    match agent.get(&url).call() {
-                        Ok(response) => {
-                            let mut body = Vec::new();
-                            let read = response.into_reader().read_to_end(&mut body);
-                            match read {
-                                Ok(_) if !body.is_empty() => {
-                                    answered.fetch_add(1, Ordering::Relaxed)
-                                }
-                                _ => failed.fetch_add(1, Ordering::Relaxed),
-                            };
-                        }
-                        Err(_) => {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-            });
+        for (server, tally) in servers.iter().zip(&tallies) {
+            for _ in 0..CONNECTIONS {
+                s.spawn(|| steady_load(&server.base, &stop, tally));
+            }
         }
         let live_agent = ureq::AgentBuilder::new()
             .timeout(Duration::from_secs(30))
             .build();
-        let mut last = (Duration::ZERO, 0);
+        let mut last = (Duration::ZERO, vec![0; servers.len()]);
         while start.elapsed() < duration {
             std::thread::sleep(
                 Duration::from_secs(10).min(duration.saturating_sub(start.elapsed())),
@@ -316,29 +334,53 @@ fn soak(wasmspy: &Path, component: &Path, duration: Duration) {
                     Some(body.len())
                 })
                 .filter(|&n| n > 0);
-            let (now, done) = (start.elapsed(), answered.load(Ordering::Relaxed));
-            let rss = rss_kib(server.child.id());
+            let now = start.elapsed();
+            let done: Vec<u64> = tallies
+                .iter()
+                .map(|t| t.answered.load(Ordering::Relaxed))
+                .collect();
+            let rss: Vec<u64> = servers.iter().map(|s| rss_kib(s.child.id())).collect();
+            let mut row = format!("| {:.0} ", now.as_secs_f64());
+            for (i, (&done, &rss)) in done.iter().zip(&rss).enumerate() {
+                let rate = (done - last.1[i]) as f64 / (now - last.0).as_secs_f64();
+                row += &format!("| {done} | {rate:.0} | {:.1} ", rss as f64 / 1024.0);
+                if i == 0 {
+                    row += &format!(
+                        "| {} ",
+                        live_ok.map_or("FAILED".to_string(), |n| format!("{n} bytes"))
+                    );
+                }
+            }
+            println!("{row}|");
             curve.push((now, rss));
-            let rate = (done - last.1) as f64 / (now - last.0).as_secs_f64();
             last = (now, done);
-            println!(
-                "| {:.0} | {done} | {rate:.0} | {:.1} | {} |",
-                now.as_secs_f64(),
-                rss as f64 / 1024.0,
-                live_ok.map_or("FAILED".to_string(), |n| format!("{n} bytes"))
-            );
         }
         stop.store(true, Ordering::Relaxed);
     });
-    let after_warm_up: Vec<u64> = curve
+    let after_warm_up: Vec<&Vec<u64>> = curve
         .iter()
         .filter(|(t, _)| *t >= warm_up)
-        .map(|&(_, rss)| rss)
+        .map(|(_, rss)| rss)
         .collect();
-    let base = after_warm_up.first().copied().unwrap_or(0);
-    let drift = after_warm_up.iter().max().copied().unwrap_or(0) as i64 - base as i64;
+    println!();
+    for (i, name) in ["wasmspy serve", "wasmtime serve"]
+        .iter()
+        .take(servers.len())
+        .enumerate()
+    {
+        let base = after_warm_up.first().map_or(0, |rss| rss[i]);
+        let largest = after_warm_up.iter().map(|rss| rss[i]).max().unwrap_or(0);
+        println!(
+            "{name}: requests answered {}, failed {}; RSS after the warm-up ({} s) {:.1} MiB, largest drift {:+.1} MiB",
+            tallies[i].answered.load(Ordering::Relaxed),
+            tallies[i].failed.load(Ordering::Relaxed),
+            warm_up.as_secs(),
+            base as f64 / 1024.0,
+            (largest as f64 - base as f64) / 1024.0
+        );
+    }
     // Ctrl-C, which writes the profile.
-    drop(server);
+    drop(servers);
     let bytes = std::fs::read(&profile).expect("the server's profile");
     let p = wasmspy::export::pprof::read(&bytes).unwrap();
     let mut mislabeled = 0;
@@ -357,11 +399,6 @@ fn soak(wasmspy: &Path, component: &Path, duration: Duration) {
         }
     }
     println!(
-        "\nrequests answered {}, failed {}; RSS after the warm-up ({} s) {:.1} MiB, largest drift {:+.1} MiB; samples with a path label {labeled}, naming the other handler {mislabeled}",
-        answered.load(Ordering::Relaxed),
-        failed.load(Ordering::Relaxed),
-        warm_up.as_secs(),
-        base as f64 / 1024.0,
-        drift as f64 / 1024.0
+        "wasmspy serve: samples with a path label {labeled}, naming the other handler {mislabeled}"
     );
 }

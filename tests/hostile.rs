@@ -16,8 +16,11 @@ mod common;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use common::{stderr, wasmspy, wasmtime_cli, Decoded};
+use wasmspy::capture::SamplerKind;
+use wasmspy::{Profiler, ProfilerOptions};
 
 /// Where `_PyRuntime` (its `_Py_DebugOffsets` first) is.
 const RUNTIME: u32 = 1024;
@@ -116,10 +119,14 @@ fn arena() -> Vec<u8> {
     a
 }
 
+/// Bytes as a WAT string.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("\\{b:02x}")).collect()
+}
+
 /// The guest, in WAT: `$rewrite` picks an arena word and a value, `$heal` restores the arena,
 /// `_start` loops, prints `checksum XXXXXXXX` and exits with 3.
 fn guest() -> String {
-    let hex = |bytes: &[u8]| -> String { bytes.iter().map(|b| format!("\\{b:02x}")).collect() };
     let arena_words = ARENA_BYTES / 4;
     format!(
         r#"(module
@@ -208,14 +215,24 @@ fn run(command: &mut Command) -> Output {
     command.stdin(Stdio::null()).output().unwrap()
 }
 
-#[test]
-fn a_cpython_look_alike_rewriting_its_frames_cannot_hurt_the_host() {
+/// Runs `guest` (with `args`) under `wasmtime run`, then under `wasmspy record --rate 10000`
+/// with both samplers, with and without `--native`: the same output and exit code (3) each
+/// time, `warning` (what the walks read, e.g. "Python interpreter's frames") said once, and
+/// `check` given each profile's function names.
+fn sampled_like_wasmtime_run(
+    guest: &Path,
+    args: &[&str],
+    warning: &str,
+    check: impl Fn(&[&str], &str),
+) {
     let dir = tempfile::tempdir().unwrap();
-    let guest = write_guest(dir.path());
-    let plain = run(Command::new(wasmtime_cli()).arg("run").arg(&guest));
+    let plain = run(Command::new(wasmtime_cli())
+        .arg("run")
+        .arg(guest)
+        .args(args));
     assert_eq!(plain.status.code(), Some(3), "{}", stderr(&plain));
     let expected = String::from_utf8_lossy(&plain.stdout).to_string();
-    assert!(expected.starts_with("checksum "), "{expected}");
+    assert!(expected.contains("checksum "), "{expected}");
     for sampler in ["signal", "epoch"] {
         for native in [false, true] {
             let out = dir.path().join(format!("{sampler}-{native}.pb.gz"));
@@ -226,7 +243,7 @@ fn a_cpython_look_alike_rewriting_its_frames_cannot_hurt_the_host() {
             if native {
                 command.arg("--native");
             }
-            let result = run(command.arg("--").arg(&guest));
+            let result = run(command.arg("--").arg(guest).args(args));
             let err = stderr(&result);
             let what = format!("--sampler {sampler}, native {native}: {err}");
             assert_eq!(result.status.code(), Some(3), "{what}");
@@ -234,30 +251,206 @@ fn a_cpython_look_alike_rewriting_its_frames_cannot_hurt_the_host() {
             // The walks that found the state broken are counted, and said once.
             let said: Vec<&str> = err
                 .lines()
-                .filter(|l| l.contains("Python interpreter's frames unreadable"))
+                .filter(|l| l.contains(&format!("{warning} unreadable")))
                 .collect();
             assert_eq!(said.len(), 1, "{what}");
             eprintln!("{}", said[0]);
             let p = Decoded::load(&out);
             let names: Vec<&str> = p.0.function.iter().map(|f| p.str(f.name)).collect();
-            // Walks that found the state well-formed named its frames; the others kept
-            // the Wasm frames.
-            assert!(
-                names
-                    .iter()
-                    .any(|n| n.starts_with("frame_") && n.ends_with("(hostile.py)")),
-                "no Python frame: {names:?} ({what})"
-            );
-            assert!(
-                names
-                    .iter()
-                    .any(|n| n.contains("rewrite") || n.contains("heal") || n.contains("next")),
-                "no Wasm frame: {names:?} ({what})"
-            );
+            check(&names, &what);
             eprintln!(
                 "--sampler {sampler}, native {native}: {} samples, {names:?}",
                 p.total("samples")
             );
         }
+    }
+}
+
+#[test]
+fn a_cpython_look_alike_rewriting_its_frames_cannot_hurt_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let guest = write_guest(dir.path());
+    sampled_like_wasmtime_run(&guest, &[], "Python interpreter's frames", |names, what| {
+        // Walks that found the state well-formed named its frames; the others kept
+        // the Wasm frames.
+        assert!(
+            names
+                .iter()
+                .any(|n| n.starts_with("frame_") && n.ends_with("(hostile.py)")),
+            "no Python frame: {names:?} ({what})"
+        );
+        assert!(
+            names
+                .iter()
+                .any(|n| n.contains("rewrite") || n.contains("heal") || n.contains("next")),
+            "no Wasm frame: {names:?} ({what})"
+        );
+    });
+}
+
+/// A Go program (`tests/fixtures/go/hostile/`) whose two goroutines rewrite their callers'
+/// frames on Go's stack, their `g` (stack bounds, `m`, the scheduler's saved SP and PC) and
+/// their `m` (`g0`, `curg`) with random and adversarial values (PCs of any function, the
+/// last byte of memory and past it, the stack's own top and past it, `g` for everything), calling
+/// nothing while they lie and restoring the truth every eighth round, and grow the heap
+/// between lies.
+#[test]
+fn a_go_program_lying_about_its_stacks_cannot_hurt_the_host() {
+    let guest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/go/hostile.wasm");
+    sampled_like_wasmtime_run(&guest, &[], "Go's goroutine stacks", |names, what| {
+        // Walks of a stack told the truth reach main through the chain of `deep` calls.
+        for name in ["main.lie", "main.deep", "main.main"] {
+            assert!(names.contains(&name), "no {name}: {names:?} ({what})");
+        }
+    });
+}
+
+/// The look-alike's interpreter state, well-formed, and a `run(n)` that computes without
+/// touching it: for a walk whose memory another thread rewrites.
+fn quiet_guest() -> String {
+    format!(
+        r#"(module
+  (memory (export "memory") 1)
+  (data (i32.const {RUNTIME}) "{offsets}")
+  (data (i32.const {ARENA}) "{arena}")
+  (func $step (param $x i32) (result i32)
+    (i32.add (i32.mul (local.get $x) (i32.const 31)) (i32.const 7)))
+  (func (export "run") (param $n i32) (result i32) (local $acc i32)
+    (loop $l
+      (local.set $acc (call $step (local.get $acc)))
+      (local.tee $n (i32.sub (local.get $n) (i32.const 1)))
+      (br_if $l))
+    (local.get $acc)))"#,
+        offsets = hex(&debug_offsets()),
+        arena = hex(&arena()),
+    )
+}
+
+/// Rewrites words of the arena at `base` (the guest's memory, `size` bytes) with the values
+/// the WAT guest writes, from this thread while another runs the guest, restoring the arena
+/// every [`HEAL_EVERY`] rewrites, until `stop`. Atomic stores: the walks read while they
+/// write, as they would a guest's shared memory. Returns the rewrites.
+fn rewrite_from_another_thread(base: usize, size: u32, stop: &AtomicBool) -> u64 {
+    let pristine = arena();
+    let word = |address: u32| {
+        assert!(address.is_multiple_of(4) && address + 4 <= size);
+        // SAFETY: an aligned word inside the guest's memory, which outlives this thread
+        // (the store is dropped after it is joined) and does not grow (the guest never grows
+        // it). Its other writer is the guest, which never writes the arena.
+        unsafe { &*((base + address as usize) as *const AtomicU32) }
+    };
+    let arena_words = ARENA_BYTES / 4;
+    let mut seed = 0x2545f491u32;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        seed
+    };
+    let mut rewrites = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        if rewrites.is_multiple_of(u64::from(HEAL_EVERY)) {
+            for (i, chunk) in pristine.chunks_exact(4).enumerate() {
+                let value = u32::from_le_bytes(chunk.try_into().unwrap());
+                word(ARENA + 4 * i as u32).store(value, Ordering::Relaxed);
+            }
+        }
+        let at = ARENA + 4 * (next() % arena_words);
+        let value = match next() % 10 {
+            0 => next(),
+            1 => ARENA + 4 * (next() % arena_words),
+            2 => 0,
+            3 => size - 1,
+            4 => size - 4,
+            5 => size,
+            6 => u32::MAX,
+            7 => at,
+            8 => ARENA + next() % ARENA_BYTES,
+            _ => FRAMES + 32 * (next() % FRAME_COUNT),
+        };
+        word(at).store(value, Ordering::Relaxed);
+        rewrites += 1;
+    }
+    rewrites
+}
+
+/// Frames that change while they are read: the look-alike's state rewritten by another thread
+/// as the guest's thread is sampled (through the library, both samplers), each walk racing
+/// the writes. The guest computes what it computes unprofiled; walks that found the state
+/// well-formed named Python frames, the others kept their Wasm frames, counted in one warning.
+#[test]
+fn frames_rewritten_by_another_thread_during_the_walks() {
+    let wasm = wat::parse_str(quiet_guest()).unwrap();
+    let rounds = 60_000_000;
+    let expected = {
+        let engine = wasmtime::Engine::default();
+        let module = wasmtime::Module::new(&engine, &wasm).unwrap();
+        let mut store = wasmtime::Store::new(&engine, ());
+        let instance = wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
+        let run = instance
+            .get_typed_func::<i32, i32>(&mut store, "run")
+            .unwrap();
+        run.call(&mut store, rounds).unwrap()
+    };
+    for sampler in [SamplerKind::Signal, SamplerKind::Epoch] {
+        let options = ProfilerOptions {
+            sampler,
+            rate_hz: 10_000,
+            ..Default::default()
+        };
+        let mut config = wasmtime::Config::new();
+        Profiler::configure(&mut config, &options);
+        let engine = wasmtime::Engine::new(&config).unwrap();
+        let module = wasmtime::Module::new(&engine, &wasm).unwrap();
+        let mut profiler = Profiler::new(&engine, options).unwrap();
+        profiler
+            .add_module("hostile_python.wasm", &module, wasm.as_slice())
+            .unwrap();
+        let mut store = wasmtime::Store::new(&engine, ());
+        profiler.attach(&mut store).unwrap();
+        let instance = wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
+        profiler.attach_instance(&mut store, &instance).unwrap();
+        let memory = instance.get_memory(&mut store, "memory").unwrap();
+        let (base, size) = (
+            memory.data_ptr(&store) as usize,
+            memory.data_size(&store) as u32,
+        );
+        let run = instance
+            .get_typed_func::<i32, i32>(&mut store, "run")
+            .unwrap();
+        let stop = AtomicBool::new(false);
+        profiler.start().unwrap();
+        let (result, rewrites) = std::thread::scope(|s| {
+            let writer = s.spawn(|| rewrite_from_another_thread(base, size, &stop));
+            let result = run.call(&mut store, rounds).unwrap();
+            stop.store(true, Ordering::Relaxed);
+            (result, writer.join().unwrap())
+        });
+        let profile = profiler.stop();
+        let warnings = profiler.handle().take_warnings();
+        assert_eq!(result, expected, "{sampler:?}");
+        let names: Vec<&str> = profile.functions.iter().map(|f| f.name.as_str()).collect();
+        eprintln!(
+            "{sampler:?}: {rewrites} rewrites, {} samples, {names:?}, {warnings:?}",
+            profile.total(wasmspy::record::SAMPLES)
+        );
+        assert!(rewrites > 10_000, "{sampler:?}: {rewrites} rewrites");
+        assert!(
+            names
+                .iter()
+                .any(|n| n.starts_with("frame_") && n.ends_with("(hostile.py)")),
+            "{sampler:?}: no Python frame: {names:?}"
+        );
+        assert!(
+            names
+                .iter()
+                .any(|n| n.contains("step") || n.contains("run")),
+            "{sampler:?}: no Wasm frame: {names:?}"
+        );
+        let said = warnings
+            .iter()
+            .filter(|w| w.contains("Python interpreter's frames unreadable"))
+            .count();
+        assert_eq!(said, 1, "{sampler:?}: {warnings:?}");
     }
 }

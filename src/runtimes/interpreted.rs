@@ -10,7 +10,7 @@
 //! entry of its own.
 
 use std::cell::{Cell, UnsafeCell};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use wasmtime::WasmBacktrace;
 
@@ -228,45 +228,6 @@ impl<M: Memory> Iterator for Bytes<'_, M> {
     }
 }
 
-/// How an interpreter's walks went: how many there were, and how many found a frame chain that
-/// did not check out (a loop, a pointer outside memory, an object of the wrong type, a chain
-/// longer than the step limit): those samples keep their Wasm frames. A guest that corrupts
-/// its interpreter's memory, or writes it to mislead, shows here.
-#[derive(Default)]
-pub struct WalkCounts {
-    walks: AtomicU64,
-    unreadable: AtomicU64,
-    warned: AtomicBool,
-}
-
-impl WalkCounts {
-    /// Counts a walk (`None`: its chain did not check out) and passes its result on, 0 words
-    /// for none. Async-signal-safe.
-    pub fn count(&self, walked: Option<usize>) -> usize {
-        self.walks.fetch_add(1, Ordering::Relaxed);
-        if walked.is_none() {
-            self.unreadable.fetch_add(1, Ordering::Relaxed);
-        }
-        walked.unwrap_or(0)
-    }
-
-    /// The warning, once a run, where more than 1 % of the walks did not check out (one now
-    /// and then is an interpreter caught between two writes).
-    pub fn warning(&self, language: &str) -> Option<String> {
-        let (walks, unreadable) = (
-            self.walks.load(Ordering::Relaxed),
-            self.unreadable.load(Ordering::Relaxed),
-        );
-        if unreadable == 0 || unreadable * 100 < walks || self.warned.swap(true, Ordering::Relaxed)
-        {
-            return None;
-        }
-        Some(format!(
-            "{unreadable} of {walks} samples found the {language} interpreter's frames unreadable (a loop, a pointer outside memory, an object of the wrong type, or over {MAX_STEPS} frames): they show its Wasm frames"
-        ))
-    }
-}
-
 /// Frames one walk follows at most.
 pub const MAX_STEPS: usize = 4096;
 
@@ -372,40 +333,45 @@ impl Default for RawStr {
 
 impl RawStr {
     /// The string of `units` characters of `kind` bytes each (1: Latin-1, 2: UCS-2, 4:
-    /// UCS-4) at `data` in `memory`, as much of it as a `RawStr` holds; empty where it is not
-    /// all in memory.
-    pub fn read(memory: &impl Memory, data: u64, units: u32, kind: u32) -> RawStr {
+    /// UCS-4) at `data` in `memory`, as much of it as a `RawStr` holds; `None` where it is
+    /// not all in memory, or is no name: it holds a control character (NUL among them),
+    /// which no function or file name has, or, `ascii`, a byte over 127.
+    pub fn read(
+        memory: &impl Memory,
+        data: u64,
+        units: u32,
+        kind: u32,
+        ascii: bool,
+    ) -> Option<RawStr> {
         let mut raw = RawStr::default();
         if !matches!(kind, 1 | 2 | 4) {
-            return raw;
+            return None;
         }
         let bytes = units.saturating_mul(kind);
         let fits = RAW_STR_BYTES as u32 / kind * kind;
         let len = bytes.min(fits);
-        if memory.read(data, &mut raw.bytes[..len as usize]).is_some() {
-            raw.kind = kind as u8;
-            raw.len = len as u8;
-            raw.truncated = bytes > fits;
-        }
-        raw
+        memory.read(data, &mut raw.bytes[..len as usize])?;
+        (raw.kind, raw.len, raw.truncated) = (kind as u8, len as u8, bytes > fits);
+        let ceiling = if ascii { 0x80 } else { u32::MAX };
+        let named = raw.units().all(|u| u >= 0x20 && u != 0x7f && u < ceiling);
+        named.then_some(raw)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Its characters' code units.
+    fn units(&self) -> impl Iterator<Item = u32> + '_ {
+        let kind = usize::from(self.kind.max(1));
+        self.bytes[..usize::from(self.len)]
+            .chunks_exact(kind)
+            .map(|c| c.iter().rev().fold(0, |u, &b| u << 8 | u32::from(b)))
     }
 
     fn decode(&self) -> String {
-        let bytes = &self.bytes[..usize::from(self.len)];
-        let units: Vec<u32> = match self.kind {
-            1 => bytes.iter().map(|&b| u32::from(b)).collect(),
-            2 => bytes
-                .chunks_exact(2)
-                .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]])))
-                .collect(),
-            4 => bytes
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-            _ => Vec::new(),
-        };
-        let mut text: String = units
-            .into_iter()
+        let mut text: String = self
+            .units()
             .map(|u| char::from_u32(u).unwrap_or(char::REPLACEMENT_CHARACTER))
             .collect();
         if self.truncated {
@@ -477,8 +443,10 @@ impl CodeNames {
         }
     }
 
-    /// The entry of `key`, made with `fill` if there is none. Async-signal-safe.
-    pub fn id_of(&self, key: CodeKey, fill: impl FnOnce(&mut Text)) -> CodeId {
+    /// The entry of `key`, made with `text` if there is none; `None` where there is none and
+    /// `text` found no names (a walk that does not check out). Async-signal-safe.
+    pub fn id_of(&self, key: CodeKey, text: impl FnOnce() -> Option<Text>) -> Option<CodeId> {
+        let (mut text, mut names) = (Some(text), None);
         // Fibonacci hashing: the product's high bits.
         let hash = ((key.code ^ key.qualname.rotate_left(16)).wrapping_mul(0x9e37_79b9)
             >> (32 - CODE_SLOT_BITS)) as usize;
@@ -487,27 +455,34 @@ impl CodeNames {
             let slot = &self.slots[index];
             match slot.state.load(Ordering::Acquire) {
                 // SAFETY: a READY slot's key is never written again.
-                READY if unsafe { *slot.key.get() } == key => return CodeId(index as u32),
-                EMPTY
+                READY if unsafe { *slot.key.get() } == key => return Some(CodeId(index as u32)),
+                EMPTY => {
+                    // Read before the slot is claimed, so that names that do not read leave
+                    // it empty.
+                    if let Some(read) = text.take() {
+                        names = Some(read()?);
+                    }
                     if slot
                         .state
                         .compare_exchange(EMPTY, WRITING, Ordering::Acquire, Ordering::Relaxed)
-                        .is_ok() =>
-                {
+                        .is_err()
+                    {
+                        continue;
+                    }
                     // SAFETY: claimed: no one else writes or reads the cells until READY.
                     unsafe {
                         *slot.key.get() = key;
-                        fill(&mut *slot.text.get());
+                        *slot.text.get() = names.unwrap_or_default();
                     }
                     slot.state.store(READY, Ordering::Release);
-                    return CodeId(index as u32);
+                    return Some(CodeId(index as u32));
                 }
                 // Taken by another code, or being written (perhaps for this one: a
                 // second entry for it is harmless).
                 _ => {}
             }
         }
-        CodeId::UNKNOWN
+        Some(CodeId::UNKNOWN)
     }
 
     /// The names of entry `id`, once a walk has written it.

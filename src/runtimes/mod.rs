@@ -16,6 +16,7 @@ pub mod go;
 pub mod in_component;
 pub mod interpreted;
 pub mod quickjs;
+mod walk_counts;
 
 use std::sync::Arc;
 
@@ -106,7 +107,7 @@ pub trait Runtime: Send + Sync + 'static {
     }
 
     /// A warning about its walks so far, once a run: too many found its memory unreadable
-    /// (see [`interpreted::WalkCounts`]).
+    /// (see [`walk_counts::WalkCounts`]).
     fn walks_warning(&self) -> Option<String> {
         None
     }

@@ -153,7 +153,9 @@ impl Runtime for CPython {
     }
 
     fn walks_warning(&self) -> Option<String> {
-        self.code.counts().warning("Python")
+        self.code
+            .counts()
+            .warning("the Python interpreter's frames")
     }
 
     fn with_unreadable_dwarf(&self) -> Option<&'static str> {

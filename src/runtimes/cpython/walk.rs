@@ -22,8 +22,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use super::layout::{line_at, CodeType, EntryMark, FrameChain, PythonLayout};
 use crate::capture::vmctx::Memory;
 use crate::runtimes::interpreted::{
-    CodeId, CodeKey, CodeNames, Frame, LineBudget, LoopCheck, RawStr, WalkCounts, MAX_STEPS,
+    CodeId, CodeKey, CodeNames, Frame, LineBudget, LoopCheck, RawStr, Text, MAX_STEPS,
 };
+use crate::runtimes::walk_counts::WalkCounts;
 
 /// A CPython module's layout and the names of the code objects its walks met.
 pub struct PythonCode {
@@ -53,7 +54,7 @@ impl PythonCode {
     /// (none running, or a chain that does not check out, which [`Self::counts`] counts).
     /// Async-signal-safe.
     pub fn walk(&self, memory: &impl Memory, out: &mut [usize]) -> usize {
-        self.counts.count(self.walk_chain(memory, out))
+        self.counts.count(self.walk_chain(memory, out)).unwrap_or(0)
     }
 
     /// How the walks went.
@@ -158,12 +159,10 @@ impl<M: Memory> Walk<'_, M> {
             // Named only while the output has room; the rest of the chain is still checked.
             if let (true, Some(slot)) = (runs_code, out.get_mut(written)) {
                 let instruction = self.u32(frame, l.frame_instruction)?;
-                let key = self.key_of(code);
+                let key = self.key_of(code)?;
                 *slot = Frame::Code {
-                    id: key.map_or(CodeId::UNKNOWN, |key| self.id_of(key)),
-                    line: key
-                        .and_then(|key| self.line_of(key, instruction))
-                        .unwrap_or(0),
+                    id: self.id_of(key)?,
+                    line: self.line_of(key, instruction).unwrap_or(0),
                 }
                 .pack();
                 written += 1;
@@ -231,30 +230,33 @@ impl<M: Memory> Walk<'_, M> {
         })
     }
 
-    /// The entry of the code object `key` names, made on first sight.
-    fn id_of(&self, key: CodeKey) -> CodeId {
-        self.code.names.id_of(key, |text| {
-            text.qualname = self.raw_str(key.qualname);
-            text.filename = self.raw_str(key.filename);
+    /// The entry of the code object `key` names, made on first sight; `None` where its names
+    /// do not read as names (a code object's qualified name is never empty: `<module>`,
+    /// `<lambda>`...).
+    fn id_of(&self, key: CodeKey) -> Option<CodeId> {
+        self.code.names.id_of(key, || {
+            let qualname = self.raw_str(key.qualname).filter(|q| !q.is_empty())?;
+            Some(Text {
+                qualname,
+                filename: self.raw_str(key.filename)?,
+            })
         })
     }
 
-    /// A `str` object's characters, as many as a [`RawStr`] holds; empty when it is not a
-    /// compact string (names and file names are).
-    fn raw_str(&self, object: u32) -> RawStr {
+    /// A `str` object's characters, as many as a [`RawStr`] holds; `None` when it is not a
+    /// compact string (names and file names are) or does not read as a name.
+    fn raw_str(&self, object: u32) -> Option<RawStr> {
         let l = &self.code.layout;
-        let (Some(state), Some(length)) = (
-            self.u32(object, l.str_state),
-            self.u32(object, l.str_length),
-        ) else {
-            return RawStr::default();
-        };
+        let (state, length) = (
+            self.u32(object, l.str_state)?,
+            self.u32(object, l.str_length)?,
+        );
         // `state`'s bit fields, the same from 3.11 to 3.13: interned (2 bits), kind (3),
         // compact, ascii.
         let kind = (state >> 2) & 7;
         let (compact, ascii) = (state >> 5 & 1 == 1, state >> 6 & 1 == 1);
         if !compact {
-            return RawStr::default();
+            return None;
         }
         let data = u64::from(object)
             + u64::from(if ascii {
@@ -262,7 +264,7 @@ impl<M: Memory> Walk<'_, M> {
             } else {
                 l.str_compact_data
             });
-        RawStr::read(self.memory, data, length, kind)
+        RawStr::read(self.memory, data, length, kind, ascii)
     }
 
     /// The line of the instruction at `instruction` in the code object of `key`; its first

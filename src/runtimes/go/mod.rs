@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use rustc_hash::FxHashMap;
 use wasmtime::WasmBacktrace;
 
+use super::walk_counts::WalkCounts;
 use super::{
     GuestPoint, InstanceView, ModuleFacts, NamedFrame, NamedFunction, Runtime, SpliceContext,
 };
@@ -27,6 +28,7 @@ pub struct Go {
     code: OnceLock<GoCode>,
     /// Go PC → its Wasm function and offset, as resolved.
     locations: Mutex<FxHashMap<u64, Option<(u32, u32)>>>,
+    counts: WalkCounts,
 }
 
 /// The Wasm frames of a Go module a sample keeps for its walk of Go's stack.
@@ -52,6 +54,7 @@ pub fn detect(
         module,
         code: OnceLock::new(),
         locations: Mutex::default(),
+        counts: WalkCounts::default(),
     }))
 }
 
@@ -130,14 +133,15 @@ impl Runtime for Go {
             _ => Start::Leaf,
         };
         let go_at = at + 1;
-        match stack::walk(
+        let walked = stack::walk(
             &code.frames,
             &memory,
             registers,
             &wasm[..count],
             start,
             &mut pcs[go_at..],
-        ) {
+        );
+        match self.counts.count(walked) {
             Some(written) => {
                 *depth = go_at + written;
                 Some(go_at)
@@ -162,10 +166,18 @@ impl Runtime for Go {
         let code = self.code.get()?;
         // SAFETY: the caller's contract.
         let (registers, memory) = unsafe { (Self::registers(instance), instance.memory()) };
-        match at {
-            GuestPoint::Epoch => stack::at_epoch(backtrace, code, registers, &memory),
-            GuestPoint::Allocator => stack::at_allocator(code, registers, &memory),
+        if registers.sp == 0 || registers.g == 0 {
+            // As in the handler: Go's runtime has not started.
+            return None;
         }
+        match at {
+            GuestPoint::Epoch => stack::at_epoch(backtrace, code, &self.counts, registers, &memory),
+            GuestPoint::Allocator => stack::at_allocator(code, &self.counts, registers, &memory),
+        }
+    }
+
+    fn walks_warning(&self) -> Option<String> {
+        self.counts.warning("Go's goroutine stacks")
     }
 
     fn splice(&self, cx: &mut SpliceContext<'_>, words: &[usize], frames: &mut Vec<RawFrame>) {

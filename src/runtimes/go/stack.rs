@@ -19,6 +19,7 @@ use wasmtime::WasmBacktrace;
 use super::module::{GoModule, Role, FIRST_PC_F};
 use crate::capture::vmctx::Memory;
 use crate::capture::MAX_STACK_DEPTH;
+use crate::runtimes::walk_counts::WalkCounts;
 
 /// `g` fields: `stack.lo`, `stack.hi`, `m`, `sched.sp`, `sched.pc` (the same in Go 1.21 to
 /// 1.27); `m.g0`.
@@ -342,6 +343,7 @@ impl<M: Memory> Walker<'_, M> {
 pub fn at_epoch(
     backtrace: &WasmBacktrace,
     code: &GoCode,
+    counts: &WalkCounts,
     registers: Registers,
     memory: &impl Memory,
 ) -> Option<(usize, Vec<usize>)> {
@@ -367,7 +369,8 @@ pub fn at_epoch(
         _ => Start::Leaf,
     };
     let at = first?;
-    Some((at + 1, walked(code, registers, memory, &wasm, start)?))
+    let walked = walked(code, registers, memory, &wasm, start);
+    Some((at + 1, counts.count(walked)?))
 }
 
 /// Off the signal path, in the allocator hook, which the wrapper of a Go allocator calls once
@@ -375,10 +378,12 @@ pub fn at_epoch(
 /// stack from its caller, whose PC the allocator just popped.
 pub fn at_allocator(
     code: &GoCode,
+    counts: &WalkCounts,
     registers: Registers,
     memory: &impl Memory,
 ) -> Option<(usize, Vec<usize>)> {
-    Some((1, walked(code, registers, memory, &[], Start::Resume)?))
+    let walked = walked(code, registers, memory, &[], Start::Resume);
+    Some((1, counts.count(walked)?))
 }
 
 fn walked(

@@ -161,7 +161,9 @@ fn interpreter_loop(wasm: &[u8], l: &QuickJsLayout) -> Result<u32, String> {
 
 impl Runtime for QuickJs {
     fn walks_warning(&self) -> Option<String> {
-        self.code.counts().warning("JavaScript")
+        self.code
+            .counts()
+            .warning("the JavaScript interpreter's frames")
     }
 
     unsafe fn walk(

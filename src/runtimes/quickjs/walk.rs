@@ -16,8 +16,9 @@
 use super::layouts::QuickJsLayout;
 use crate::capture::vmctx::Memory;
 use crate::runtimes::interpreted::{
-    CodeKey, CodeNames, Frame, LineBudget, LoopCheck, RawStr, WalkCounts, MAX_STEPS,
+    CodeKey, CodeNames, Frame, LineBudget, LoopCheck, RawStr, Text, MAX_STEPS,
 };
+use crate::runtimes::walk_counts::WalkCounts;
 
 /// A QuickJS build's layout and the names of the functions its walks met.
 pub struct JsCode {
@@ -55,7 +56,7 @@ impl JsCode {
             rt,
             lines: LineBudget::default(),
         };
-        self.counts.count(walk.frames(out))
+        self.counts.count(walk.frames(out)).unwrap_or(0)
     }
 
     /// How the walks went.
@@ -129,10 +130,12 @@ impl<M: Memory> Walk<'_, M> {
             filename: self.atom_string(self.u32(bytecode, l.bytecode_filename)?),
             first_line: self.u32(bytecode, l.bytecode_line_num)?,
         };
-        let id = self.code.names.id_of(key, |text| {
-            text.qualname = self.raw_string(key.qualname);
-            text.filename = self.raw_string(key.filename);
-        });
+        let id = self.code.names.id_of(key, || {
+            Some(Text {
+                qualname: self.raw_string(key.qualname)?,
+                filename: self.raw_string(key.filename)?,
+            })
+        })?;
         let line = self.line_of(frame, bytecode, key.first_line);
         Some(Frame::Code { id, line }.pack())
     }
@@ -153,31 +156,30 @@ impl<M: Memory> Walk<'_, M> {
         string.filter(|s| s & 1 == 0).unwrap_or(0)
     }
 
-    /// A normal string's characters, as many as a [`RawStr`] holds; empty for another kind
-    /// (a slice of another string, or indirect), which atoms are not.
-    fn raw_string(&self, string: u32) -> RawStr {
+    /// A normal string's characters, as many as a [`RawStr`] holds; empty for none (0: an
+    /// anonymous function); `None` for another kind (a slice of another string, or indirect),
+    /// which atoms are not, or one that does not read as a name.
+    fn raw_string(&self, string: u32) -> Option<RawStr> {
         let l = self.code.layout;
-        let read = || {
-            if string == 0 {
-                return None;
-            }
-            let len_word = self.u32(string, l.string_len.at)?;
-            let kind_word = self.u32(string, l.string_kind.at)?;
-            if l.string_kind.of(kind_word) != l.string_kind_normal {
-                return None;
-            }
-            let wide = l
-                .string_is_wide_char
-                .of(self.u32(string, l.string_is_wide_char.at)?);
-            let data = u64::from(string) + u64::from(l.string_size);
-            Some(RawStr::read(
-                self.memory,
-                data,
-                l.string_len.of(len_word),
-                1 + wide,
-            ))
-        };
-        read().unwrap_or_default()
+        if string == 0 {
+            return Some(RawStr::default());
+        }
+        let len_word = self.u32(string, l.string_len.at)?;
+        let kind_word = self.u32(string, l.string_kind.at)?;
+        if l.string_kind.of(kind_word) != l.string_kind_normal {
+            return None;
+        }
+        let wide = l
+            .string_is_wide_char
+            .of(self.u32(string, l.string_is_wide_char.at)?);
+        let data = u64::from(string) + u64::from(l.string_size);
+        RawStr::read(
+            self.memory,
+            data,
+            l.string_len.of(len_word),
+            1 + wide,
+            false,
+        )
     }
 
     /// The line `frame`'s saved PC is at in `bytecode`, its first line where it has none.
@@ -403,24 +405,43 @@ mod tests {
         assert_eq!(walked(&code, &m), []);
     }
 
-    /// What names cannot be read from is left unnamed, the frames kept: an atom beyond the
-    /// table, a free slot, a string that is not a normal one.
+    /// A function whose name atom names no string (one beyond the table, a free slot) is
+    /// anonymous, its frames kept.
     #[test]
-    fn unreadable_names_are_empty() {
+    fn names_of_no_atom_are_empty() {
         let code = JsCode::new(layout());
         let l = layout();
-        for (atom, entry) in [(500, None), (FIB, Some(0x10c1)), (FIB, Some(0x10c0))] {
+        for (atom, entry) in [(500, None), (FIB, Some(0x10c1))] {
             let mut m = running();
             m.put(BYTECODE + l.bytecode_func_name, atom);
             if let Some(entry) = entry {
                 m.put(ATOMS + 4 * FIB, entry);
             }
-            // A slice of another string.
-            m.put(0x10c0 + l.string_kind.at, 1 << l.string_kind.shift);
             let frames = walked(&code, &m);
             assert_eq!(frames.len(), 4);
             let (name, file, line) = frames[0].clone().unwrap();
             assert_eq!((name.as_str(), file.as_str(), line), ("", "/app.js", 12));
+        }
+    }
+
+    /// A name that is not a normal string (an atom's never is), holds a control character, or
+    /// is not in memory: the walk does not check out, and nothing is kept of the code's names.
+    #[test]
+    fn names_that_are_no_names_fail_the_walk() {
+        let l = layout();
+        let slice = |m: &mut Image| m.put(0x10c0 + l.string_kind.at, 1 << l.string_kind.shift);
+        let nul = |m: &mut Image| m.js_string(0x10c0, "f\0b");
+        let newline = |m: &mut Image| m.js_string(0x10c0, "f\nb");
+        let huge = |m: &mut Image| m.put(0x10c0 + l.string_len.at, 0x7fff_ffff);
+        let outside = |m: &mut Image| m.put(ATOMS + 4 * FIB, 0xffff_0000);
+        let cases: [&dyn Fn(&mut Image); 5] = [&slice, &nul, &newline, &huge, &outside];
+        for (i, break_it) in cases.iter().enumerate() {
+            let code = JsCode::new(layout());
+            let mut m = running();
+            break_it(&mut m);
+            assert_eq!(walked(&code, &m), [], "case {i}");
+            // Mended, the same code is named: nothing was kept of the failed read.
+            assert_eq!(walked(&code, &running())[0].clone().unwrap().0, "fib");
         }
     }
 
