@@ -2,7 +2,7 @@
 //! from its crate at the same version: `bench/wasmtime.rs`), then what each setting in which
 //! wasmspy's engine or host could differ from the CLI's costs.
 //!
-//! `cargo bench --profile dev --bench cli [-- --reps N]`
+//! `cargo bench --profile dev --features internals --bench cli [-- --reps N]`
 //!
 //! Table 1, whole processes (wall time, compilation and writing the profile included):
 //! `wasmtime run PROGRAM`, `wasmspy record -o … -- PROGRAM` at the default 1 kHz, and at 1 Hz,
@@ -32,8 +32,8 @@ use common::{
     check, geometric_mean, paired, report_seconds_with_stdout_silenced, seconds_in_child,
     wasmtime_cli,
 };
-use wasmspy::capture::SamplerKind;
 use wasmspy::wasi_host::{self, DirMount, Exit, Host, UnknownImports, WasiConfig};
+use wasmspy::SamplerKind;
 use wasmspy::{Profiler, ProfilerOptions};
 use wasmtime::{Engine, Linker, Module, Store};
 use wasmtime_wasi::p1::{self, WasiP1Ctx};

@@ -4,7 +4,7 @@
 //! output (samples kept in time order, within the timeline's budget), beside `wasmtime run` of
 //! the same guest, all four at once.
 //!
-//! `cargo bench --profile dev --bench long_run [-- --seconds N]` (600 unless given)
+//! `cargo bench --profile dev --features internals --bench long_run [-- --seconds N]` (600 unless given)
 //!
 //! Each recording is then ended with SIGTERM, as `timeout` would: the table also shows the
 //! samples its profile holds, and for `--flush-every` those its last flush before the end held.
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use wasmspy::record::SAMPLES;
+use wasmspy::profile::SAMPLES;
 
 const EARLY: Duration = Duration::from_secs(10);
 /// How often the curve is read after [`EARLY`].

@@ -5,7 +5,7 @@
 //! (symbolizing its stacks) costs the same whatever the program's length: it is shown apart,
 //! in seconds.
 //!
-//! `cargo bench --profile dev --bench memory [-- --reps N]`
+//! `cargo bench --profile dev --features internals --bench memory [-- --reps N]`
 //!
 //! Everything runs in this process (compilation outside the timed part); repetitions alternate
 //! the configurations and the table shows medians of per-repetition ratios. The plain module
@@ -20,9 +20,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use common::{check, median};
-use wasmspy::capture::SamplerKind;
 use wasmspy::memory::rewrite::{rewrite, Rewritten};
 use wasmspy::wasi_host::{self, DirMount, UnknownImports, WasiConfig};
+use wasmspy::SamplerKind;
 use wasmspy::{Profiler, ProfilerOptions};
 use wasmtime::{Engine, Module};
 

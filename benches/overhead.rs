@@ -27,7 +27,7 @@
 //! `tests/fixtures/interpreters/timed.js` in its two ABIs, `run(3000)` called as `wasmtime run
 //! --invoke` calls it (an argument `--invoke=CALL` of a program says so).
 //!
-//! `cargo bench --profile dev --bench overhead [-- --reps N] [-- NAME-FILTER]`
+//! `cargo bench --profile dev --features internals --bench overhead [-- --reps N] [-- NAME-FILTER]`
 //!
 //! Each measurement is a fresh process of this binary (`--run CONFIG MODULE`) that compiles the
 //! module, then times instantiation, the guest's run and the profiler's stop; compilation is
@@ -47,10 +47,10 @@ use std::time::Instant;
 use common::{
     check, geometric_mean, paired, report_seconds_with_stdout_silenced, seconds_in_child,
 };
-use wasmspy::capture::SamplerKind;
-use wasmspy::clock::Clock;
-use wasmspy::runtimes::in_component::probe_runtimes;
+use wasmspy::internals::runtimes::in_component::probe_runtimes;
 use wasmspy::wasi_host::{self, DirMount, Program, UnknownImports, WasiConfig};
+use wasmspy::Clock;
+use wasmspy::SamplerKind;
 use wasmspy::{Profiler, ProfilerOptions};
 use wasmtime::{Engine, GuestProfiler, UpdateDeadline};
 
@@ -374,7 +374,7 @@ fn run_one(config: &str, module_path: &Path, args: &[String]) -> f64 {
             start.elapsed()
         }
         "guest-profiler" => {
-            let period = wasmspy::clock::sampling_period(RATE_HZ);
+            let period = wasmspy::internals::clock::sampling_period(RATE_HZ);
             let profiler = match &program {
                 Program::Module(module) => {
                     GuestProfiler::new(&engine, &name, period, [(name.clone(), module.clone())])
@@ -457,7 +457,7 @@ struct EmptyHandlerTimer(libc::timer_t);
 impl EmptyHandlerTimer {
     fn start(rate_hz: u32) -> Self {
         extern "C" fn nothing(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
-        let period = wasmspy::clock::sampling_period(rate_hz);
+        let period = wasmspy::internals::clock::sampling_period(rate_hz);
         // SAFETY: a handler that touches nothing; zeroed structs filled in before use.
         unsafe {
             let mut action: libc::sigaction = std::mem::zeroed();

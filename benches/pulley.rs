@@ -2,7 +2,7 @@
 //! `wasmtime run --target pulley64` (the CLI's own code, built from its crate at the same
 //! version: `bench/wasmtime.rs`).
 //!
-//! `cargo bench --profile dev --bench pulley [-- --reps N]`
+//! `cargo bench --profile dev --features internals --bench pulley [-- --reps N]`
 //!
 //! Whole processes, CPU time (user + system, of every thread: the sampler's included):
 //! `wasmtime run`; `wasmspy record` at the default 1 kHz (the signal sampler); at 1 Hz, where

@@ -1,7 +1,7 @@
 //! `wasmspy serve` against what users run instead, `wasmtime serve` (the CLI's own code, built
 //! from its crate at the same version: `bench/wasmtime.rs`), on `tests/fixtures/rust/http.wasm`.
 //!
-//! `cargo bench --profile dev --bench serve [-- --reps N --seconds S]`
+//! `cargo bench --profile dev --features internals --bench serve [-- --reps N --seconds S]`
 //!
 //! 1. Coverage: 100 requests, 4 at a time, each `/spin?rounds=20` (about 25 ms of CPU): the
 //!    CPU time in the profile against the CPU time the server process used (all its threads)

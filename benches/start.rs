@@ -6,7 +6,7 @@
 //! time, paired repetitions, the median of the per-repetition ratios; and, once, the same with
 //! `-C cache=n` (what every run cost before wasmspy had the cache).
 //!
-//! `cargo bench --profile dev --bench start [-- --reps N]`. Target: ×1.2 at most.
+//! `cargo bench --profile dev --features internals --bench start [-- --reps N]`. Target: ×1.2 at most.
 
 mod common;
 #[path = "../tests/common/own_cache.rs"]

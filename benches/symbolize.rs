@@ -2,7 +2,7 @@
 //! the time from the guest's end to the encoded profile, and the heap it takes on top of what
 //! the process holds when the guest ends, with DWARF and with names only (`--no-dwarf`).
 //!
-//! `cargo bench --profile dev --bench symbolize`
+//! `cargo bench --profile dev --features internals --bench symbolize`
 //!
 //! Modules: ripgrep built for wasm32-wasip1 with debug info (`bench/build-ripgrep.sh`; ~38 MB,
 //! 16 MB of `.debug_info`), searching a generated 16 MiB text, and the corpus's programs that
@@ -17,9 +17,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use wasmspy::capture::SamplerKind;
 use wasmspy::export::pprof;
 use wasmspy::wasi_host::{self, DirMount, Exit, UnknownImports, WasiConfig};
+use wasmspy::SamplerKind;
 use wasmspy::{Profiler, ProfilerOptions};
 use wasmtime::{Engine, Module};
 

@@ -37,4 +37,4 @@ fi
 tests/fixtures/interpreters/build.sh || [ -z "${CI:-}" ]
 tests/fixtures/cpython/fetch.sh || [ -z "${CI:-}" ]
 
-cargo test --no-fail-fast "$@"
+cargo test --features internals --no-fail-fast "$@"

@@ -19,29 +19,41 @@
 //! core modules, the WIT functions they lower, demangled names); [`Profiler`] wires the stages for embedders with
 //! their own `Engine`/`Store`: see its documentation.
 
-pub mod capture;
-pub mod clock;
-pub mod diff;
-pub mod dump;
+// The library's API: the profiler, the profile model and its files, the live server, the
+// memory rewrite, the WASI runner. Everything else is how they work, private.
 pub mod export;
+pub mod memory;
+pub mod profile;
+pub mod server;
+pub mod wasi_host;
+
+mod capture;
+mod clock;
+mod diff;
+mod dump;
+mod live_view;
+mod opcodes;
+mod perf;
+mod pipeline;
+mod profiler;
+mod record;
+mod resolve;
+mod runtimes;
+mod store_labels;
+mod sync;
+mod top;
+mod wasm;
+
+// The `wasmspy` executable: its whole `main` is `wasmspy::cli::main()`.
+#[doc(hidden)]
+pub mod cli;
+mod commands;
+
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod internals;
-pub mod live_view;
-pub mod memory;
-pub mod opcodes;
-pub mod perf;
-mod pipeline;
-pub mod profile;
-pub mod profiler;
-pub mod record;
-pub mod resolve;
-pub mod runtimes;
-pub mod server;
-mod store_labels;
-pub mod sync;
-pub mod top;
-pub mod wasi_host;
-pub mod wasm;
 
+pub use capture::SamplerKind;
+pub use clock::Clock;
 pub use profiler::{Profiler, ProfilerHandle, ProfilerOptions};
 pub use store_labels::{SampleLabels, StoreLabels};

@@ -87,11 +87,6 @@ impl LiveView {
         }
     }
 
-    /// How many refreshes the view has had.
-    pub fn refreshes(&self) -> u64 {
-        self.refreshes
-    }
-
     /// The view as text: `title` and the window's figures, the column sorted by and `help`,
     /// then the functions of the last window sorted by `sort`, as many as fit in `rows`
     /// lines; lines cut at `width`.

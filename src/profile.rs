@@ -1,6 +1,10 @@
 //! The format-neutral profile model: samples of interned stacks, each sample carrying several
 //! values (one per sample type). The record stage builds it; exporters only read it.
 
+pub use crate::record::{
+    ALLOC_OBJECTS, ALLOC_SPACE, CPU, INUSE_OBJECTS, INUSE_SPACE, SAMPLES, WALL,
+};
+
 use std::borrow::Borrow;
 use std::hash::Hash;
 use std::marker::PhantomData;

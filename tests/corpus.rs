@@ -188,9 +188,12 @@ fn every_sightglass_module_runs_and_profiles() {
 fn tinygo_inlined_frames_across_units() {
     let Some(root) = corpus() else { return };
     let wasm = std::fs::read(root.join("tinygo/tinygo-json.wasm")).unwrap();
-    let mut symbolizer =
-        wasmspy::resolve::symbolize::ModuleSymbolizer::new("tinygo-json.wasm", wasm.into(), true)
-            .unwrap();
+    let mut symbolizer = wasmspy::internals::resolve::symbolize::ModuleSymbolizer::new(
+        "tinygo-json.wasm",
+        wasm.into(),
+        true,
+    )
+    .unwrap();
     let frames: Vec<(String, String, u32, u32)> = symbolizer
         .source_frames(0, 0x154d6)
         .iter()

@@ -19,7 +19,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use common::{stderr, wasmspy, wasmtime_cli, Decoded};
-use wasmspy::capture::SamplerKind;
+use wasmspy::SamplerKind;
 use wasmspy::{Profiler, ProfilerOptions};
 
 /// Where `_PyRuntime` (its `_Py_DebugOffsets` first) is.
@@ -432,7 +432,7 @@ fn frames_rewritten_by_another_thread_during_the_walks() {
         let names: Vec<&str> = profile.functions.iter().map(|f| f.name.as_str()).collect();
         eprintln!(
             "{sampler:?}: {rewrites} rewrites, {} samples, {names:?}, {warnings:?}",
-            profile.total(wasmspy::record::SAMPLES)
+            profile.total(wasmspy::profile::SAMPLES)
         );
         assert!(rewrites > 10_000, "{sampler:?}: {rewrites} rewrites");
         assert!(

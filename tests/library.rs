@@ -2,10 +2,10 @@
 
 mod common;
 
-use wasmspy::capture::SamplerKind;
-use wasmspy::clock::Clock;
+use wasmspy::profile::CPU;
 use wasmspy::profile::{FrameId, StackId};
-use wasmspy::record::CPU;
+use wasmspy::Clock;
+use wasmspy::SamplerKind;
 use wasmspy::{Profiler, ProfilerOptions};
 use wasmtime::{Config, Engine, Instance, Module, Store, TypedFunc};
 
@@ -140,7 +140,7 @@ fn one_signal_sampler_at_a_time() {
 fn a_rewritten_module_profiles_as_the_original() {
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::Arc;
-    use wasmspy::clock::thread_cpu_ns;
+    use wasmspy::internals::clock::thread_cpu_ns;
     use wasmspy::memory::rewrite::{rewrite, HOOK_TABLE};
     use wasmspy::wasi_host::{self, Exit, UnknownImports, WasiConfig};
 
@@ -349,15 +349,15 @@ fn cpu_by_stack(profile: &wasmspy::profile::Profile) -> Vec<(Vec<String>, i64)> 
 }
 
 fn spin_cpu(ns: u64) {
-    let until = wasmspy::clock::thread_cpu_ns() + ns;
-    while wasmspy::clock::thread_cpu_ns() < until {}
+    let until = wasmspy::internals::clock::thread_cpu_ns() + ns;
+    while wasmspy::internals::clock::thread_cpu_ns() < until {}
 }
 
 /// Host → Wasm → host: an import that calls back into the guest keeps the samples of its own
 /// code, before and after the inner calls, and the inner import and Wasm keep theirs.
 #[test]
 fn a_host_call_that_calls_back_into_the_guest_keeps_its_samples() {
-    use wasmspy::clock::thread_cpu_ns;
+    use wasmspy::internals::clock::thread_cpu_ns;
     use wasmtime::{Caller, Linker};
 
     let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
@@ -457,7 +457,7 @@ fn a_host_call_that_calls_back_into_the_guest_keeps_its_samples() {
 fn a_foreign_sigprof_takes_no_sample() {
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
     use std::time::Instant;
-    use wasmspy::clock::Clock;
+    use wasmspy::Clock;
 
     let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
     let (mut profiler, mut store, run) = attached(ProfilerOptions {
@@ -493,7 +493,7 @@ fn a_foreign_sigprof_takes_no_sample() {
         ran
     });
     let profile = profiler.stop();
-    let samples = profile.total(wasmspy::record::SAMPLES);
+    let samples = profile.total(wasmspy::profile::SAMPLES);
     // The timer's own ticks: one a second.
     assert!(
         samples as f64 <= ran.as_secs_f64() + 1.0,
@@ -519,7 +519,7 @@ fn a_profile_counts_time_from_start() {
     run.call(&mut store, 100_000_000).unwrap();
     let profile = profiler.stop();
     let took = before.elapsed();
-    assert!(profile.total(wasmspy::record::SAMPLES) > 0);
+    assert!(profile.total(wasmspy::profile::SAMPLES) > 0);
     assert!(
         profile.duration_ns as u128 <= took.as_nanos(),
         "{} ns recorded, {took:?} from start to stop",
@@ -534,7 +534,7 @@ fn a_profile_counts_time_from_start() {
 /// adding up to what the timeline keeps one by one.
 #[test]
 fn without_a_timeline_samples_are_totals_by_stack() {
-    use wasmspy::record::SAMPLES;
+    use wasmspy::profile::SAMPLES;
 
     let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
     for timeline in [true, false] {
@@ -649,8 +649,8 @@ fn an_embedders_component_is_profiled() {
 /// Python line of `allocs.py` its bytes, under the Python stack, which only the probe shows.
 #[test]
 fn an_embedders_python_component_gets_its_python_memory_profile() {
+    use wasmspy::internals::runtimes::in_component::probe_runtimes;
     use wasmspy::memory::component::rewrite_component;
-    use wasmspy::runtimes::in_component::probe_runtimes;
     use wasmtime::component::{Component, Linker, ResourceTable};
     use wasmtime_wasi::p2::bindings::sync::Command;
     use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -730,7 +730,7 @@ fn an_embedders_python_component_gets_its_python_memory_profile() {
 /// attached with, also once written to pprof and read back.
 #[test]
 fn every_thread_that_attaches_a_store_is_sampled() {
-    use wasmspy::clock::thread_cpu_ns;
+    use wasmspy::internals::clock::thread_cpu_ns;
     let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
     let functions: String = (0..4)
         .map(|i| format!(r#"(func $hot{i} (export "hot{i}") (param i32) (result i32) (call $busy (local.get 0)))"#))
@@ -847,7 +847,7 @@ fn voluntary_switches() -> u64 {
 /// alternating 2 ms of work with 3 ms of sleep has its CPU in the profile.
 #[test]
 fn a_waiting_thread_is_not_woken_at_the_sampling_rate() {
-    use wasmspy::clock::thread_cpu_ns;
+    use wasmspy::internals::clock::thread_cpu_ns;
     let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
     let (mut profiler, mut store, run) = attached(ProfilerOptions {
         sampler: SamplerKind::Signal,
@@ -888,7 +888,7 @@ fn a_waiting_thread_is_not_woken_at_the_sampling_rate() {
 /// all attach and all are sampled, each under its own thread.
 #[test]
 fn threads_that_end_free_their_place() {
-    use wasmspy::clock::thread_cpu_ns;
+    use wasmspy::internals::clock::thread_cpu_ns;
     let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
     let (engine, module, _, mut profiler) = compiled(
         ProfilerOptions {
@@ -1001,5 +1001,44 @@ fn an_embedders_pulley_store_is_profiled() {
         under_run as f64 > 0.9 * profile.total(CPU) as f64,
         "{under_run} of {}",
         profile.total(CPU)
+    );
+}
+
+/// `examples/embed.rs`, the host an embedder copies, profiles the bundled example as
+/// `wasmspy record` does: its hot path (`is_prime`, about half the work) leads, and the
+/// profile it writes reads back with file:line from the module's DWARF.
+#[test]
+fn the_embedding_example_profiles_the_bundled_program() {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_wasmspy"));
+    let example = bin.parent().unwrap().join("examples/embed");
+    assert!(example.exists(), "`cargo test` builds the example embed");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("embed.pb.gz");
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
+    let run = std::process::Command::new(&example)
+        .arg(manifest.join("examples/hotspots.wasm"))
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}{}", common::stderr(&run));
+    assert!(stdout.contains("primes below 3000000: 216816"), "{stdout}");
+    let first = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("wrote "))
+        .nth(1)
+        .unwrap_or_default();
+    assert!(first.ends_with("  is_prime"), "{stdout}");
+    let profile = wasmspy::export::pprof::read(&std::fs::read(&out).unwrap()).unwrap();
+    let share = leaf_share(&profile, "is_prime");
+    assert!(share > 0.3, "is_prime has {share:.3} of the CPU time");
+    let p = common::Decoded::load(&out);
+    assert!(
+        p.0.location.iter().flat_map(|l| &l.line).any(|line| {
+            let f = p.function(line.function_id);
+            p.str(f.name) == "is_prime" && p.str(f.filename).ends_with("examples/hotspots.c")
+        }),
+        "is_prime without its file"
     );
 }

@@ -6,7 +6,7 @@ mod common;
 use std::collections::{HashMap, HashSet};
 
 use common::*;
-use wasmspy::resolve::pulley_ops::FunctionOps;
+use wasmspy::internals::resolve::pulley_ops::FunctionOps;
 
 /// `tests/fixtures/c/cprog.c` spends 80 % of its loop work in `hot_function` (4 × the work of
 /// `cold_function`): under Pulley the program prints what it prints natively, and the profile

@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use common::allocs_py::assert_allocated_by_line;
 use common::timed_py::{assert_split_as_timed, Depth, AS_PROGRAM};
 use common::{fixture, record, skip, stderr, stdout, Decoded};
-use wasmspy::runtimes::cpython::layout::{CodeType, EntryMark, FrameChain, PythonLayout};
+use wasmspy::internals::runtimes::cpython::layout::{
+    CodeType, EntryMark, FrameChain, PythonLayout,
+};
 
 /// A CPython build the tests run: its module and the `--dir` mounts it needs.
 struct Build {
@@ -230,7 +232,7 @@ fn cpython_315_layout_from_its_debug_offsets() {
         );
         return;
     };
-    let layout = wasmspy::runtimes::cpython::layout_without_dwarf(&wasm)
+    let layout = wasmspy::internals::runtimes::cpython::layout_without_dwarf(&wasm)
         .expect("a _Py_DebugOffsets")
         .unwrap();
     assert_eq!(layout.runtime, 0x18f_0c10);

@@ -575,7 +575,7 @@ fn flushed_profiles_survive_sigkill() {
     let samples_on_disk = || -> Option<i64> {
         let bytes = std::fs::read(&pprof).ok()?;
         let profile = wasmspy::export::pprof::read(&bytes).expect("a flushed profile is whole");
-        Some(profile.total(wasmspy::record::SAMPLES))
+        Some(profile.total(wasmspy::profile::SAMPLES))
     };
     let wait_for = |what: &str, done: &dyn Fn() -> bool| {
         for _ in 0..1200 {

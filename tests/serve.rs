@@ -763,7 +763,7 @@ fn a_flushed_profile_survives_sigkill() {
             return 0;
         };
         let profile = wasmspy::export::pprof::read(&bytes).expect("a flushed profile is whole");
-        profile.total(wasmspy::record::SAMPLES)
+        profile.total(wasmspy::profile::SAMPLES)
     };
     let flushed = (0..600).any(|_| {
         std::thread::sleep(Duration::from_millis(50));

@@ -1,6 +1,9 @@
 //! What the benchmarks share.
 #![allow(dead_code)] // each benchmark uses its own subset
 
+#[cfg(not(feature = "internals"))]
+compile_error!("the benchmarks reach wasmspy's internals: `cargo bench --profile dev --features internals --bench NAME`");
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 

@@ -6,7 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use wasmspy::memory::component::rewrite_component;
-use wasmspy::wasm::component::{core_modules, validated};
+use wasmspy::internals::wasm::component::{core_modules, validated};
 
 fuzz_target!(|component: &[u8]| {
     let _ = core_modules(component);

@@ -7,7 +7,7 @@
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use wasm_smith::{Config, Module as SmithModule};
-use wasmspy::capture::SamplerKind;
+use wasmspy::SamplerKind;
 use wasmspy::{Profiler, ProfilerOptions};
 use wasmtime::{Engine, Instance, Module, Store, Val};
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::cli::DumpArgs;
+use crate::cli::args::DumpArgs;
 use crate::commands::top::{base_url, get};
 
 /// Prints the live server's stack dump (`/debug/pprof/goroutine?debug=2`).

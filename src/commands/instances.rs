@@ -12,12 +12,12 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use crate::sync::lock;
+use crate::wasi_host::proxy::Proxy;
+use crate::wasi_host::Host;
+use crate::{ProfilerHandle, SampleLabels, StoreLabels};
 use rustc_hash::FxHashMap;
 use tokio_util::task::task_tracker::TaskTrackerToken;
-use wasmspy::sync::lock;
-use wasmspy::wasi_host::proxy::Proxy;
-use wasmspy::wasi_host::Host;
-use wasmspy::{ProfilerHandle, SampleLabels, StoreLabels};
 use wasmtime::component::GuestTaskId;
 use wasmtime::{CallHook, Store, StoreContextMut};
 use wasmtime_wasi_http::handler::{

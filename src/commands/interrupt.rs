@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use crate::profile::Profile;
+use crate::ProfilerHandle;
 use anyhow::{Context, Result};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
-use wasmspy::profile::Profile;
-use wasmspy::ProfilerHandle;
 
 /// How long the guest has to reach an epoch check after Ctrl-C, on an engine with epochs (the
 /// epoch sampler's). A guest blocked in a host call (reading stdin, sleeping) never gets there,

@@ -6,17 +6,17 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::export::flamegraph::NothingToDraw;
+use crate::export::Format;
+use crate::profile::Profile;
+use crate::record::{ALLOC_OBJECTS, ALLOC_SPACE, COLLECTED_NOTE, CPU, INUSE_SPACE, SAMPLES};
+use crate::server::{LiveServer, ServerOptions};
+use crate::sync::lock;
+use crate::ProfilerHandle;
 use anyhow::{bail, Context, Result};
 use tempfile::NamedTempFile;
-use wasmspy::export::flamegraph::NothingToDraw;
-use wasmspy::export::Format;
-use wasmspy::profile::Profile;
-use wasmspy::record::{ALLOC_OBJECTS, ALLOC_SPACE, COLLECTED_NOTE, CPU, INUSE_SPACE, SAMPLES};
-use wasmspy::server::{LiveServer, ServerOptions};
-use wasmspy::sync::lock;
-use wasmspy::ProfilerHandle;
 
-use crate::cli::ProfilingArgs;
+use crate::cli::args::ProfilingArgs;
 use crate::commands::interrupt::{self, GuestEnded};
 
 /// Writes the profiles so far every `every`, until the last write; errors are warned about
@@ -310,13 +310,13 @@ pub struct Counts {
     pub sampler: &'static str,
     /// How often it samples: `at 1000 Hz`, `every 1000000 instructions`.
     pub rate: String,
-    pub clock: wasmspy::clock::Clock,
+    pub clock: crate::clock::Clock,
 }
 
 impl Counts {
-    pub fn of(profiler: &wasmspy::Profiler, options: &wasmspy::ProfilerOptions) -> Self {
+    pub fn of(profiler: &crate::Profiler, options: &crate::ProfilerOptions) -> Self {
         let rate = match options.clock {
-            wasmspy::clock::Clock::Instructions => {
+            crate::clock::Clock::Instructions => {
                 format!("every {} instructions", options.instruction_interval)
             }
             _ => format!("at {} Hz", options.rate_hz),

@@ -1,15 +1,15 @@
 //! `--jitdump` and `--perfmap`: the files Linux perf reads to name the guest's compiled code
-//! (see [`wasmspy::perf`]), written once the program is compiled, before it runs.
+//! (see [`crate::perf`]), written once the program is compiled, before it runs.
 
+use crate::ProfilerHandle;
 use anyhow::Result;
-use wasmspy::ProfilerHandle;
 
-use crate::cli::{GuestArgs, ProfilingArgs};
+use crate::cli::args::{GuestArgs, ProfilingArgs};
 
 /// What must stay alive while the guest runs: the jitdump file, mapped.
 pub struct PerfFiles {
     #[cfg(target_os = "linux")]
-    _jitdump: Option<wasmspy::perf::jitdump::JitDump>,
+    _jitdump: Option<crate::perf::jitdump::JitDump>,
 }
 
 /// Writes the files `args` (or `--profile`) asks for, of the code registered with `profiler`.
@@ -33,7 +33,7 @@ pub fn write(
     }
     let listing = profiler.code_listing();
     if perfmap {
-        let path = wasmspy::perf::perfmap::write(&listing)?;
+        let path = crate::perf::perfmap::write(&listing)?;
         eprintln!(
             "wasmspy: wrote {} ({} functions)",
             path.display(),
@@ -43,7 +43,7 @@ pub fn write(
     #[cfg(target_os = "linux")]
     let jitdump = match jitdump {
         true => {
-            let dump = wasmspy::perf::jitdump::write(&listing)?;
+            let dump = crate::perf::jitdump::write(&listing)?;
             let lines: usize = listing.iter().map(|f| f.lines.len()).sum();
             eprintln!(
                 "wasmspy: wrote {} ({} functions, {lines} source lines)",

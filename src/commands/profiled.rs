@@ -2,14 +2,14 @@
 //! Wasmtime's options and then for the profiler's, the profiler, and the program as compiled
 //! (its allocators rewritten when memory is profiled, a component's runtimes probed).
 
+use crate::capture::SamplerKind;
+use crate::clock::Clock;
+use crate::Profiler;
 use anyhow::Result;
-use wasmspy::capture::SamplerKind;
-use wasmspy::clock::Clock;
-use wasmspy::Profiler;
 use wasmtime::{Config, Engine};
 use wasmtime_cli_flags::CommonOptions;
 
-use crate::cli::{GuestArgs, ProfilingArgs};
+use crate::cli::args::{GuestArgs, ProfilingArgs};
 use crate::commands::outputs::{Counts, Outputs};
 use crate::commands::rewrite::Instrumented;
 
@@ -38,7 +38,7 @@ impl Profiled {
         let mut options = args.options(default_rate, timeline)?;
         let timed = options.clock != Clock::Instructions;
         if timed && guest.on_pulley() && options.sampler == SamplerKind::Auto {
-            if let Err(e) = wasmspy::capture::signals_sample_pulley() {
+            if let Err(e) = crate::capture::signals_sample_pulley() {
                 eprintln!("wasmspy: warning: {e:#}; sampling at epochs instead");
                 options.sampler = SamplerKind::Epoch;
             }
@@ -69,7 +69,7 @@ impl Profiled {
 /// for each option of the user's they override.
 fn override_for_profiling(
     guest: &GuestArgs,
-    options: &wasmspy::ProfilerOptions,
+    options: &crate::ProfilerOptions,
     config: &mut Config,
 ) {
     Profiler::configure(config, options);
@@ -86,7 +86,7 @@ fn override_for_profiling(
     if wasmtime.debug.max_backtrace.is_some() {
         eprintln!(
             "wasmspy: warning: -D max-backtrace overridden: wasmspy captures up to {} frames",
-            wasmspy::capture::MAX_STACK_DEPTH
+            crate::capture::MAX_STACK_DEPTH
         );
     }
 }

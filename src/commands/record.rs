@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::wasi_host::{self, Exit, Program};
 use anyhow::{Context, Result};
-use wasmspy::wasi_host::{self, Exit, Program};
 
-use crate::cli::{RecordArgs, RECORD_RATE};
+use crate::cli::args::{RecordArgs, RECORD_RATE};
 use crate::commands::interrupt::{self, GuestEnded};
 use crate::commands::outputs::{
     file_name, flush_periodically, print_warnings, start_server, write_on_signals, Outputs,
@@ -218,7 +218,7 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
 /// functions are named in the profile.
 fn preload(
     engine: &wasmtime::Engine,
-    profiler: &mut wasmspy::Profiler,
+    profiler: &mut crate::Profiler,
     name: &str,
     path: &std::path::Path,
 ) -> Result<wasmtime::Module> {
@@ -238,7 +238,7 @@ fn preload(
 /// At `-W timeout`, the guest stopped by the profiler (whose epoch callback, attached, is the
 /// store's): the flag says it was the timeout.
 fn interrupt_after(
-    profiler: wasmspy::ProfilerHandle,
+    profiler: crate::ProfilerHandle,
     timeout: std::time::Duration,
 ) -> Arc<AtomicBool> {
     let timed_out = Arc::new(AtomicBool::new(false));

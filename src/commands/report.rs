@@ -3,15 +3,15 @@
 
 use std::path::Path;
 
+use crate::diff::{compare, negated_base, write_flamegraph};
+use crate::export::{self, Format};
+use crate::opcodes::opcodes;
+use crate::profile::Profile;
+use crate::resolve::v8_wasm::V8WasmFrames;
+use crate::top::top;
 use anyhow::{anyhow, bail, Context, Result};
-use wasmspy::diff::{compare, negated_base, write_flamegraph};
-use wasmspy::export::{self, Format};
-use wasmspy::opcodes::opcodes;
-use wasmspy::profile::Profile;
-use wasmspy::resolve::v8_wasm::V8WasmFrames;
-use wasmspy::top::top;
 
-use crate::cli::{ConvertArgs, DiffArgs, ReportArgs};
+use crate::cli::args::{ConvertArgs, DiffArgs, ReportArgs};
 use crate::commands::outputs::write_whole;
 
 pub fn report(args: ReportArgs) -> Result<i32> {

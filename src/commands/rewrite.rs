@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
+use crate::memory::component::{rewrite_component, RewrittenComponent};
+use crate::memory::rewrite::{rewrite, Rewritten};
+use crate::runtimes::in_component::probe_runtimes;
 use anyhow::{Context, Result};
-use wasmspy::memory::component::{rewrite_component, RewrittenComponent};
-use wasmspy::memory::rewrite::{rewrite, Rewritten};
-use wasmspy::runtimes::in_component::probe_runtimes;
 
 /// The program as compiled.
 pub struct Instrumented {

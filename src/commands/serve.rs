@@ -7,18 +7,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::wasi_host::proxy::Proxy;
+use crate::wasi_host::{self, Program};
 use anyhow::{Context, Result};
 use http_body_util::{BodyExt, Full};
 use hyper::server::conn::http1;
 use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
-use wasmspy::wasi_host::proxy::Proxy;
-use wasmspy::wasi_host::{self, Program};
 use wasmtime_wasi_http::handler::ProxyHandler;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::WasiBody;
 
-use crate::cli::{ServeArgs, SERVE_RATE};
+use crate::cli::args::{ServeArgs, SERVE_RATE};
 use crate::commands::instances::{Instances, RequestLabels, Reuse};
 use crate::commands::interrupt::GuestEnded;
 use crate::commands::outputs::{

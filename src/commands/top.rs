@@ -13,13 +13,13 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::export;
+use crate::live_view::{LiveView, SortBy};
+use crate::profile::Profile;
+use crate::ProfilerHandle;
 use anyhow::{anyhow, bail, Context, Result};
-use wasmspy::export;
-use wasmspy::live_view::{LiveView, SortBy};
-use wasmspy::profile::Profile;
-use wasmspy::ProfilerHandle;
 
-use crate::cli::TopArgs;
+use crate::cli::args::TopArgs;
 
 /// The terminal's settings before the view changed them, to give back: the fd and its
 /// settings. One view at a time.

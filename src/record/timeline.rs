@@ -158,11 +158,6 @@ impl Timeline {
         entries.sort_by_key(|e| e.time_ns);
         entries
     }
-
-    /// The time resolution now: 0 while every sample is its own entry.
-    pub fn bucket_ns(&self) -> u64 {
-        self.bucket_ns
-    }
 }
 
 #[cfg(test)]
@@ -187,7 +182,7 @@ mod tests {
         for i in 0..99 {
             t.push(key(i % 3), i as u64 * 10, one(10));
         }
-        assert_eq!(t.bucket_ns(), 0);
+        assert_eq!(t.bucket_ns, 0);
         let e = t.entries();
         assert_eq!(e.len(), 99);
         assert_eq!(
@@ -213,7 +208,7 @@ mod tests {
             assert!(t.entries.len() < budget);
         }
         let entries = t.entries();
-        assert!(t.bucket_ns() > 0);
+        assert!(t.bucket_ns > 0);
         let mut sums = [Tally::default(); 3];
         for e in &entries {
             sums[e.key.index()].add(e.tally);
@@ -224,7 +219,7 @@ mod tests {
         let last_third = &entries[entries.len() * 2 / 3..];
         assert!((0..3).all(|s| last_third.iter().any(|e| e.key == key(s))));
         // One entry per stack and bucket.
-        let w = t.bucket_ns();
+        let w = t.bucket_ns;
         let mut seen = std::collections::HashSet::new();
         assert!(entries.iter().all(|e| seen.insert((e.time_ns / w, e.key))));
     }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use wasmparser::{Parser, Payload};
-use wasmspy::resolve::symbolize::{ModuleBytes, ModuleSymbolizer};
+use wasmspy::internals::resolve::symbolize::{ModuleBytes, ModuleSymbolizer};
 
 /// Code offsets symbolized: one in this many (every function, most lines: a fuzzer wants many
 /// runs a second).

@@ -7,14 +7,14 @@ use wasm_encoder::{
     CodeSection, ConstExpr, CustomSection, DataSection, Function, FunctionSection, Instruction,
     MemorySection, MemoryType, Module, TypeSection, ValType,
 };
-use wasmspy::capture::vmctx::Memory;
-use wasmspy::capture::MAX_STACK_DEPTH;
+use wasmspy::internals::capture::vmctx::Memory;
+use wasmspy::internals::capture::MAX_STACK_DEPTH;
+use wasmspy::internals::runtimes::cpython::layout::{eval_loop, PythonLayout};
+use wasmspy::internals::runtimes::cpython::layout_without_dwarf;
+use wasmspy::internals::runtimes::go::{GoModule, BUILD_ID_SECTION, FIRST_PC_F};
+use wasmspy::internals::runtimes::interpreted::{CodeId, Frame};
+use wasmspy::internals::wasm::dwarf_layout;
 use wasmspy::internals::PythonCode;
-use wasmspy::runtimes::cpython::layout::{eval_loop, PythonLayout};
-use wasmspy::runtimes::cpython::layout_without_dwarf;
-use wasmspy::runtimes::go::{GoModule, BUILD_ID_SECTION, FIRST_PC_F};
-use wasmspy::runtimes::interpreted::{CodeId, Frame};
-use wasmspy::wasm::dwarf_layout;
 
 #[path = "corrupt_dwarf.rs"]
 #[allow(dead_code)]

@@ -1,6 +1,9 @@
 //! Helpers shared by the integration tests: run the `wasmspy` binary, decode what it wrote.
 #![allow(dead_code)] // each test crate uses its own subset
 
+#[cfg(not(feature = "internals"))]
+compile_error!("the tests reach wasmspy's internals: run them with `cargo test --features internals` (scripts/test.sh does)");
+
 pub mod allocs_py;
 pub mod child;
 pub mod gofmt;

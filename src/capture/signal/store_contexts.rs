@@ -101,17 +101,6 @@ pub fn for_each_pulley(mut f: impl FnMut(usize, u64, usize, usize)) {
     });
 }
 
-/// The key of the published store whose context is at `context`.
-pub fn key_of(context: usize) -> Option<StoreKey> {
-    let mut key = None;
-    for_each(|c, k, _| {
-        if c == context {
-            key = Some(StoreKey(k));
-        }
-    });
-    key
-}
-
 /// The labels now of the published store whose key is `key` (see [`LabelsNow`]); 0 for none.
 /// Async-signal-safe.
 pub fn labels_of(key: u64) -> u64 {

@@ -262,6 +262,7 @@ fn position(groups: &[Group], group: &str, member: &str) -> Option<usize> {
 /// not free-threaded, then each group's members, `members`' values where they name one
 /// (`group.member`), 0 elsewhere; `None` for a version this reader does not know. For tests
 /// whose guests look like CPython (`tests/hostile.rs`).
+#[cfg(any(test, feature = "internals"))]
 pub fn encode(minor: u64, members: &[(&str, u64)]) -> Option<Vec<u8>> {
     let mut words = vec![u64::from_le_bytes(*COOKIE), 0x0300_00f0 | minor << 16, 0];
     for &(group, names) in groups(minor)? {

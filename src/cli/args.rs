@@ -4,13 +4,13 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Result};
 
+use crate::capture::SamplerKind;
+use crate::clock::Clock;
+use crate::export::Format;
+use crate::live_view::SortBy;
+use crate::wasi_host::{DirMount, UnknownImports, WasiConfig};
+use crate::ProfilerOptions;
 use clap::{Args, Parser, Subcommand};
-use wasmspy::capture::SamplerKind;
-use wasmspy::clock::Clock;
-use wasmspy::export::Format;
-use wasmspy::live_view::SortBy;
-use wasmspy::wasi_host::{DirMount, UnknownImports, WasiConfig};
-use wasmspy::ProfilerOptions;
 use wasmtime_cli_flags::CommonOptions;
 
 #[derive(Parser)]
@@ -495,7 +495,7 @@ impl ProfilingArgs {
             clock: self.clock,
             instruction_interval: self
                 .interval
-                .unwrap_or(wasmspy::profiler::DEFAULT_INSTRUCTION_INTERVAL),
+                .unwrap_or(crate::profiler::DEFAULT_INSTRUCTION_INTERVAL),
             dwarf: !self.no_dwarf,
             runtime_native: self.native,
             mem_rate: self.mem_profile.as_ref().map(|_| self.mem_rate),
