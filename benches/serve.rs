@@ -19,9 +19,11 @@
 //! turn on each connection (a store and labels made and dropped per request; `--no-baseline`
 //! leaves `wasmtime serve` out, for more requests): every 10 s each server's resident memory
 //! (RSS) and requests answered, and a 1 s profile from the live endpoint; at the end the drift
-//! of each server's RSS after the first minute (its warm-up), requests that failed, and samples
-//! whose labels name the other handler (a `/hello` sample with `/spin`'s `hot_handler` or
-//! `cold_handler` on its stack).
+//! of each server's RSS after the first minute (its warm-up) and, for `wasmspy serve`, after its
+//! recorder's budget of label sets filled (the first live profile whose requests come without
+//! their request number): a store's labels are kept for 10,000 distinct sets, then the
+//! many-valued keys are dropped; requests that failed, and samples whose labels name the other
+//! handler (a `/hello` sample with `/spin`'s `hot_handler` or `cold_handler` on its stack).
 
 #[path = "../tests/common/child.rs"]
 #[allow(dead_code)] // the benchmark reads the CPU time alone
@@ -304,10 +306,15 @@ fn soak(wasmspy: &Path, component: &Path, duration: Duration) {
         "## Soak: {CONNECTIONS} connections to each server, {} s",
         duration.as_secs()
     );
-    println!("| s | wasmspy serve requests | req/s | RSS MiB | live 1 s profile | wasmtime serve requests | req/s | RSS MiB |");
-    println!("|---|---|---|---|---|---|---|---|");
+    let mut header = "| s | wasmspy serve requests | req/s | RSS MiB | live 1 s profile |".to_string();
+    if baseline {
+        header += " wasmtime serve requests | req/s | RSS MiB |";
+    }
+    println!("{header}");
+    println!("{}|", "|---".repeat(header.matches('|').count() - 1));
     // Each server's RSS, every 10 s.
     let mut curve: Vec<(Duration, Vec<u64>)> = Vec::new();
+    let mut budget_full: Option<Duration> = None;
     let start = Instant::now();
     std::thread::scope(|s| {
         for (server, tally) in servers.iter().zip(&tallies) {
@@ -324,16 +331,26 @@ fn soak(wasmspy: &Path, component: &Path, duration: Duration) {
                 Duration::from_secs(10).min(duration.saturating_sub(start.elapsed())),
             );
             let url = format!("http://{live_addr}/debug/pprof/profile?seconds=1");
-            let live_ok = live_agent
-                .get(&url)
-                .call()
-                .ok()
-                .and_then(|r| {
-                    let mut body = Vec::new();
-                    r.into_reader().read_to_end(&mut body).ok()?;
-                    Some(body.len())
+            let live = live_agent.get(&url).call().ok().and_then(|r| {
+                let mut body = Vec::new();
+                r.into_reader().read_to_end(&mut body).ok()?;
+                Some(body).filter(|b| !b.is_empty())
+            });
+            let live_ok = live.as_ref().map(Vec::len);
+            // The recorder's budget of label sets is full once a request's samples come
+            // without their request number (the key it drops past the budget).
+            if budget_full.is_none()
+                && live.is_some_and(|bytes| {
+                    wasmspy::export::pprof::read(&bytes).is_ok_and(|p| {
+                        p.samples.iter().any(|s| {
+                            let has = |key: &str| s.labels.iter().any(|(k, _)| k == key);
+                            has("path") && !has("request")
+                        })
+                    })
                 })
-                .filter(|&n| n > 0);
+            {
+                budget_full = Some(start.elapsed());
+            }
             let now = start.elapsed();
             let done: Vec<u64> = tallies
                 .iter()
@@ -357,27 +374,42 @@ fn soak(wasmspy: &Path, component: &Path, duration: Duration) {
         }
         stop.store(true, Ordering::Relaxed);
     });
-    let after_warm_up: Vec<&Vec<u64>> = curve
-        .iter()
-        .filter(|(t, _)| *t >= warm_up)
-        .map(|(_, rss)| rss)
-        .collect();
+    // The largest growth of server `i`'s RSS after `since`.
+    let drift = |i: usize, since: Duration| {
+        let after: Vec<u64> = curve
+            .iter()
+            .filter(|(t, _)| *t >= since)
+            .map(|(_, rss)| rss[i])
+            .collect();
+        let base = after.first().copied().unwrap_or(0);
+        let largest = after.iter().copied().max().unwrap_or(0);
+        (base, largest as f64 / 1024.0 - base as f64 / 1024.0)
+    };
     println!();
     for (i, name) in ["wasmspy serve", "wasmtime serve"]
         .iter()
         .take(servers.len())
         .enumerate()
     {
-        let base = after_warm_up.first().map_or(0, |rss| rss[i]);
-        let largest = after_warm_up.iter().map(|rss| rss[i]).max().unwrap_or(0);
+        let (base, largest) = drift(i, warm_up);
         println!(
-            "{name}: requests answered {}, failed {}; RSS after the warm-up ({} s) {:.1} MiB, largest drift {:+.1} MiB",
+            "{name}: requests answered {}, failed {}; RSS after the warm-up ({} s) {:.1} MiB, largest drift {largest:+.1} MiB",
             tallies[i].answered.load(Ordering::Relaxed),
             tallies[i].failed.load(Ordering::Relaxed),
             warm_up.as_secs(),
             base as f64 / 1024.0,
-            (largest as f64 - base as f64) / 1024.0
         );
+    }
+    match budget_full {
+        Some(at) => {
+            let (base, largest) = drift(0, at);
+            println!(
+                "wasmspy serve: the budget of label sets full at {} s; RSS then {:.1} MiB, largest drift after it {largest:+.1} MiB",
+                at.as_secs(),
+                base as f64 / 1024.0
+            );
+        }
+        None => println!("wasmspy serve: the budget of label sets never filled"),
     }
     // Ctrl-C, which writes the profile.
     drop(servers);
