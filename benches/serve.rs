@@ -306,7 +306,8 @@ fn soak(wasmspy: &Path, component: &Path, duration: Duration) {
         "## Soak: {CONNECTIONS} connections to each server, {} s",
         duration.as_secs()
     );
-    let mut header = "| s | wasmspy serve requests | req/s | RSS MiB | live 1 s profile |".to_string();
+    let mut header =
+        "| s | wasmspy serve requests | req/s | RSS MiB | live 1 s profile |".to_string();
     if baseline {
         header += " wasmtime serve requests | req/s | RSS MiB |";
     }

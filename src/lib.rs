@@ -1,21 +1,22 @@
 //! wasmspy: a sampling profiler for WebAssembly programs running on Wasmtime.
 //!
-//! Samples flow one way through four stages, each a folder:
-//! - [`capture`] takes samples of the guest's stack: raw program counters or Wasmtime
+//! Samples flow one way through four stages, each a folder (private: the API is what this page
+//! lists):
+//! - `capture` takes samples of the guest's stack: raw program counters or Wasmtime
 //!   backtraces, per sampling strategy (one file each), on the sampling path that never waits
 //!   for the stages after it;
-//! - [`resolve`] maps what was captured to frames of the registered modules: the code map,
+//! - `resolve` maps what was captured to frames of the registered modules: the code map,
 //!   host calls named by the import (or the WIT function) called, the allocator rewrite's
 //!   offsets, and symbolization (DWARF file:line and inlined frames, names, demangling);
-//! - [`record`] aggregates the frames into the format-neutral [`profile`] model, in bounded
+//! - `record` aggregates the frames into the format-neutral [`profile`] model, in bounded
 //!   memory: totals by stack, the timeline, the heap profile;
 //! - [`export`] writes the model in a file format (pprof, Firefox Profiler, speedscope,
-//!   flame graph SVG, folded stacks) and reads some back; [`top`] is the terminal report;
+//!   flame graph SVG, folded stacks) and reads some back; `top` is the terminal report;
 //!   [`server`] serves live profiles over HTTP, as Go's `net/http/pprof` does.
 //!
 //! Around them: [`wasi_host`] runs a WASI command (a preview 1 module or a `wasi:cli`
 //! component) as `wasmtime run` does; [`memory`] rewrites a module's (or a component's core
-//! modules') allocators for memory profiles; [`wasm`] reads what a binary says (a component's
+//! modules') allocators for memory profiles; `wasm` reads what a binary says (a component's
 //! core modules, the WIT functions they lower, demangled names); [`Profiler`] wires the stages for embedders with
 //! their own `Engine`/`Store`: see its documentation.
 
@@ -55,5 +56,6 @@ pub mod internals;
 
 pub use capture::SamplerKind;
 pub use clock::Clock;
-pub use profiler::{Profiler, ProfilerHandle, ProfilerOptions};
+pub use profiler::{Interrupted, Profiler, ProfilerHandle, ProfilerOptions};
+pub use runtimes::in_component::probe_runtimes;
 pub use store_labels::{SampleLabels, StoreLabels};

@@ -115,7 +115,7 @@ pub struct ProfilerOptions {
     /// py-spy shows Python's by default.
     pub runtime_native: bool,
     /// Keep the samples in time order, for the formats that show a timeline (Firefox
-    /// Profiler, speedscope), within a fixed budget ([`crate::record::timeline`]). Without it a CPU
+    /// Profiler, speedscope), within a fixed budget. Without it a CPU
     /// profile has one sample per distinct stack, and memory grows with those alone.
     pub timeline: bool,
 }
@@ -147,6 +147,53 @@ impl fmt::Display for Interrupted {
 
 impl std::error::Error for Interrupted {}
 
+/// A profiler attached to an embedder's own engine: modules registered with it (its names,
+/// lines and runtimes read from their bytes), the stores attached to it sampled, on whichever
+/// thread runs them, from [`start`](Self::start) to [`stop`](Self::stop), which returns the
+/// profile. [`handle`](Self::handle) gives what other threads use meanwhile.
+///
+/// ```
+/// use wasmspy::profile::CPU;
+/// use wasmspy::{Profiler, ProfilerOptions};
+///
+/// # fn main() -> anyhow::Result<()> {
+/// let options = ProfilerOptions::default();
+/// let mut config = wasmtime::Config::new();
+/// Profiler::configure(&mut config, &options);
+/// let engine = wasmtime::Engine::new(&config)?;
+/// let wasm = wat::parse_str(
+///     r#"(module (func $spin (export "spin") (param $n i32)
+///           (loop $l (br_if $l (local.tee $n (i32.sub (local.get $n) (i32.const 1)))))))"#,
+/// )?;
+/// let module = wasmtime::Module::new(&engine, &wasm)?;
+///
+/// let mut profiler = Profiler::new(&engine, options)?;
+/// profiler.add_module("spin.wasm", &module, wasm.as_slice())?;
+/// let mut store = wasmtime::Store::new(&engine, ());
+/// profiler.attach(&mut store)?;
+/// let instance = wasmtime::Instance::new(&mut store, &module, &[])?;
+/// profiler.attach_instance(&mut store, &instance)?;
+///
+/// profiler.start()?;
+/// let spin = instance.get_typed_func::<i32, ()>(&mut store, "spin")?;
+/// spin.call(&mut store, 200_000_000)?;
+/// let profile = profiler.stop();
+///
+/// // The CPU time is the loop's.
+/// let spun: i64 = profile
+///     .samples
+///     .iter()
+///     .filter(|s| profile.frame_name(profile.stacks[s.stack][0]) == "spin")
+///     .map(|s| s.values[CPU])
+///     .sum();
+/// assert!(spun * 10 > profile.total(CPU) * 9);
+/// std::fs::write(
+///     std::env::temp_dir().join("spin.pb.gz"),
+///     wasmspy::export::pprof::encode(&profile)?,
+/// )?;
+/// # Ok(())
+/// # }
+/// ```
 pub struct Profiler {
     handle: ProfilerHandle,
 }
@@ -215,7 +262,7 @@ impl Drop for StoreAttached {
 impl Profiler {
     /// Sets in an engine's configuration what the sampler `options` choose needs, and nothing
     /// else, so that the guest runs as it does on an engine without the profiler:
-    /// - both samplers: backtraces of up to [`MAX_STACK_DEPTH`] frames (Wasmtime keeps 20 by
+    /// - both samplers: backtraces of up to 512 frames (Wasmtime keeps 20 by
     ///   default), for the stacks captured at host calls and allocations. Free while the guest
     ///   runs (a backtrace is only walked when one is captured); the one visible effect is that
     ///   a trap's error lists up to that many frames;
@@ -479,8 +526,8 @@ impl Profiler {
     }
 
     /// Defines in `linker` the host function through which a component probed by
-    /// [`probe_runtimes`](crate::runtimes::in_component::probe_runtimes) shows the instances of language runtimes inside it (its import
-    /// [`PROBE`]), as [`ProfilerHandle::attach_instance`] shows a module's: `component`,
+    /// [`probe_runtimes`](crate::probe_runtimes) shows the instances of language runtimes inside
+    /// it (its import `wasmspy-runtime-probe`), as [`ProfilerHandle::attach_instance`] shows a module's: `component`,
     /// registered before, is the one compiled from the probed bytes. Each instance is shown as
     /// the component is instantiated, in a store attached before.
     pub fn define_runtime_probe<T: 'static>(
@@ -995,7 +1042,7 @@ impl ProfilerHandle {
     }
 
     /// The registered modules' compiled functions, named, with their source lines: what Linux
-    /// perf is told of JIT code ([`crate::perf`]).
+    /// perf is told of JIT code (`record --perfmap`, `--jitdump`).
     pub fn code_listing(&self) -> Vec<ListedFunction> {
         self.resolver().code_listing()
     }

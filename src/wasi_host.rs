@@ -64,7 +64,7 @@ pub enum UnknownImports {
 /// What the guest is given and what is called, as `wasmtime run`'s options say.
 #[derive(Clone, Debug, Default)]
 pub struct WasiConfig {
-    /// argv, including argv[0]; with `invoke`, argv[1..] are the function's arguments.
+    /// argv, including `argv[0]`; with `invoke`, `argv[1..]` are the function's arguments.
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub dirs: Vec<DirMount>,

@@ -124,18 +124,70 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("\\{b:02x}")).collect()
 }
 
-/// The guest, in WAT: `$rewrite` picks an arena word and a value, `$heal` restores the arena,
+/// What a look-alike holds and rewrites.
+struct LookAlike {
+    /// Data segments its runtime is recognised by.
+    data: Vec<(u32, Vec<u8>)>,
+    /// Custom sections its runtime is recognised by.
+    custom: Vec<(&'static str, Vec<u8>)>,
+    /// The runtime's state, well-formed, at `arena` (and a pristine copy at `template`).
+    arena: u32,
+    state: Vec<u8>,
+    template: u32,
+    /// The frames: the first, log2 of the distance between two, how many.
+    frames: (u32, u32, u32),
+    /// Initial pages of memory (it grows to 16).
+    pages: u32,
+    /// WAT at the start of `_start`.
+    prologue: String,
+}
+
+/// The CPython look-alike.
+fn python_look_alike() -> LookAlike {
+    LookAlike {
+        data: vec![(RUNTIME, debug_offsets())],
+        custom: Vec::new(),
+        arena: ARENA,
+        state: arena(),
+        template: TEMPLATE,
+        frames: (FRAMES, 5, FRAME_COUNT),
+        pages: 1,
+        prologue: String::new(),
+    }
+}
+
+/// A guest, in WAT: `$rewrite` picks an arena word and a value, `$heal` restores the arena,
 /// `_start` loops, prints `checksum XXXXXXXX` and exits with 3.
-fn guest() -> String {
-    let arena_words = ARENA_BYTES / 4;
+fn guest(g: &LookAlike) -> String {
+    let LookAlike {
+        arena,
+        template,
+        pages,
+        ..
+    } = *g;
+    let arena_bytes = g.state.len() as u32;
+    let arena_words = arena_bytes / 4;
+    let (frames, frame_shift, frame_count) = g.frames;
+    let data: String = g
+        .data
+        .iter()
+        .chain([&(arena, g.state.clone()), &(template, g.state.clone())])
+        .map(|(at, bytes)| format!("(data (i32.const {at}) \"{}\")\n", hex(bytes)))
+        .collect();
+    let custom: String = g
+        .custom
+        .iter()
+        .map(|(name, bytes)| format!("(@custom \"{name}\" \"{}\")\n", hex(bytes)))
+        .collect();
+    let prologue = &g.prologue;
     format!(
         r#"(module
   (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
   (import "wasi_snapshot_preview1" "proc_exit" (func $proc_exit (param i32)))
-  (memory (export "memory") 1 16)
+  (memory (export "memory") {pages} 16)
   (global $seed (mut i32) (i32.const 0x2545f491))
-  (data (i32.const {RUNTIME}) "{offsets}")
-  (data (i32.const {TEMPLATE}) "{arena}")
+  {custom}
+  {data}
   (data (i32.const 64) "checksum ")
   (func $next (result i32)
     (local $x i32)
@@ -146,11 +198,11 @@ fn guest() -> String {
     (global.set $seed (local.get $x))
     (local.get $x))
   (func $heal
-    (memory.copy (i32.const {ARENA}) (i32.const {TEMPLATE}) (i32.const {ARENA_BYTES})))
+    (memory.copy (i32.const {arena}) (i32.const {template}) (i32.const {arena_bytes})))
   ;; Writes an adversarial value at a random word of the arena; returns it.
   (func $rewrite (result i32)
     (local $at i32) (local $value i32) (local $end i32) (local $r i32)
-    (local.set $at (i32.add (i32.const {ARENA})
+    (local.set $at (i32.add (i32.const {arena})
       (i32.shl (i32.rem_u (call $next) (i32.const {arena_words})) (i32.const 2))))
     (local.set $end (i32.shl (memory.size) (i32.const 16)))
     (local.set $r (call $next))
@@ -160,7 +212,7 @@ fn guest() -> String {
           (br_table $b0 $b1 $b2 $b3 $b4 $b5 $b6 $b7 $b8 $b9 (i32.rem_u (local.get $r) (i32.const 10))))
           (br $chosen (call $next)))
           ;; an aligned pointer into the arena
-          (br $chosen (i32.add (i32.const {ARENA}) (i32.shl (i32.rem_u (call $next) (i32.const {arena_words})) (i32.const 2)))))
+          (br $chosen (i32.add (i32.const {arena}) (i32.shl (i32.rem_u (call $next) (i32.const {arena_words})) (i32.const 2)))))
           (br $chosen (i32.const 0)))
           ;; the last byte of memory, the last word, just past the end
           (br $chosen (i32.sub (local.get $end) (i32.const 1))))
@@ -170,9 +222,9 @@ fn guest() -> String {
           ;; itself: a cycle of one
           (br $chosen (local.get $at)))
           ;; an unaligned pointer into the arena
-          (br $chosen (i32.add (i32.const {ARENA}) (i32.rem_u (call $next) (i32.const {ARENA_BYTES})))))
+          (br $chosen (i32.add (i32.const {arena}) (i32.rem_u (call $next) (i32.const {arena_bytes})))))
         ;; one of the frames: cycles through the chain
-        (i32.add (i32.const {FRAMES}) (i32.shl (i32.rem_u (call $next) (i32.const {FRAME_COUNT})) (i32.const 5)))))
+        (i32.add (i32.const {frames}) (i32.shl (i32.rem_u (call $next) (i32.const {frame_count})) (i32.const {frame_shift})))))
     (i32.store (local.get $at) (local.get $value))
     (local.get $value))
   (func $hex (param $at i32) (param $value i32)
@@ -185,6 +237,7 @@ fn guest() -> String {
       (br_if $digits (i32.lt_u (local.get $i) (i32.const 8)))))
   (func (export "_start")
     (local $n i32) (local $sum i32)
+    {prologue}
     (call $heal)
     (loop $rewrites
       (local.set $sum (i32.add (i32.mul (local.get $sum) (i32.const 31)) (call $rewrite)))
@@ -199,15 +252,13 @@ fn guest() -> String {
     (i32.store (i32.const 0) (i32.const 64))
     (i32.store (i32.const 4) (i32.const 18))
     (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))
-    (call $proc_exit (i32.const 3))))"#,
-        offsets = hex(&debug_offsets()),
-        arena = hex(&arena()),
+    (call $proc_exit (i32.const 3))))"#
     )
 }
 
-fn write_guest(dir: &Path) -> std::path::PathBuf {
-    let path = dir.join("hostile_python.wasm");
-    std::fs::write(&path, wat::parse_str(guest()).unwrap()).unwrap();
+fn write_guest(dir: &Path, name: &str, look_alike: &LookAlike) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, wat::parse_str(guest(look_alike)).unwrap()).unwrap();
     path
 }
 
@@ -269,10 +320,62 @@ fn sampled_like_wasmtime_run(
 #[test]
 fn a_cpython_look_alike_rewriting_its_frames_cannot_hurt_the_host() {
     let dir = tempfile::tempdir().unwrap();
-    let guest = write_guest(dir.path());
+    let guest = write_guest(dir.path(), "hostile_python.wasm", &python_look_alike());
     sampled_like_wasmtime_run(&guest, &[], "Python interpreter's frames", |names, what| {
         python_and_wasm_frames(names, &["rewrite", "heal", "next"], what)
     });
+}
+
+/// The QuickJS look-alike: a module whose build record (cargo-auditable's `.dep-v0`) names
+/// rquickjs-sys 0.13.0, whose `_start` stores the runtime's current frame three times (so
+/// wasmspy takes it for the interpreter loop), with a `JSRuntime` running `fib` of `app.js` in
+/// two frames (a native call between them) that it then rewrites as the CPython look-alike
+/// rewrites its state: atoms, strings, bytecode, line table, frames, the runtime itself.
+#[test]
+fn a_quickjs_look_alike_rewriting_its_frames_cannot_hurt_the_host() {
+    use wasmspy::internals::quickjs_state;
+    let state = quickjs_state();
+    let json = format!(
+        r#"{{"packages":[{{"name":"rquickjs-sys","version":"{}","source":"crates.io"}}]}}"#,
+        state.crate_version
+    );
+    let mut zlib = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut zlib, json.as_bytes()).unwrap();
+    let (start, end) = (state.arena.start, state.arena.end);
+    let (runtime, offset) = (state.runtime, state.current_frame_offset);
+    let inner = state.frames[0];
+    let look_alike = LookAlike {
+        data: Vec::new(),
+        custom: vec![(".dep-v0", zlib.finish().unwrap())],
+        arena: start,
+        state: state.image[start as usize..end as usize].to_vec(),
+        template: 0x10000,
+        frames: (inner, state.frame_shift, state.frames.len() as u32),
+        pages: 2,
+        prologue: format!(
+            "(i32.store offset={offset} (i32.const {runtime}) (i32.const {inner}))\n"
+        )
+        .repeat(3),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let guest = write_guest(dir.path(), "hostile_js.wasm", &look_alike);
+    sampled_like_wasmtime_run(
+        &guest,
+        &[],
+        "JavaScript interpreter's frames",
+        |names, what| {
+            assert!(
+                names.contains(&"fib (app.js)"),
+                "no JavaScript frame: {names:?} ({what})"
+            );
+            assert!(
+                names
+                    .iter()
+                    .any(|n| ["rewrite", "heal", "next"].iter().any(|w| n.contains(w))),
+                "no Wasm frame: {names:?} ({what})"
+            );
+        },
+    );
 }
 
 /// Walks that found the look-alike's state well-formed named its Python frames; the others

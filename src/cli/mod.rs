@@ -1,4 +1,4 @@
-//! The `wasmspy` command line: its arguments ([`args`]) and its entry point ([`main`]); the
+//! The `wasmspy` command line: its arguments (`args.rs`) and its entry point ([`main`]); the
 //! commands themselves are in `commands/`.
 
 pub(crate) mod args;

@@ -1,4 +1,4 @@
-//! File formats, each a consumer of the [`Profile`](crate::profile::Profile) model, and the
+//! File formats, each a consumer of the [`Profile`] model, and the
 //! choice among them by name or by a file's name.
 
 pub mod cpuprofile;

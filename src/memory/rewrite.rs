@@ -139,7 +139,7 @@ impl Allocator {
     /// matched on the demangled path's last segment: current rustc mangles them (v0,
     /// `_RNv…___rust_alloc`) with a crate disambiguator. CPython's object and memory
     /// allocators (`PyObject_Malloc`, `PyMem_Free`…) are C's, for Python's objects (most of
-    /// them in pymalloc's arenas, which only `malloc` would see): see [`is_cpython_api`].
+    /// them in pymalloc's arenas, which only `malloc` would see).
     pub fn by_name(raw: &str) -> Option<Self> {
         let name = demangle(raw);
         let last = name.rsplit("::").next().unwrap_or(&name);

@@ -502,7 +502,7 @@ impl CodeNames {
 }
 
 /// Linear memory for the walks' tests.
-#[cfg(test)]
+#[cfg(any(test, feature = "internals"))]
 pub mod image {
     use crate::capture::vmctx::Memory;
 

@@ -11,6 +11,8 @@
 //! instance's `JSRuntime` is found and checked in its memory when it is shown
 //! ([`locate`]). A build that fails any of these gets one warning and its Wasm frames.
 
+#[cfg(any(test, feature = "internals"))]
+pub mod example;
 mod layouts;
 mod locate;
 mod walk;
