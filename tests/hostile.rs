@@ -11,6 +11,11 @@
 //! as it goes, prints a checksum of what it wrote and exits with 3. Sampled at 10 kHz by both
 //! samplers, in both stack views: the samples whose walk found a broken chain keep their Wasm
 //! frames and are counted, in one warning.
+//!
+//! The same guest shape looks like QuickJS (a `JSRuntime` and its frames, the build record
+//! that names the engine's release, an interpreter loop); a Go program lies about its own
+//! goroutine stacks (`tests/fixtures/go/hostile/`); and the CPython look-alike's state is
+//! rewritten by another thread while the guest's is walked, through the library.
 
 mod common;
 
