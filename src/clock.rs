@@ -91,6 +91,7 @@ mod tests {
     #[test]
     fn thread_cpu_counts_this_threads_work_and_not_its_sleep() {
         let rusage_ns = || {
+            // SAFETY: all zeros is a valid `rusage` (integers and timevals).
             let mut u: libc::rusage = unsafe { std::mem::zeroed() };
             // SAFETY: getrusage only writes the struct it is given.
             assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) }, 0);

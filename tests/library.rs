@@ -466,6 +466,7 @@ fn a_foreign_sigprof_takes_no_sample() {
         rate_hz: 1,
         ..Default::default()
     });
+    // SAFETY: gettid has no preconditions.
     let guest_tid = unsafe { libc::gettid() };
     let done = AtomicBool::new(false);
     let sent = AtomicU32::new(0);

@@ -102,6 +102,7 @@ pub fn report_seconds_with_stdout_silenced(f: impl FnOnce() -> f64) {
         .unwrap();
     // SAFETY: dup and dup2 of descriptors this process owns.
     let saved = unsafe { libc::dup(1) };
+    // SAFETY: as above.
     unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 1) };
     let seconds = f();
     let _ = std::io::stdout().flush();

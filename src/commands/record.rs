@@ -253,6 +253,7 @@ fn interrupt_after(
 
 /// The process's peak resident memory so far.
 fn peak_rss_kib() -> i64 {
+    // SAFETY: all zeros is a valid `rusage` (integers and timevals).
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage only writes the struct it is given.
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {

@@ -74,8 +74,9 @@ impl Screen {
         if !self.fancy {
             return (usize::MAX, usize::MAX);
         }
-        // SAFETY: TIOCGWINSZ writes a winsize into the struct given.
+        // SAFETY: all zeros is a valid `winsize` (integers).
         let mut size: libc::winsize = unsafe { std::mem::zeroed() };
+        // SAFETY: TIOCGWINSZ writes a winsize into the struct given.
         let ok = unsafe { libc::ioctl(self.out.as_raw_fd(), libc::TIOCGWINSZ, &mut size) } == 0;
         match ok && size.ws_col > 0 && size.ws_row > 0 {
             true => (size.ws_col as usize, size.ws_row as usize),
@@ -128,8 +129,9 @@ impl Drop for Screen {
 /// Keys from `fd` one at a time, unechoed (Ctrl-C still a signal); the settings before kept
 /// to give back. False where `fd` is no terminal.
 fn raw_keys(fd: RawFd) -> bool {
-    // SAFETY: tcgetattr writes the fd's settings into the struct given.
+    // SAFETY: all zeros is a valid `termios` (integers and arrays of them).
     let mut settings: libc::termios = unsafe { std::mem::zeroed() };
+    // SAFETY: tcgetattr writes the fd's settings into the struct given.
     if unsafe { libc::tcgetattr(fd, &mut settings) } != 0 {
         return false;
     }

@@ -166,6 +166,7 @@ pub struct ThreadState {
 
 // SAFETY: the timers are kernel handles, usable from any thread; everything else is Sync.
 unsafe impl Sync for ThreadState {}
+// SAFETY: as for Sync: kernel handles and atomics, owned by no thread.
 unsafe impl Send for ThreadState {}
 
 impl ThreadState {
@@ -316,9 +317,9 @@ impl ThreadState {
             {
                 Tick::Cpu
             }
-            // SAFETY: getpid is a system call without preconditions, async-signal-safe.
             libc::SI_QUEUE
                 if info.value == super::timer::DUMP_COOKIE
+                    // SAFETY: getpid is a system call without preconditions, async-signal-safe.
                     && info.sender == unsafe { libc::getpid() } =>
             {
                 Tick::Dump
