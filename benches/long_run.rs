@@ -79,7 +79,9 @@ fn main() {
         let at = start.elapsed();
         curve.push((
             at.as_secs(),
-            runs.iter().map(|(_, _, c)| rss_kib(c)).collect(),
+            runs.iter()
+                .map(|(_, _, c)| common::rss_kib(c.id()))
+                .collect(),
         ));
         if at >= total {
             break;
@@ -128,14 +130,4 @@ fn main() {
 fn samples_in(path: &Path) -> i64 {
     let profile = wasmspy::export::read(&std::fs::read(path).unwrap()).unwrap();
     profile.total(SAMPLES)
-}
-
-/// A running process's resident memory.
-fn rss_kib(child: &Child) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
 }

@@ -36,7 +36,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{option, paired, wasmtime_cli};
+use common::{option, paired, rss_kib, wasmtime_cli};
 
 const CONNECTIONS: usize = 8;
 
@@ -237,16 +237,6 @@ fn coverage(wasmspy: &Path, component: &Path) {
         100.0 * labeled as f64 / 1e9 / cpu,
         requests.len()
     );
-}
-
-/// The resident memory of process `pid`, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
 }
 
 /// Requests answered and failed by one server in the soak.

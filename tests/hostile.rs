@@ -369,16 +369,12 @@ fn a_quickjs_look_alike_rewriting_its_frames_cannot_hurt_the_host() {
         &[],
         "JavaScript interpreter's frames",
         |names, what| {
-            assert!(
-                names.contains(&"fib (app.js)"),
-                "no JavaScript frame: {names:?} ({what})"
-            );
-            assert!(
-                names
-                    .iter()
-                    .any(|n| ["rewrite", "heal", "next"].iter().any(|w| n.contains(w))),
-                "no Wasm frame: {names:?} ({what})"
-            );
+            interpreted_and_wasm_frames(
+                names,
+                |n| n == "fib (app.js)",
+                &["rewrite", "heal", "next"],
+                what,
+            )
         },
     );
 }
@@ -386,11 +382,25 @@ fn a_quickjs_look_alike_rewriting_its_frames_cannot_hurt_the_host() {
 /// Walks that found the look-alike's state well-formed named its Python frames; the others
 /// kept the Wasm frames (one of `wasm`).
 fn python_and_wasm_frames(names: &[&str], wasm: &[&str], what: &str) {
+    interpreted_and_wasm_frames(
+        names,
+        |n| n.starts_with("frame_") && n.ends_with("(hostile.py)"),
+        wasm,
+        what,
+    );
+}
+
+/// Walks that found the state well-formed named its interpreted frames (`interpreted`); the
+/// others kept the Wasm frames (one of `wasm`).
+fn interpreted_and_wasm_frames(
+    names: &[&str],
+    interpreted: impl Fn(&str) -> bool,
+    wasm: &[&str],
+    what: &str,
+) {
     assert!(
-        names
-            .iter()
-            .any(|n| n.starts_with("frame_") && n.ends_with("(hostile.py)")),
-        "no Python frame: {names:?} ({what})"
+        names.iter().any(|n| interpreted(n)),
+        "no interpreted frame: {names:?} ({what})"
     );
     assert!(
         names.iter().any(|n| wasm.iter().any(|w| n.contains(w))),

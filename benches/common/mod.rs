@@ -139,3 +139,13 @@ pub fn option<T: std::str::FromStr>(name: &str, default: T) -> T {
                 .unwrap_or_else(|_| panic!("{name}: expected a number, got `{v}`"))
         })
 }
+
+/// The resident memory of process `pid`, in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}

@@ -59,18 +59,20 @@ pub fn detect(
 }
 
 impl Go {
-    /// An instance's Go registers: global 0 (SP), global 2 (`g`).
+    /// An instance's Go registers: global 0 (SP), global 2 (`g`); `None` before Go's runtime
+    /// has started (either is 0), when the Wasm stack is all there is.
     ///
     /// # Safety
     /// As [`InstanceView::global`].
-    unsafe fn registers(instance: &InstanceView) -> Registers {
+    unsafe fn registers(instance: &InstanceView) -> Option<Registers> {
         // SAFETY: the caller's contract; SP is an i32, `g` an i64.
-        unsafe {
+        let registers = unsafe {
             Registers {
                 sp: u64::from(instance.global::<u32>(0)),
                 g: instance.global::<u64>(1),
             }
-        }
+        };
+        (registers.sp != 0 && registers.g != 0).then_some(registers)
     }
 }
 
@@ -101,11 +103,7 @@ impl Runtime for Go {
             return None;
         }
         // SAFETY: the caller's contract.
-        let (registers, memory) = unsafe { (Self::registers(instance), instance.memory()) };
-        if registers.sp == 0 || registers.g == 0 {
-            // Go's runtime has not started: the Wasm stack is all there is, left as it is.
-            return None;
-        }
+        let (registers, memory) = unsafe { (Self::registers(instance)?, instance.memory()) };
         // The Go function of each Wasm frame, with its return address: the leaf at its PC,
         // callers at their calls. An allocator's wrapper is none.
         let mut wasm = [(0u32, 0usize); MAX_WASM_FRAMES];
@@ -165,11 +163,7 @@ impl Runtime for Go {
     ) -> Option<(usize, Vec<usize>)> {
         let code = self.code.get()?;
         // SAFETY: the caller's contract.
-        let (registers, memory) = unsafe { (Self::registers(instance), instance.memory()) };
-        if registers.sp == 0 || registers.g == 0 {
-            // As in the handler: Go's runtime has not started.
-            return None;
-        }
+        let (registers, memory) = unsafe { (Self::registers(instance)?, instance.memory()) };
         match at {
             GuestPoint::Epoch => stack::at_epoch(backtrace, code, &self.counts, registers, &memory),
             GuestPoint::Allocator => stack::at_allocator(code, &self.counts, registers, &memory),
