@@ -15,7 +15,7 @@ macro_rules! mirror {
     };
 }
 
-mirror!(capture, clock, diff, live_view, record, resolve, runtimes, sync, top, wasm);
+mirror!(capture, clock, resolve, runtimes, wasm);
 
 pub use crate::runtimes::cpython::debug_offsets::encode as python_debug_offsets;
 

@@ -54,8 +54,16 @@ mod commands;
 #[doc(hidden)]
 pub mod internals;
 
+/// The terminal report of a profile: `wasmspy report`'s table, as `go tool pprof -top`'s.
+pub mod report {
+    pub use crate::top::{top, Row, Top};
+}
+
 pub use capture::SamplerKind;
 pub use clock::Clock;
+pub use dump::{GuestState, RunningGuest, StackDump};
 pub use profiler::{Interrupted, Profiler, ProfilerHandle, ProfilerOptions};
+pub use record::{KindCounts, Mark};
+pub use resolve::ListedFunction;
 pub use runtimes::in_component::probe_runtimes;
 pub use store_labels::{SampleLabels, StoreLabels};

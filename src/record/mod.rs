@@ -602,7 +602,7 @@ impl Recorder {
     }
 }
 
-/// Where a recording stood at some moment, by stack (see [`Recorder::mark`]).
+/// Where a recording stood at some moment, by stack (see `ProfilerHandle::mark`).
 #[derive(Clone, Debug)]
 pub struct Mark {
     elapsed_ns: u64,

@@ -37,7 +37,7 @@ crate::profile::ids! {
     ModuleId;
 }
 
-/// A compiled function as [`Resolver::code_listing`] lists it.
+/// A compiled function as `ProfilerHandle::code_listing` lists it.
 pub struct ListedFunction {
     pub code: Range<usize>,
     pub name: String,

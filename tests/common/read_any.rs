@@ -3,7 +3,7 @@
 //! the bytes: the fuzz targets (`fuzz/`) and `tests/fuzz_corpus.rs` call it.
 
 use wasmspy::export::{self, Format};
-use wasmspy::internals::top::top;
+use wasmspy::report::top;
 
 pub fn read_and_use(bytes: &[u8]) {
     let Ok(profile) = export::read(bytes) else {
