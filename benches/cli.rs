@@ -1,5 +1,5 @@
 //! `wasmspy record` against what users run instead, `wasmtime run` (the CLI's own code, built
-//! from its crate at the same version: `bench/wasmtime.rs`), then what each setting in which
+//! from its crate at the same version: `benches/baseline/wasmtime.rs`), then what each setting in which
 //! wasmspy's engine or host could differ from the CLI's costs.
 //!
 //! `cargo bench --profile dev --features internals --bench cli [-- --reps N]`

@@ -435,7 +435,7 @@ fn run_one(config: &str, module_path: &Path, args: &[String]) -> f64 {
                 Program::Module(module) => wasi_host::run_with(&mut store, module, |store, i| {
                     profiler
                         .attach_instance(&mut *store, i)
-                        .map_err(wasmtime::Error::from_anyhow)
+                        .map_err(wasmtime::Error::from)
                 }),
                 Program::Component(component) => {
                     wasi_host::run_component_with(&mut store, component, |linker| {

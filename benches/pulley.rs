@@ -1,6 +1,6 @@
 //! Profiling on Pulley: `wasmspy record --target pulley64` against what users run instead,
 //! `wasmtime run --target pulley64` (the CLI's own code, built from its crate at the same
-//! version: `bench/wasmtime.rs`).
+//! version: `benches/baseline/wasmtime.rs`).
 //!
 //! `cargo bench --profile dev --features internals --bench pulley [-- --reps N]`
 //!

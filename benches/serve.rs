@@ -1,5 +1,5 @@
 //! `wasmspy serve` against what users run instead, `wasmtime serve` (the CLI's own code, built
-//! from its crate at the same version: `bench/wasmtime.rs`), on `tests/fixtures/rust/http.wasm`.
+//! from its crate at the same version: `benches/baseline/wasmtime.rs`), on `tests/fixtures/rust/http.wasm`.
 //!
 //! `cargo bench --profile dev --features internals --bench serve [-- --reps N --seconds S]`
 //!

@@ -1,5 +1,5 @@
 //! Warm-cache start: `wasmspy record --rate 1` against `wasmtime run` (built from its crate at
-//! the same version: `bench/wasmtime.rs`) on a large component whose compilation the cache
+//! the same version: `benches/baseline/wasmtime.rs`) on a large component whose compilation the cache
 //! saves, ComponentizeJS's StarlingMonkey build of `tests/fixtures/interpreters/fib.js` (built
 //! by `tests/fixtures/interpreters/build.sh` into `target/interpreters`). Both use one cache
 //! directory of the bench's own, filled by a first run of each; then whole processes, wall

@@ -4,7 +4,7 @@
 //!
 //! `cargo bench --profile dev --features internals --bench symbolize`
 //!
-//! Modules: ripgrep built for wasm32-wasip1 with debug info (`bench/build-ripgrep.sh`; ~38 MB,
+//! Modules: ripgrep built for wasm32-wasip1 with debug info (`benches/baseline/build-ripgrep.sh`; ~38 MB,
 //! 16 MB of `.debug_info`), searching a generated 16 MiB text, and the corpus's programs that
 //! carry DWARF. Each is sampled at 10 kHz so that its profile shows many distinct addresses.
 //! Targets: DWARF symbolization under 1 s and under 1× the module's size in memory. The heap
@@ -91,7 +91,7 @@ fn main() {
         });
     } else {
         println!(
-            "{} is absent: build it with bench/build-ripgrep.sh (measuring the corpus only)",
+            "{} is absent: build it with benches/baseline/build-ripgrep.sh (measuring the corpus only)",
             rg.display()
         );
     }

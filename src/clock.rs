@@ -45,6 +45,7 @@ pub fn sampling_period(rate_hz: u32) -> std::time::Duration {
 
 /// What drives sampling, and what a sample's time is measured in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Clock {
     /// Samples follow the guest thread's CPU time: a blocked guest is not sampled.
     #[default]

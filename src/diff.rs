@@ -16,7 +16,7 @@ use inferno::{differential, flamegraph};
 
 use crate::export::folded;
 use crate::profile::{Id, Profile, ValueType};
-use crate::top::values;
+use crate::report::values;
 
 /// Functions under this share of the base's total are judged by their change against that
 /// total, not against their own base value (which is noise, or nothing).

@@ -10,6 +10,7 @@ use crate::profile::{FrameKind, Labels, Profile, StackId, ThreadId, ValueType};
 
 /// What a guest was doing when its stack was taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum GuestState {
     /// Running its own code.
     Running,
@@ -19,14 +20,18 @@ pub enum GuestState {
 
 /// One running guest's stack.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct RunningGuest {
     /// The store it runs in (its number for the life of the store), where known.
     pub store: Option<u64>,
+    /// The thread it runs on.
     pub thread: ThreadId,
+    /// Whether it was in its own code or in a host call.
     pub state: GuestState,
     /// How long it has run: since its labels were set (a server's request began), else
     /// since its store was attached; `None` where neither is known.
     pub running_ns: Option<u64>,
+    /// Its store's labels (e.g. the request it serves); empty for none.
     pub labels: Labels,
     /// Its stack in [`StackDump::profile`].
     pub stack: StackId,
@@ -34,6 +39,7 @@ pub struct RunningGuest {
 
 /// The stacks of every guest running when asked.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct StackDump {
     /// The stacks' frames, named and symbolized as a profile's.
     pub profile: Profile,

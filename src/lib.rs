@@ -1,69 +1,90 @@
-//! wasmspy: a sampling profiler for WebAssembly programs running on Wasmtime.
+//! wasmspy: a sampling profiler for WebAssembly programs running on Wasmtime, as a library
+//! for hosts that run guests with their own `Engine` and `Store` (the `wasmspy` command line is
+//! built on it). The guide below is `docs/library.md`; how the crate is laid out is in
+//! `ARCHITECTURE.md`.
 //!
-//! Samples flow one way through four stages, each a folder (private: the API is what this page
-//! lists):
-//! - `capture` takes samples of the guest's stack: raw program counters or Wasmtime
-//!   backtraces, per sampling strategy (one file each), on the sampling path that never waits
-//!   for the stages after it;
-//! - `resolve` maps what was captured to frames of the registered modules: the code map,
-//!   host calls named by the import (or the WIT function) called, the allocator rewrite's
-//!   offsets, and symbolization (DWARF file:line and inlined frames, names, demangling);
-//! - `record` aggregates the frames into the format-neutral [`profile`] model, in bounded
-//!   memory: totals by stack, the timeline, the heap profile;
-//! - [`export`] writes the model in a file format (pprof, Firefox Profiler, speedscope,
-//!   flame graph SVG, folded stacks) and reads some back; `top` is the terminal report;
-//!   [`server`] serves live profiles over HTTP, as Go's `net/http/pprof` does.
+//! Features: `cli` (the default) turns on the others and the command line; `wasi`
+//! ([`wasi_host`]: WASI commands run as `wasmtime run` runs them, with its Wasmtime features),
+//! `server` ([`pprof_http`]: live profiles over HTTP), `flamegraph` (SVG flame graphs). With
+//! `default-features = false` the profiler, the profile model, its other formats and the
+//! terminal report need none of clap, axum, hyper, inferno, tokio or WASI.
 //!
-//! Around them: [`wasi_host`] runs a WASI command (a preview 1 module or a `wasi:cli`
-//! component) as `wasmtime run` does; [`memory`] rewrites a module's (or a component's core
-//! modules') allocators for memory profiles; `wasm` reads what a binary says (a component's
-//! core modules, the WIT functions they lower, demangled names); [`Profiler`] wires the stages for embedders with
-//! their own `Engine`/`Store`: see its documentation.
+#![doc = include_str!("../docs/library.md")]
+// Every item docs.rs shows, documented (with `internals`, the private items the tests reach
+// would count too).
+#![cfg_attr(not(feature = "internals"), deny(missing_docs))]
+
+// Samples flow one way through four private stages, each a folder: `capture` (samples of the
+// guest's stack, on the sampling path that never waits for the stages after it), `resolve`
+// (frames of the registered modules, symbolization), `record` (the profile model in bounded
+// memory), and the public `export`, `report` and `pprof_http` that write, print and serve it.
+// ARCHITECTURE.md has the whole layout.
 
 // The library's API: the profiler, the profile model and its files, the live server, the
 // memory rewrite, the WASI runner. Everything else is how they work, private.
 pub mod export;
 pub mod memory;
+#[cfg(feature = "server")]
+pub mod pprof_http;
 pub mod profile;
-pub mod server;
+pub mod report;
+#[cfg(feature = "wasi")]
 pub mod wasi_host;
 
+// The samplers and the language runtimes' walks run in the signal handler (and what they
+// share runs beside it): a panic there would abort the guest's process. clippy.toml lets their
+// unit tests assert with them.
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable
+)]
 mod capture;
 mod clock;
-mod diff;
 mod dump;
-mod live_view;
-mod opcodes;
-mod perf;
+mod error;
 mod pipeline;
 mod profiler;
 mod record;
 mod resolve;
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable
+)]
 mod runtimes;
 mod store_labels;
 mod sync;
-mod top;
+mod warning;
 mod wasm;
 
-// The `wasmspy` executable: its whole `main` is `wasmspy::cli::main()`.
+// The `wasmspy` executable: its whole `main` is `wasmspy::cli::main()`; the modules only its
+// commands use.
+#[cfg(feature = "cli")]
 #[doc(hidden)]
 pub mod cli;
+#[cfg(feature = "cli")]
 mod commands;
+#[cfg(feature = "cli")]
+mod diff;
+#[cfg(feature = "cli")]
+mod live_view;
+#[cfg(feature = "cli")]
+mod perf;
 
 #[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod internals;
 
-/// The terminal report of a profile: `wasmspy report`'s table, as `go tool pprof -top`'s.
-pub mod report {
-    pub use crate::top::{top, Row, Top};
-}
-
 pub use capture::SamplerKind;
 pub use clock::Clock;
 pub use dump::{GuestState, RunningGuest, StackDump};
+pub use error::Error;
 pub use profiler::{Interrupted, Profiler, ProfilerHandle, ProfilerOptions};
 pub use record::{KindCounts, Mark};
 pub use resolve::ListedFunction;
 pub use runtimes::in_component::probe_runtimes;
 pub use store_labels::{SampleLabels, StoreLabels};
+pub use warning::{Warning, WarningKind};

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use crate::profile::Profile;
-use crate::top::top;
+use crate::report::top;
 
 /// The column rows are sorted by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

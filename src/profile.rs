@@ -16,7 +16,9 @@ use rustc_hash::FxHashMap;
 /// The place of an item in one of a profile's [`Table`]s. Each table has an id type of its
 /// own, so that an id of one table cannot index another.
 pub trait Id: Copy + Eq + Ord + Hash + std::fmt::Debug {
+    /// The id of the item at `index` of its table.
     fn from_index(index: usize) -> Self;
+    /// The item's place in its table, from 0.
     fn index(self) -> usize;
 }
 
@@ -59,31 +61,38 @@ pub struct Table<I, T> {
 }
 
 impl<I: Id, T> Table<I, T> {
+    /// Adds `item` last; its id.
     pub fn push(&mut self, item: T) -> I {
         self.items.push(item);
         I::from_index(self.items.len() - 1)
     }
 
+    /// The item of `id`, if the table has one (indexing panics instead).
     pub fn get(&self, id: I) -> Option<&T> {
         self.items.get(id.index())
     }
 
+    /// The first item added, if any (exporters name a profile after its first mapping).
     pub fn first(&self) -> Option<&T> {
         self.items.first()
     }
 
+    /// How many items the table has.
     pub fn len(&self) -> usize {
         self.items.len()
     }
 
+    /// Whether the table has no item.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
 
+    /// The items in id order.
     pub fn iter(&self) -> std::slice::Iter<'_, T> {
         self.items.iter()
     }
 
+    /// The items in id order, to change in place.
     pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, T> {
         self.items.iter_mut()
     }
@@ -96,6 +105,7 @@ impl<I: Id, T> Table<I, T> {
             .map(|(i, item)| (I::from_index(i), item))
     }
 
+    /// Every id of the table, in order.
     pub fn ids(&self) -> impl DoubleEndedIterator<Item = I> + ExactSizeIterator {
         (0..self.items.len()).map(I::from_index)
     }
@@ -151,11 +161,14 @@ impl<I: Id, T> IndexMut<I> for Table<I, T> {
 /// What a sample value measures, e.g. `cpu`/`nanoseconds`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ValueType {
+    /// What is measured: `cpu`, `samples`, `alloc_space`… (pprof's `type`).
     pub kind: String,
+    /// Its unit: `nanoseconds`, `count`, `bytes`…
     pub unit: String,
 }
 
 impl ValueType {
+    /// `kind` measured in `unit`.
     pub fn new(kind: &str, unit: &str) -> Self {
         ValueType {
             kind: kind.to_string(),
@@ -167,33 +180,44 @@ impl ValueType {
 /// A loaded Wasm module: the "binary" that frame addresses are offsets into.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mapping {
+    /// The name the module was registered under (a core module of a component:
+    /// `component/module`).
     pub file_name: String,
     /// Hex digest of the module's bytes, so a profile names exactly the module it was taken of.
     pub build_id: String,
+    /// Length of the module's bytes, which frame addresses are below.
     pub size: u64,
 }
 
+/// A function of the guest's source (or of the host, or Wasmtime), as frames' lines name it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Function {
     /// Demangled name.
     pub name: String,
     /// Name as it appears in the module (mangled).
     pub system_name: String,
+    /// Source file it is defined in; empty when unknown.
     pub file: String,
+    /// Line of `file` it starts at; 0 when unknown.
     pub start_line: u32,
 }
 
 /// One source position of a frame; a frame has several when calls were inlined.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Line {
+    /// The function the position is in.
     pub function: FunctionId,
+    /// Source line, from 1; 0 when unknown.
     pub line: u32,
+    /// Source column, from 1; 0 when unknown.
     pub column: u32,
 }
 
 /// A code address with its symbolization.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Frame {
+    /// The module the code is in: `None` for Wasmtime's and unknown host calls' frames, and
+    /// in profiles read from formats that name no modules.
     pub mapping: Option<MappingId>,
     /// Offset of the instruction in the module's bytes.
     pub address: u64,
@@ -207,17 +231,25 @@ pub type Labels = Arc<[(String, String)]>;
 
 /// The labels of a sample of Pulley's bytecode: the opcode of the instruction sampled, and of
 /// the instructions before and after it in its function's bytecode (see `report --opcodes`).
+///
+/// This one: the opcode of the instruction sampled.
 pub const PULLEY_OP_LABEL: &str = "pulley_op";
+/// The opcode of the instruction before the one sampled ([`PULLEY_OP_LABEL`]).
 pub const PULLEY_PREV_LABEL: &str = "pulley_prev";
+/// The opcode of the instruction after the one sampled ([`PULLEY_OP_LABEL`]).
 pub const PULLEY_NEXT_LABEL: &str = "pulley_next";
 
 /// The operating system's id of the thread a sample was taken on (Linux's `gettid`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ThreadId(pub u32);
 
+/// A stack's values: one sample, or the samples of a stack (with the same labels and thread)
+/// added up.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sample {
+    /// Its frames, in [`Profile::stacks`].
     pub stack: StackId,
+    /// The labels it was taken with; empty for none.
     pub labels: Labels,
     /// The thread it was taken on, where known (formats that read profiles mostly do not say).
     pub thread: Option<ThreadId>,
@@ -227,21 +259,50 @@ pub struct Sample {
     pub values: Vec<i64>,
 }
 
+/// A profile: what its values measure, the modules, functions, frames and stacks its samples
+/// refer to, and the samples. The profiler makes one ([`Profiler::stop`](crate::Profiler::stop)),
+/// [`export::read`](crate::export::read) reads one, a [`ProfileBuilder`] builds one;
+/// [`Format::write`](crate::export::Format::write) writes it.
+///
+/// # Examples
+///
+/// ```
+/// use wasmspy::profile::FrameKind;
+///
+/// let profile = wasmspy::export::read(b"main;work 3\nmain;rest 1\n").unwrap();
+/// let samples = profile.sample_index("samples").unwrap();
+/// assert_eq!(profile.total(samples), 4);
+/// // A stack lists its frames leaf first.
+/// let leaf = profile.stacks[profile.samples[0].stack][0];
+/// assert_eq!(profile.frame_name(leaf), "work");
+/// assert_eq!(profile.frame_kind(leaf), FrameKind::Guest);
+/// ```
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct Profile {
+    /// What each of a sample's values measures, in order (pprof's `sample_type`).
     pub sample_types: Vec<ValueType>,
     /// Index into `sample_types` of the type a viewer shows first.
     pub default_sample_type: usize,
+    /// What `period` counts: `cpu`/`nanoseconds`, `space`/`bytes`…
     pub period_type: ValueType,
+    /// The (mean) interval between samples, in `period_type`'s unit.
     pub period: i64,
+    /// When the recording started, in nanoseconds since the Unix epoch; 0 when unknown.
     pub start_unix_ns: i64,
+    /// How long the recording lasted.
     pub duration_ns: i64,
+    /// The modules the frames are in.
     pub mappings: Table<MappingId, Mapping>,
+    /// The functions the frames' lines are in.
     pub functions: Table<FunctionId, Function>,
+    /// The distinct frames of the stacks.
     pub frames: Table<FrameId, Frame>,
     /// Each stack lists frames leaf first, root last.
     pub stacks: Table<StackId, Vec<FrameId>>,
+    /// The samples, each of a stack of `stacks`.
     pub samples: Vec<Sample>,
+    /// Notes for whoever reads the profile: how it was recorded, what it leaves out.
     pub comments: Vec<String>,
 }
 
@@ -252,6 +313,7 @@ pub const UNKNOWN_HOST_CALL_FRAME: &str = "[host call]";
 
 /// Where a frame's code is, for viewers that color or categorize frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FrameKind {
     /// The guest's own code (or, in a profile read from elsewhere, any code).
     Guest,
@@ -325,6 +387,50 @@ impl<I: Id, T: Clone + Eq + Hash> Interner<I, T> {
 }
 
 /// Builds a [`Profile`] incrementally; the header fields are supplied when it is built.
+///
+/// # Examples
+///
+/// A profile of two stacks of functions known by name only, as folded stacks give them:
+///
+/// ```
+/// use wasmspy::profile::{
+///     FrameId, Function, ProfileBuilder, ProfileHeader, Sample, StackId, ValueType,
+/// };
+///
+/// fn frame(builder: &mut ProfileBuilder, name: &str) -> FrameId {
+///     let function = Function {
+///         name: name.into(),
+///         system_name: name.into(),
+///         file: String::new(),
+///         start_line: 0,
+///     };
+///     builder.function_frame(&function, None, 0)
+/// }
+/// let sample = |stack: StackId, count: i64| Sample {
+///     stack,
+///     labels: Default::default(),
+///     thread: None,
+///     time_ns: 0,
+///     values: vec![count],
+/// };
+///
+/// let mut builder = ProfileBuilder::default();
+/// let (main, work) = (frame(&mut builder, "main"), frame(&mut builder, "work"));
+/// // Equal frames and stacks get one id.
+/// assert_eq!(frame(&mut builder, "work"), work);
+/// let samples = vec![
+///     sample(builder.stack(&[work, main]), 3),
+///     sample(builder.stack(&[main]), 1),
+/// ];
+/// let header = ProfileHeader {
+///     sample_types: vec![ValueType::new("samples", "count")],
+///     ..ProfileHeader::default()
+/// };
+/// let profile = builder.build(header, samples);
+/// assert_eq!((profile.functions.len(), profile.stacks.len()), (2, 2));
+/// assert_eq!(profile.total(0), 4);
+/// assert_eq!(profile.frame_name(profile.stacks[profile.samples[0].stack][0]), "work");
+/// ```
 #[derive(Debug, Default)]
 pub struct ProfileBuilder {
     mappings: Table<MappingId, Mapping>,
@@ -336,29 +442,38 @@ pub struct ProfileBuilder {
 /// The parts of a profile that describe the whole recording rather than its samples.
 #[derive(Clone, Debug, Default)]
 pub struct ProfileHeader {
+    /// As [`Profile::sample_types`].
     pub sample_types: Vec<ValueType>,
+    /// As [`Profile::default_sample_type`].
     pub default_sample_type: usize,
+    /// As [`Profile::period_type`].
     pub period_type: ValueType,
+    /// As [`Profile::period`].
     pub period: i64,
+    /// As [`Profile::start_unix_ns`].
     pub start_unix_ns: i64,
+    /// As [`Profile::duration_ns`].
     pub duration_ns: i64,
+    /// As [`Profile::comments`].
     pub comments: Vec<String>,
 }
 
 impl ProfileBuilder {
+    /// Adds a module (each call adds one, the same module again too).
     pub fn add_mapping(&mut self, mapping: Mapping) -> MappingId {
         self.mappings.push(mapping)
     }
 
+    /// The id of `function`, added if it is new.
     pub fn function(&mut self, function: &Function) -> FunctionId {
         self.functions.intern(function)
     }
 
+    /// The id of `frame`, added if it is new.
     pub fn frame(&mut self, frame: &Frame) -> FrameId {
         self.frames.intern(frame)
     }
 
-    /// `frames` leaf first.
     /// A frame that is `function` alone, without a line: a function known by name only.
     pub fn function_frame(
         &mut self,
@@ -389,6 +504,7 @@ impl ProfileBuilder {
         })
     }
 
+    /// The id of the stack of `frames` (leaf first), added if it is new.
     pub fn stack(&mut self, frames: &[FrameId]) -> StackId {
         self.stacks.intern(frames)
     }

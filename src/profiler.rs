@@ -31,7 +31,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::{bail, Result};
+use crate::error::Error;
+use crate::warning::{Warning, WarningKind};
 use rustc_hash::FxHashMap;
 use wasmtime::{
     AsContextMut, CallHook, Caller, Config, Engine, Func, Instance, Module, Ref, Store,
@@ -58,6 +59,9 @@ use crate::runtimes::in_component::{ProbedMemory, PROBE};
 use crate::runtimes::{GuestPoint, InstanceView, Runtime, RuntimeInstance};
 use crate::store_labels::{SampleLabels, StoreLabels};
 use crate::sync::lock;
+
+/// The API's results: [`Error`] tells its cases apart.
+type Result<T, E = Error> = std::result::Result<T, E>;
 
 static NEXT_PROFILER_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -92,10 +96,21 @@ impl Drop for ThreadEnd {
     }
 }
 
+/// What a [`Profiler`] samples, how often and how: `wasmspy record`'s options. Built from
+/// [`Default`] (1 kHz, the sampler chosen for the platform, CPU time, DWARF read):
+///
+/// ```
+/// use wasmspy::{Clock, ProfilerOptions};
+///
+/// let options = ProfilerOptions { rate_hz: 4000, clock: Clock::Wall, ..ProfilerOptions::default() };
+/// assert!(options.dwarf && options.mem_rate.is_none());
+/// ```
 #[derive(Clone, Debug)]
 pub struct ProfilerOptions {
     /// Samples per second, on the CPU and wall clocks.
     pub rate_hz: u32,
+    /// What takes the samples: signals (the default where there are: Linux on x86_64 and
+    /// aarch64) or epoch interruption.
     pub sampler: SamplerKind,
     /// What samples follow: CPU time, wall time, or executed Wasm instructions
     /// ([`Clock::Instructions`], whatever `sampler` says).
@@ -218,7 +233,7 @@ pub struct ProfilerHandle {
     /// per-thread record of what sampled the thread.
     id: u64,
     /// Threads that could not be sampled, said once each.
-    warnings: Arc<Mutex<Vec<String>>>,
+    warnings: Arc<Mutex<Vec<Warning>>>,
     /// Which allocations the rewritten allocators sample, when memory is profiled.
     allocations: Option<Arc<Mutex<Allocations>>>,
     /// The texts of the registered modules of a language runtime (Go, CPython), whose
@@ -271,10 +286,10 @@ impl Profiler {
     ///   `call_async` runs. Free: the same kind of mapping, made once per asynchronous call;
     /// - the epoch sampler: epoch interruption, which compiles a check of the epoch into every
     ///   function entry and loop back-edge: up to a third slower guest code, most on call-heavy
-    ///   code (see the README's table). The signal sampler needs none: it samples from a timer
+    ///   code (see docs/record.md, "Same as `wasmtime run`"). The signal sampler needs none: it samples from a timer
     ///   signal, and an engine without epochs runs the guest's code as Wasmtime does by default;
     /// - the instructions clock ([`Clock::Instructions`]): fuel, which compiles a count of the
-    ///   instructions run into the guest's code (see the README for its cost); no sampler's.
+    ///   instructions run into the guest's code (see docs/overhead.md for its cost); no sampler's.
     pub fn configure(config: &mut Config, options: &ProfilerOptions) {
         config.wasm_backtrace_max_frames(NonZeroUsize::new(MAX_STACK_DEPTH));
         if options.clock == Clock::Instructions {
@@ -293,19 +308,23 @@ impl Profiler {
     pub fn new(engine: &Engine, options: ProfilerOptions) -> Result<Self> {
         let instructions = options.clock == Clock::Instructions;
         if instructions && options.sampler != SamplerKind::Auto {
-            bail!("the instructions clock samples where Wasmtime counts fuel, with no sampler of time: leave the sampler to auto");
+            return Err(Error::Options("the instructions clock samples where Wasmtime counts fuel, with no sampler of time: leave the sampler to auto"));
         }
         if instructions && options.instruction_interval == 0 {
-            bail!("the instruction interval must be at least 1");
+            return Err(Error::Options(
+                "the instruction interval must be at least 1",
+            ));
         }
         let signals = SIGNALS_AVAILABLE;
         if options.sampler == SamplerKind::Signal && !signals {
-            bail!("the signal sampler needs Linux on x86_64 or aarch64; use the epoch sampler");
+            return Err(Error::Unavailable(
+                "the signal sampler needs Linux on x86_64 or aarch64; use the epoch sampler".into(),
+            ));
         }
         let use_signals =
             !instructions && signals && options.sampler.resolve() == SamplerKind::Signal;
         if !instructions && !use_signals && !engine.get_epoch_interruption() {
-            bail!("the epoch sampler needs an engine with epoch interruption: configure it with Profiler::configure for these options");
+            return Err(Error::Options("the epoch sampler needs an engine with epoch interruption: configure it with Profiler::configure for these options"));
         }
         let name = match (instructions, use_signals) {
             (true, _) => "instructions",
@@ -550,12 +569,17 @@ impl Profiler {
                 let runtime = unsafe { RuntimeInstance::in_component(runtime, memory.definition) };
                 // What stops a runtime's stack from being read stops neither the guest nor
                 // its profile: its samples keep their Wasm frames.
-                let shown = runtime.map_err(anyhow::Error::msg).and_then(|runtime| {
+                let shown = runtime.map_err(Error::Unavailable).and_then(|runtime| {
                     // SAFETY: as above.
                     unsafe { handle.show_runtime(store, runtime) }
                 });
                 if let Err(e) = shown {
-                    handle.warn_once(format!("{e:#}: samples keep their Wasm frames"));
+                    handle.warn_once(Warning {
+                        module: None,
+                        kind: WarningKind::RuntimeUnreadable {
+                            why: format!("{e:#}: samples keep their Wasm frames"),
+                        },
+                    });
                 }
                 Ok(())
             },
@@ -567,7 +591,7 @@ impl Profiler {
         self.handle.pipeline.recorder().start();
         self.handle.pipeline.start()?;
         let code = self.handle.resolver().code_ranges();
-        lock(&self.handle.sampler).start(&code)
+        Ok(lock(&self.handle.sampler).start(&code)?)
     }
 
     /// Stops sampling and returns the finished profile.
@@ -578,6 +602,8 @@ impl Profiler {
         self.handle.pipeline.profile()
     }
 
+    /// What other threads use while this profiler runs: attaching their stores, reading the
+    /// profile so far, dumping stacks, interrupting the guest.
     pub fn handle(&self) -> ProfilerHandle {
         self.handle.clone()
     }
@@ -676,7 +702,7 @@ unsafe fn publish_runtime<T: 'static>(
     runtime: RuntimeInstance,
 ) -> Result<()> {
     // SAFETY: the caller's contract.
-    unsafe { runtime_instances::publish(store, key, runtime) }
+    Ok(unsafe { runtime_instances::publish(store, key, runtime) }?)
 }
 
 /// No signal sampler: no instance is published (`attach_instance` returns before).
@@ -878,7 +904,10 @@ impl ProfilerHandle {
                 match unsafe { RuntimeInstance::new(runtime, view) } {
                     Ok(runtime) => Some(runtime),
                     Err(why) => {
-                        self.warn_once(why);
+                        self.warn_once(Warning {
+                            module: None,
+                            kind: WarningKind::RuntimeUnreadable { why },
+                        });
                         None
                     }
                 }
@@ -977,7 +1006,7 @@ impl ProfilerHandle {
             .get(&StoreData::of(store.data()))
             .map(|attached| (attached.fuel.clone(), attached.runtime.clone()));
         let Some((fuel, runtime)) = attached else {
-            bail!("the store is not attached to the profiler");
+            return Err(Error::NotAttached);
         };
         match fuel {
             Some((sampling, labels)) => {
@@ -1097,7 +1126,7 @@ impl ProfilerHandle {
     /// stops a guest only where its code checks for them.
     pub fn dump_stacks(&self, wait: std::time::Duration) -> Result<StackDump> {
         let Some(dumper) = lock(&self.sampler).dumper() else {
-            bail!("stacks are dumped by the signal sampler (the default on Linux x86_64 and aarch64; not with --sampler epoch or --clock instructions)");
+            return Err(Error::Unavailable("stacks are dumped by the signal sampler (the default on Linux x86_64 and aarch64; not with --sampler epoch or --clock instructions)".into()));
         };
         let dumps = dumper.dump(wait);
         let profile = self.pipeline.dumped_profile(&dumps.stacks);
@@ -1154,14 +1183,17 @@ impl ProfilerHandle {
     /// Warnings not taken yet: a module without debug info or with damaged names or DWARF
     /// (its profile then shows less, but the run goes on). Building a profile can add some.
     /// Says `warning` once, with the warnings [`take_warnings`](Self::take_warnings) gives.
-    fn warn_once(&self, warning: String) {
+    fn warn_once(&self, warning: Warning) {
         let mut warnings = lock(&self.warnings);
         if !warnings.contains(&warning) {
             warnings.push(warning);
         }
     }
 
-    pub fn take_warnings(&self) -> Vec<String> {
+    /// Warnings not taken yet: a module without debug info or with damaged names or DWARF, a
+    /// language runtime whose frames cannot be shown (the profile then shows less of them, but
+    /// the run goes on). Building a profile can add some.
+    pub fn take_warnings(&self) -> Vec<Warning> {
         let mut warnings = std::mem::take(&mut *lock(&self.warnings));
         warnings.extend(self.resolver().take_warnings());
         warnings

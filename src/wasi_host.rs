@@ -29,7 +29,9 @@ use crate::profiler::Interrupted;
 /// A host directory the guest sees at `guest`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirMount {
+    /// The directory on the host.
     pub host: PathBuf,
+    /// The path the guest opens it by.
     pub guest: String,
 }
 
@@ -66,7 +68,10 @@ pub enum UnknownImports {
 pub struct WasiConfig {
     /// argv, including `argv[0]`; with `invoke`, `argv[1..]` are the function's arguments.
     pub argv: Vec<String>,
+    /// The guest's environment variables, (name, value): `--env`'s, and the host's with
+    /// `--inherit-env`.
     pub env: Vec<(String, String)>,
+    /// `--dir`: the host directories the guest is given.
     pub dirs: Vec<DirMount>,
     /// wasmspy's own policy for imports nothing provides (`-W unknown-imports-trap` and
     /// `-W unknown-imports-default` are in `wasm`); it holds for components too.
@@ -95,12 +100,15 @@ pub struct WasiConfig {
 pub struct ServedInstance {
     /// Its number, from 0 in the order instances are made.
     pub id: u64,
+    /// Whether its stdout and stderr lines are prefixed with its number.
     pub log_prefix: bool,
 }
 
 /// A program `wasmtime run` runs.
 pub enum Program {
+    /// A core module: a preview 1 command, or one whose export `--invoke` names.
     Module(Module),
+    /// A component: a `wasi:cli/run` command, or one whose function `--invoke` names.
     Component(Component),
 }
 
@@ -111,6 +119,7 @@ pub enum Exit {
     Code(i32),
     /// A Wasm trap; the error carries the guest backtrace.
     Trap(anyhow::Error),
+    /// Stopped by [`ProfilerHandle::interrupt`](crate::ProfilerHandle::interrupt).
     Interrupted,
     /// Anything else: a host function failed, or the module could not be instantiated.
     Error(anyhow::Error),

@@ -119,10 +119,10 @@ pub fn wasmtime_cli() -> PathBuf {
         .unwrap()
         .parent()
         .unwrap()
-        .join("examples/wasmtime");
+        .join("examples/wasmtime-baseline");
     assert!(
         path.exists(),
-        "{} is missing: build it with `cargo build --profile dev --example wasmtime`",
+        "{} is missing: build it with `cargo build --profile dev --features internals --example wasmtime-baseline`",
         path.display()
     );
     path

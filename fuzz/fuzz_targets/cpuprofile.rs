@@ -1,6 +1,6 @@
 //! `.cpuprofile` files (ours, V8's) read as `wasmspy report`/`convert` read them: never a
 //! panic, nor a hang on a call tree that loops or runs deep. `cargo fuzz run cpuprofile` (see
-//! README); the corpus is `fuzz/corpus/cpuprofile`.
+//! CONTRIBUTING.md, "Fuzzing"); the corpus is `fuzz/corpus/cpuprofile`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -1,5 +1,5 @@
 //! Corrupted DWARF sections fed to the symbolizer: it must never panic.
-//! `cargo fuzz run dwarf` (see README); the input patches the DWARF of the fixtures.
+//! `cargo fuzz run dwarf` (see CONTRIBUTING.md, "Fuzzing"); the input patches the DWARF of the fixtures.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -1,5 +1,5 @@
 //! Folded-stacks files read as `wasmspy report`/`convert` read them: never a panic.
-//! `cargo fuzz run folded` (see README); the corpus is `fuzz/corpus/folded`.
+//! `cargo fuzz run folded` (see CONTRIBUTING.md, "Fuzzing"); the corpus is `fuzz/corpus/folded`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -1,5 +1,5 @@
 //! pprof files, raw and gzipped, read as `wasmspy report`/`convert` read them: never a panic.
-//! `cargo fuzz run pprof` (see README); the corpus is `fuzz/corpus/pprof`.
+//! `cargo fuzz run pprof` (see CONTRIBUTING.md, "Fuzzing"); the corpus is `fuzz/corpus/pprof`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -1,5 +1,5 @@
 //! speedscope JSON files read as `wasmspy report`/`convert` read them: never a panic.
-//! `cargo fuzz run speedscope` (see README); the corpus is `fuzz/corpus/speedscope`.
+//! `cargo fuzz run speedscope` (see CONTRIBUTING.md, "Fuzzing"); the corpus is `fuzz/corpus/speedscope`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

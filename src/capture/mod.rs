@@ -32,6 +32,7 @@ pub const MAX_STACK_DEPTH: usize = 512;
 
 /// Whether the signal sampler can sample Pulley's interpreter in this process, or why not (it
 /// finds the interpreter's code by this executable's symbols).
+#[cfg(feature = "cli")]
 pub fn signals_sample_pulley() -> Result<()> {
     #[cfg(all(
         target_os = "linux",
@@ -293,11 +294,16 @@ pub struct SampleValues {
 
 /// Which sampler to use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SamplerKind {
     /// Signals where available, else epochs.
     #[default]
     Auto,
+    /// A timer's SIGPROF interrupts the guest's thread wherever it is, and the handler walks
+    /// its stack (Linux on x86-64 and aarch64 only).
     Signal,
+    /// Wasmtime's epoch interruption: the store's epoch-deadline callback takes the sample at
+    /// the next function entry or loop header after each tick (the engine needs epochs on).
     Epoch,
 }
 

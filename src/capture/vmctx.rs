@@ -65,7 +65,7 @@ const PROBE: &str = r#"(module (func (export "probe")))"#;
 impl ContextFinder {
     pub fn new(engine: &Engine) -> Result<Self> {
         Ok(ContextFinder {
-            probe: Module::new(engine, PROBE)?,
+            probe: Module::new(engine, wat::parse_str(PROBE)?)?,
         })
     }
 
@@ -79,7 +79,7 @@ impl ContextFinder {
         let probe = if Engine::same(store.engine(), self.probe.engine()) {
             &self.probe
         } else {
-            other = Module::new(store.engine(), PROBE)?;
+            other = Module::new(store.engine(), wat::parse_str(PROBE)?)?;
             &other
         };
         let instance = {

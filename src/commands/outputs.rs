@@ -6,11 +6,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::export::flamegraph::NothingToDraw;
 use crate::export::Format;
+use crate::export::WriteError;
+use crate::pprof_http::{LiveServer, ServerOptions};
 use crate::profile::Profile;
 use crate::record::{ALLOC_OBJECTS, ALLOC_SPACE, COLLECTED_NOTE, CPU, INUSE_SPACE, SAMPLES};
-use crate::server::{LiveServer, ServerOptions};
 use crate::sync::lock;
 use crate::ProfilerHandle;
 use anyhow::{bail, Context, Result};
@@ -240,7 +240,7 @@ impl Output {
         let what = || format!("cannot write profile `{}`", self.path.display());
         let mut bytes = Vec::new();
         match self.format.write(profile, &mut bytes) {
-            Err(e) if e.is::<NothingToDraw>() => {
+            Err(e @ WriteError::NothingToDraw(_)) => {
                 if save == Save::Last {
                     say!(
                         "wasmspy: warning: {} not written: {e} (the guest was not sampled)",

@@ -88,15 +88,6 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
         .wasm
         .timeout
         .map(|timeout| interrupt_after(profiler.handle(), timeout));
-    let server = match &args.profiling.pprof_addr {
-        Some(addr) => Some(start_server(
-            profiler.handle(),
-            addr,
-            &args.profiling,
-            &wasi.argv,
-        )?),
-        None => None,
-    };
     let ended = GuestEnded::default();
     write_on_signals(
         profiler.handle(),
@@ -106,6 +97,17 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
     )?;
 
     profiler.start()?;
+    // After the start, before the guest runs: a window asked for at once counts its seconds
+    // from samples' first.
+    let server = match &args.profiling.pprof_addr {
+        Some(addr) => Some(start_server(
+            profiler.handle(),
+            addr,
+            &args.profiling,
+            &wasi.argv,
+        )?),
+        None => None,
+    };
     let view = match terminal {
         Some(terminal) => Some(RecordTop::start(
             terminal,
@@ -122,7 +124,7 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
         Program::Module(module) => wasi_host::run_with(&mut store, module, |store, instance| {
             profiler
                 .attach_instance(&mut *store, instance)
-                .map_err(wasmtime::Error::from_anyhow)
+                .map_err(wasmtime::Error::from)
         }),
         Program::Component(component) => {
             wasi_host::run_component_with(&mut store, component, |linker| {

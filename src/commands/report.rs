@@ -5,10 +5,10 @@ use std::path::Path;
 
 use crate::diff::{compare, negated_base, write_flamegraph};
 use crate::export::{self, Format};
-use crate::opcodes::opcodes;
 use crate::profile::Profile;
+use crate::report::opcodes;
+use crate::report::top;
 use crate::resolve::v8_wasm::V8WasmFrames;
-use crate::top::top;
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::cli::args::{ConvertArgs, DiffArgs, ReportArgs};
@@ -67,10 +67,12 @@ pub fn diff(args: DiffArgs) -> Result<i32> {
         let what = || format!("cannot write `{}`", output.display());
         match format {
             Format::Svg => write_flamegraph(&base, base_index, &new, new_index, &mut bytes),
-            Format::Pprof => Format::Pprof.write(
-                &negated_base(&base, base_index, &new, new_index),
-                &mut bytes,
-            ),
+            Format::Pprof => Format::Pprof
+                .write(
+                    &negated_base(&base, base_index, &new, new_index),
+                    &mut bytes,
+                )
+                .map_err(anyhow::Error::from),
             other => Err(anyhow!(
                 "a difference is written as a flame graph (.svg) or pprof (.pb.gz), not {other}"
             )),

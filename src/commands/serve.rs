@@ -124,6 +124,14 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
         ),
         None => None,
     };
+    write_on_signals(
+        profiler.handle(),
+        outputs.clone(),
+        GuestEnded::default(),
+        counts.clone(),
+    )?;
+    profiler.start()?;
+    // After the start: a window asked for at once counts its seconds from samples' first.
     let server = match &args.profiling.pprof_addr {
         Some(addr) => Some(start_server(
             profiler.handle(),
@@ -133,13 +141,6 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
         )?),
         None => None,
     };
-    write_on_signals(
-        profiler.handle(),
-        outputs.clone(),
-        GuestEnded::default(),
-        counts.clone(),
-    )?;
-    profiler.start()?;
     if let Some(every) = args.profiling.flush_every {
         flush_periodically(outputs.clone(), profiler.handle(), every)?;
     }

@@ -11,10 +11,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 
-use anyhow::{bail, Context, Result};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
+use super::read_error::damaged;
+use super::{ReadError, WriteError};
 use crate::profile::{
     FrameId, Function, FunctionId, Profile, ProfileBuilder, ProfileHeader, Sample, StackId,
     ValueType,
@@ -54,9 +55,12 @@ struct Node {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CallFrame {
+    /// The function's name; empty for V8's anonymous functions.
     pub function_name: String,
+    /// The script (source file) it is in, as the profile numbers them; `"0"` for none.
     #[serde(deserialize_with = "script_id")]
     pub script_id: String,
+    /// The script's URL (a file's as `file://`); empty when unknown.
     pub url: String,
     /// 0-based; -1 when unknown. A Wasm function's is 0.
     pub line_number: i64,
@@ -94,7 +98,10 @@ const START_US: f64 = 1e6;
 /// What V8 calls the root of every profile.
 const ROOT: &str = "(root)";
 
-pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
+/// Writes the profile as a `.cpuprofile`, each sample lasting its value of a sample type in
+/// nanoseconds (the default one if it is), else its count of samples times the period, or its
+/// instructions at one a nanosecond. Fails for a profile of anything else (a heap profile).
+pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<(), WriteError> {
     let (measure, ns_per_unit) = duration_measure(profile)?;
     let counts = profile
         .sample_types
@@ -111,9 +118,10 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
         let measured = sample.values[measure];
         let count = counts.map_or(1, |i| sample.values[i]);
         if measured < 0 || count < 0 {
-            bail!(
+            return Err(WriteError::Unrepresentable(
                 "has negative values (a difference of profiles?), which a .cpuprofile cannot show"
-            );
+                    .into(),
+            ));
         }
         if count == 0 {
             continue;
@@ -145,14 +153,14 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
         samples,
         time_deltas: deltas,
     };
-    serde_json::to_writer(out, &file).context("cannot write the .cpuprofile")
+    serde_json::to_writer(out, &file).map_err(|e| WriteError::Io(e.into()))
 }
 
 /// The sample type whose values are a sample's duration, and nanoseconds per unit: the
 /// default type if a time, else the first time; the instructions clock's counts at one
 /// instruction a nanosecond; sample counts at the sampling period. Anything else (bytes of
 /// a memory profile) is no time: an error.
-fn duration_measure(profile: &Profile) -> Result<(usize, u64)> {
+fn duration_measure(profile: &Profile) -> Result<(usize, u64), WriteError> {
     let types = &profile.sample_types;
     let default = profile.default_sample_type;
     let is_time = |t: &ValueType| t.unit == "nanoseconds";
@@ -171,10 +179,10 @@ fn duration_measure(profile: &Profile) -> Result<(usize, u64)> {
             Ok((default, period))
         }
         "instructions" => Ok((default, 1)),
-        kind => bail!(
+        kind => Err(WriteError::Unrepresentable(format!(
             "is a profile of {kind} ({}), and a .cpuprofile holds time",
             types[default].unit
-        ),
+        ))),
     }
 }
 
@@ -362,11 +370,15 @@ pub fn is_cpuprofile(json: &str) -> bool {
 
 /// Reads a `.cpuprofile`: samples of `samples`/`count` and `cpu`/`nanoseconds`, in time
 /// order, a sample lasting until the next (the last until the profile's end).
-pub fn read(bytes: &[u8], frames: &mut dyn CallFrames) -> Result<Profile> {
+pub fn read(bytes: &[u8], frames: &mut dyn CallFrames) -> Result<Profile, ReadError> {
     let file: File = match serde_json::from_slice(bytes) {
         Ok(file) => file,
-        Err(e) if e.is_eof() => bail!("ends early (its JSON is cut)"),
-        Err(e) => bail!("is not a .cpuprofile wasmspy can read ({e})"),
+        Err(e) if e.is_eof() => return Err(ReadError::EndsEarly { part: "its JSON" }),
+        Err(e) => {
+            return Err(ReadError::Unsupported(format!(
+                "is not a .cpuprofile wasmspy can read ({e})"
+            )))
+        }
     };
     let nodes = NodeTree::of(&file.nodes)?;
     let hits = hits(&file, &nodes)?;
@@ -430,25 +442,25 @@ struct NodeTree {
 }
 
 impl NodeTree {
-    fn of(nodes: &[Node]) -> Result<Self> {
+    fn of(nodes: &[Node]) -> Result<Self, ReadError> {
         let mut index = FxHashMap::default();
         for (i, node) in nodes.iter().enumerate() {
             if index.insert(node.id, i).is_some() {
-                bail!("is damaged: node {} is there twice", node.id);
+                return Err(damaged!("node {} is there twice", node.id));
             }
         }
         let find = |id: u32| {
             index
                 .get(&id)
                 .copied()
-                .with_context(|| format!("is damaged: it names node {id}, which it does not have"))
+                .ok_or_else(|| damaged!("it names node {id}, which it does not have"))
         };
         let mut parent = vec![None; nodes.len()];
         for (i, node) in nodes.iter().enumerate() {
             for &child in &node.children {
                 let child = find(child)?;
                 if parent[child].replace(i).is_some_and(|p| p != i) {
-                    bail!("is damaged: node {} has two parents", nodes[child].id);
+                    return Err(damaged!("node {} has two parents", nodes[child].id));
                 }
             }
         }
@@ -456,7 +468,7 @@ impl NodeTree {
             if let Some(p) = node.parent {
                 let p = find(p)?;
                 if parent[i].replace(p).is_some_and(|q| q != p) {
-                    bail!("is damaged: node {} has two parents", node.id);
+                    return Err(damaged!("node {} has two parents", node.id));
                 }
             }
         }
@@ -473,7 +485,7 @@ const MAX_STACK_FRAMES: usize = 1 << 24;
 
 /// Each node's depth, in time linear in the nodes: an error where parents loop or a node is
 /// deeper than [`MAX_DEPTH`].
-fn depths(parent: &[Option<usize>]) -> Result<Vec<usize>> {
+fn depths(parent: &[Option<usize>]) -> Result<Vec<usize>, ReadError> {
     const UNKNOWN: usize = usize::MAX;
     let mut depth = vec![UNKNOWN; parent.len()];
     let mut path = Vec::new();
@@ -482,7 +494,7 @@ fn depths(parent: &[Option<usize>]) -> Result<Vec<usize>> {
         let mut at = Some(start);
         while let Some(node) = at.filter(|&n| depth[n] == UNKNOWN) {
             if path.len() > parent.len() {
-                bail!("is damaged: its nodes' parents loop");
+                return Err(damaged!("its nodes' parents loop"));
             }
             path.push(node);
             at = parent[node];
@@ -490,7 +502,9 @@ fn depths(parent: &[Option<usize>]) -> Result<Vec<usize>> {
         let mut below = at.map_or(0, |n| depth[n] + 1);
         while let Some(node) = path.pop() {
             if below > MAX_DEPTH {
-                bail!("has a call tree deeper than {MAX_DEPTH} frames");
+                return Err(ReadError::TooLarge(format!(
+                    "a call tree deeper than {MAX_DEPTH} frames"
+                )));
             }
             depth[node] = below;
             below += 1;
@@ -509,7 +523,7 @@ struct Hit {
 
 /// The samples in time order, each lasting until the next; without samples, each node's hit
 /// count at the profile's average interval.
-fn hits(file: &File, nodes: &NodeTree) -> Result<Vec<Hit>> {
+fn hits(file: &File, nodes: &NodeTree) -> Result<Vec<Hit>, ReadError> {
     let span = (file.end_time - file.start_time).max(0.0);
     if file.samples.is_empty() {
         let total = file
@@ -534,18 +548,19 @@ fn hits(file: &File, nodes: &NodeTree) -> Result<Vec<Hit>> {
         return Ok(hits);
     }
     if file.time_deltas.len() != file.samples.len() {
-        bail!(
-            "is damaged: {} samples but {} time deltas",
+        return Err(damaged!(
+            "{} samples but {} time deltas",
             file.samples.len(),
             file.time_deltas.len()
-        );
+        ));
     }
     let mut time = file.start_time;
     let mut timed = Vec::with_capacity(file.samples.len());
     for (&id, &delta) in file.samples.iter().zip(&file.time_deltas) {
-        let node = *nodes.index.get(&id).with_context(|| {
-            format!("is damaged: a sample names node {id}, which it does not have")
-        })?;
+        let node = *nodes
+            .index
+            .get(&id)
+            .ok_or_else(|| damaged!("a sample names node {id}, which it does not have"))?;
         time += delta;
         timed.push((time, node));
     }
@@ -601,7 +616,12 @@ struct StackMaker<'a> {
 
 impl StackMaker<'_> {
     /// The stack of a sample at `leaf`, its leaf at `line` (0: unknown), leaf first.
-    fn stack(&mut self, leaf: usize, line: u32, builder: &mut ProfileBuilder) -> Result<StackId> {
+    fn stack(
+        &mut self,
+        leaf: usize,
+        line: u32,
+        builder: &mut ProfileBuilder,
+    ) -> Result<StackId, ReadError> {
         if let Some(&stack) = self.stacks.get(&(leaf, line)) {
             return Ok(stack);
         }
@@ -618,7 +638,9 @@ impl StackMaker<'_> {
         }
         self.frames += frames.len();
         if self.frames > MAX_STACK_FRAMES {
-            bail!("has stacks of more than {MAX_STACK_FRAMES} frames in all");
+            return Err(ReadError::TooLarge(format!(
+                "stacks of more than {MAX_STACK_FRAMES} frames in all"
+            )));
         }
         let stack = builder.stack(&frames);
         self.stacks.insert((leaf, line), stack);

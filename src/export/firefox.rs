@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
 use fxprof_processed_profile::debugid::DebugId;
 use fxprof_processed_profile::{
     CategoryColor, CategoryHandle, CpuDelta, Frame as FxFrame, FrameFlags, FrameInfo, LibraryInfo,
@@ -16,6 +15,7 @@ use fxprof_processed_profile::{
     SymbolTable, ThreadHandle, Timestamp, WeightType,
 };
 
+use super::WriteError;
 use crate::profile::{FrameId, FrameKind, MappingId, Profile, ThreadId};
 
 /// A stretch of samples spent in one host call.
@@ -52,7 +52,10 @@ impl StaticSchemaMarker for HostCallMarker {
     }
 }
 
-pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
+/// Writes the profile as the Firefox Profiler's processed JSON: a track per thread sampled,
+/// each sample weighted by its count (in a profile of no `samples`, by its default value) and
+/// carrying its CPU time.
+pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<(), WriteError> {
     let name = profile
         .mappings
         .first()
@@ -247,7 +250,7 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
             add_marker(&mut fx, track.handle, done);
         }
     }
-    serde_json::to_writer(out, &fx).context("cannot write the Firefox profile")
+    serde_json::to_writer(out, &fx).map_err(|e| WriteError::Io(e.into()))
 }
 
 /// A thread's track, and the host call its last samples were in (frame, from, to), drawn as

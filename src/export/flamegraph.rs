@@ -3,13 +3,14 @@
 
 use std::io::Write;
 
-use anyhow::{Context, Result};
 use inferno::flamegraph::{self, Options};
 
-use super::folded;
+use super::{folded, WriteError};
 use crate::profile::Profile;
 
-pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
+/// Writes the flame graph of the profile's default sample type as SVG;
+/// [`WriteError::NothingToDraw`] when no stack has a positive value.
+pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<(), WriteError> {
     let index = profile.default_sample_type;
     let kind = &profile.sample_types[index];
     let lines: Vec<String> = folded::stacks(profile, index)
@@ -18,7 +19,7 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
         .map(|(stack, value)| format!("{stack} {value}"))
         .collect();
     if lines.is_empty() {
-        return Err(NothingToDraw(kind.kind.clone()).into());
+        return Err(WriteError::NothingToDraw(kind.kind.clone()));
     }
     let mut options = Options::default();
     options.title = match profile.mappings.first() {
@@ -28,22 +29,5 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
     options.count_name = kind.unit.clone();
     options.deterministic = true;
     flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), out)
-        .context("cannot draw the flame graph")
+        .map_err(WriteError::Io)
 }
-
-/// A flame graph of a profile without a positive value of the type drawn (a guest too short
-/// to be sampled): there is nothing to draw.
-#[derive(Debug)]
-pub struct NothingToDraw(pub String);
-
-impl std::fmt::Display for NothingToDraw {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "nothing to draw: no sample has a positive {} value",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for NothingToDraw {}

@@ -5,8 +5,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use anyhow::{bail, Result};
-
+use super::{ReadError, WriteError};
 use crate::profile::{
     FrameId, Function, Profile, ProfileBuilder, ProfileHeader, Sample, StackId, Table, ValueType,
 };
@@ -35,7 +34,7 @@ pub fn stacks(profile: &Profile, index: usize) -> BTreeMap<String, i64> {
 }
 
 /// Writes the profile's default sample type as folded stacks.
-pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
+pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<(), WriteError> {
     for (stack, value) in stacks(profile, profile.default_sample_type) {
         writeln!(out, "{stack} {value}")?;
     }
@@ -44,7 +43,7 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
 
 /// Reads folded stacks: a profile of one sample type, `samples/count` (the format names
 /// none), each frame a function known by its name alone.
-pub fn read(text: &str) -> Result<Profile> {
+pub fn read(text: &str) -> Result<Profile, ReadError> {
     let mut builder = ProfileBuilder::default();
     let mut samples = Vec::new();
     let lines = text.lines().count();
@@ -58,13 +57,13 @@ pub fn read(text: &str) -> Result<Profile> {
             .and_then(|(stack, value)| Some((stack, value.parse::<i64>().ok()?)))
         else {
             if n + 1 == lines && n > 0 && !text.ends_with('\n') {
-                bail!("ends early (its last line is cut)");
+                return Err(ReadError::EndsEarly {
+                    part: "its last line",
+                });
             }
-            bail!(
-                "{} (line {} is not `frame;…;frame count`)",
-                super::FOREIGN,
-                n + 1
-            );
+            return Err(ReadError::Foreign {
+                detail: Some(format!("line {} is not `frame;…;frame count`", n + 1)),
+            });
         };
         let frames: Vec<FrameId> = stack
             .split(';')
@@ -88,7 +87,7 @@ pub fn read(text: &str) -> Result<Profile> {
         });
     }
     if samples.is_empty() {
-        bail!("is empty");
+        return Err(ReadError::Empty);
     }
     let header = ProfileHeader {
         sample_types: vec![ValueType::new("samples", "count")],

@@ -3,22 +3,46 @@
 
 pub mod cpuprofile;
 pub mod firefox;
+#[cfg(feature = "flamegraph")]
 pub mod flamegraph;
 pub mod folded;
 pub mod pprof;
 pub mod pprof_proto;
+mod read_error;
 pub mod speedscope;
+mod write_error;
+
+pub use read_error::{ReadError, FOREIGN};
+pub use write_error::WriteError;
 
 use std::fmt;
 use std::io::Write;
 use std::path::Path;
 use std::str::FromStr;
 
-use anyhow::{bail, Result};
-
 use crate::profile::Profile;
 
+/// A file format a [`Profile`] can be written in, chosen by name (`--format pprof`) or by the
+/// output file's name.
+///
+/// # Examples
+///
+/// ```
+/// use std::path::Path;
+/// use wasmspy::export::Format;
+///
+/// assert_eq!("pprof".parse::<Format>(), Ok(Format::Pprof));
+/// assert!("svgz".parse::<Format>().is_err());
+/// assert_eq!(Format::of_path(Path::new("out.speedscope.json")), Some(Format::Speedscope));
+/// assert_eq!(Format::for_output(None, Path::new("cpu.out")), Format::Pprof);
+///
+/// let profile = wasmspy::export::read(b"main;work 3\nmain;rest 1\n").unwrap();
+/// let mut folded = Vec::new();
+/// Format::Folded.write(&profile, &mut folded).unwrap();
+/// assert_eq!(folded, b"main;rest 1\nmain;work 3\n");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Format {
     /// Gzipped pprof protobuf (`.pb.gz`, `.pprof`).
     Pprof,
@@ -73,12 +97,17 @@ impl Format {
             .unwrap_or(Format::Pprof)
     }
 
-    pub fn write(self, profile: &Profile, out: &mut dyn Write) -> Result<()> {
+    /// Writes `profile` in this format to `out`. Fails for what the format cannot hold (a
+    /// `.cpuprofile` of a heap profile), and for an SVG without the `flamegraph` feature.
+    pub fn write(self, profile: &Profile, out: &mut dyn Write) -> Result<(), WriteError> {
         match self {
             Format::Pprof => Ok(out.write_all(&pprof::encode(profile)?)?),
             Format::Firefox => firefox::write(profile, out),
             Format::Speedscope => speedscope::write(profile, out),
+            #[cfg(feature = "flamegraph")]
             Format::Svg => flamegraph::write(profile, out),
+            #[cfg(not(feature = "flamegraph"))]
+            Format::Svg => Err(WriteError::FeatureOff("flamegraph")),
             Format::Folded => folded::write(profile, out),
             Format::CpuProfile => cpuprofile::write(profile, out),
         }
@@ -136,11 +165,19 @@ impl fmt::Display for Format {
 }
 
 /// Reads a profile file of any format that can be read: pprof (gzipped or not), speedscope,
-/// `.cpuprofile` (V8's too), folded stacks. Errors are phrases about the file, to follow its name: "is empty",
-/// "ends early", "is not a pprof, speedscope, .cpuprofile or folded-stacks profile"...
-pub fn read(bytes: &[u8]) -> Result<Profile> {
+/// `.cpuprofile` (V8's too), folded stacks.
+///
+/// ```
+/// use wasmspy::export::{read, ReadError};
+///
+/// let profile = read(b"main;work 3\nmain;rest 1\n").unwrap();
+/// assert_eq!(profile.samples.len(), 2);
+/// assert!(matches!(read(b"  \n"), Err(ReadError::Empty)));
+/// assert!(matches!(read(b"main;work 3\nmain;re"), Err(ReadError::EndsEarly { .. })));
+/// ```
+pub fn read(bytes: &[u8]) -> Result<Profile, ReadError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
-        bail!("is empty");
+        return Err(ReadError::Empty);
     }
     let profile = if bytes.starts_with(&GZIP_MAGIC) {
         pprof::read(bytes)?
@@ -152,20 +189,18 @@ pub fn read(bytes: &[u8]) -> Result<Profile> {
                 } else if cpuprofile::is_cpuprofile(json) {
                     cpuprofile::read(bytes, &mut cpuprofile::AsNamed)?
                 } else if json.contains("\"meta\"") && json.contains("\"threads\"") {
-                    bail!("is a Firefox Profiler profile, which cannot be read back: convert from the pprof profile instead")
+                    return Err(ReadError::Unsupported("is a Firefox Profiler profile, which cannot be read back: convert from the pprof profile instead".into()));
                 } else {
-                    bail!("{FOREIGN}")
+                    return Err(ReadError::Foreign { detail: None });
                 }
             }
             // A pprof message may happen to be valid UTF-8: try it first, and if it is
             // neither, say what the more likely one says (a cut pprof message).
             Ok(text) => match pprof::read(bytes) {
                 Ok(profile) => profile,
-                Err(pprof) => folded::read(text).map_err(|folded| {
-                    match pprof.to_string().starts_with("ends early") {
-                        true => pprof,
-                        false => folded,
-                    }
+                Err(pprof) => folded::read(text).map_err(|folded| match pprof {
+                    ReadError::EndsEarly { .. } => pprof,
+                    _ => folded,
                 })?,
             },
             Err(_) => pprof::read(bytes)?,
@@ -180,8 +215,11 @@ pub fn is_cpuprofile(bytes: &[u8]) -> bool {
     std::str::from_utf8(bytes).is_ok_and(|json| cpuprofile::is_cpuprofile(json.trim_start()))
 }
 
-/// Reads a `.cpuprofile`, some of its frames resolved by `frames` (see [`read`]'s errors).
-pub fn read_cpuprofile(bytes: &[u8], frames: &mut dyn cpuprofile::CallFrames) -> Result<Profile> {
+/// Reads a `.cpuprofile`, some of its frames resolved by `frames`.
+pub fn read_cpuprofile(
+    bytes: &[u8],
+    frames: &mut dyn cpuprofile::CallFrames,
+) -> Result<Profile, ReadError> {
     let profile = cpuprofile::read(bytes, frames)?;
     check_values(&profile)?;
     Ok(profile)
@@ -189,13 +227,10 @@ pub fn read_cpuprofile(bytes: &[u8], frames: &mut dyn cpuprofile::CallFrames) ->
 
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
-/// What a file none of the readers understands is.
-pub const FOREIGN: &str = "is not a pprof, speedscope, .cpuprofile or folded-stacks profile";
-
 /// Values every consumer can add up: each sample type's absolute values sum within an i64.
-fn check_values(profile: &Profile) -> Result<()> {
+fn check_values(profile: &Profile) -> Result<(), ReadError> {
     if profile.sample_types.is_empty() {
-        bail!("has no sample types");
+        return Err(ReadError::NoSampleTypes);
     }
     for (i, kind) in profile.sample_types.iter().enumerate() {
         let sum = profile.samples.iter().try_fold(0i64, |sum, s| {
@@ -205,7 +240,10 @@ fn check_values(profile: &Profile) -> Result<()> {
                 .and_then(|v| sum.checked_add(v))
         });
         if sum.is_none() {
-            bail!("has {} values too large to add up", kind.kind);
+            return Err(ReadError::TooLarge(format!(
+                "{} values too large to add up",
+                kind.kind
+            )));
         }
     }
     Ok(())

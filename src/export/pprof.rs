@@ -6,12 +6,13 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 
-use anyhow::{bail, Context, Result};
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use prost::Message;
 
 use super::pprof_proto as proto;
+use super::read_error::damaged;
+use super::{ReadError, WriteError};
 use crate::profile::{
     Frame, FrameId, Function, Id, Labels, Line, Mapping, Profile, ProfileBuilder, ProfileHeader,
     Sample, StackId, ValueType,
@@ -157,7 +158,7 @@ pub fn to_proto(profile: &Profile) -> proto::Profile {
 }
 
 /// The profile as a gzipped pprof file's bytes.
-pub fn encode(profile: &Profile) -> Result<Vec<u8>> {
+pub fn encode(profile: &Profile) -> Result<Vec<u8>, WriteError> {
     let mut gz = GzEncoder::new(Vec::new(), flate2::Compression::default());
     gz.write_all(&to_proto(profile).encode_to_vec())?;
     Ok(gz.finish()?)
@@ -165,14 +166,22 @@ pub fn encode(profile: &Profile) -> Result<Vec<u8>> {
 
 /// Reads a pprof file's bytes, gzipped or not. Errors are phrases about the file (see
 /// [`super::read`]).
-pub fn decode(bytes: &[u8]) -> Result<proto::Profile> {
+pub fn decode(bytes: &[u8]) -> Result<proto::Profile, ReadError> {
     let gzipped = bytes.starts_with(&[0x1f, 0x8b]);
     let raw = if gzipped {
         let mut raw = Vec::new();
         if let Err(e) = GzDecoder::new(bytes).read_to_end(&mut raw) {
             match e.kind() {
-                std::io::ErrorKind::UnexpectedEof => bail!("ends early (its gzip stream is cut)"),
-                _ => bail!("is a damaged gzip file ({e})"),
+                std::io::ErrorKind::UnexpectedEof => {
+                    return Err(ReadError::EndsEarly {
+                        part: "its gzip stream",
+                    })
+                }
+                _ => {
+                    return Err(ReadError::Unsupported(format!(
+                        "is a damaged gzip file ({e})"
+                    )))
+                }
             }
         }
         raw
@@ -183,35 +192,41 @@ pub fn decode(bytes: &[u8]) -> Result<proto::Profile> {
         Ok(profile) => profile,
         // pprof writers (Go's, ours) begin with the sample types, field 1.
         Err(e) if e.to_string().contains("buffer underflow") && raw.first() == Some(&0x0a) => {
-            bail!("ends early (its pprof message is cut)")
+            return Err(ReadError::EndsEarly {
+                part: "its pprof message",
+            });
         }
-        Err(_) if gzipped => bail!("is gzipped, but not a pprof profile"),
-        Err(_) => bail!("{}", super::FOREIGN),
+        Err(_) if gzipped => {
+            return Err(ReadError::Unsupported(
+                "is gzipped, but not a pprof profile".into(),
+            ))
+        }
+        Err(_) => return Err(ReadError::Foreign { detail: None }),
     };
     // Every pprof string table starts with "": a message without one is something else that
     // happened to parse.
     if profile.string_table.first().map(String::as_str) != Some("") {
-        bail!("{}", super::FOREIGN);
+        return Err(ReadError::Foreign { detail: None });
     }
     Ok(profile)
 }
 
 /// A pprof file (ours, Go's, pprof-rs's…) as a profile model.
-pub fn read(bytes: &[u8]) -> Result<Profile> {
+pub fn read(bytes: &[u8]) -> Result<Profile, ReadError> {
     from_proto(&decode(bytes)?)
 }
 
 /// The profile model of a pprof message. Locations without lines (unsymbolized addresses) get
 /// a function named as pprof prints them: the address, and the mapping's file.
-pub fn from_proto(p: &proto::Profile) -> Result<Profile> {
-    let str = |i: i64| -> Result<String> {
+pub fn from_proto(p: &proto::Profile) -> Result<Profile, ReadError> {
+    let str = |i: i64| -> Result<String, ReadError> {
         usize::try_from(i)
             .ok()
             .and_then(|i| p.string_table.get(i))
             .cloned()
-            .with_context(|| format!("is damaged: string {i} is not in its string table"))
+            .ok_or_else(|| damaged!("string {i} is not in its string table"))
     };
-    let value_type = |vt: &proto::ValueType| -> Result<ValueType> {
+    let value_type = |vt: &proto::ValueType| -> Result<ValueType, ReadError> {
         Ok(ValueType {
             kind: str(vt.r#type)?,
             unit: str(vt.unit)?,
@@ -221,7 +236,7 @@ pub fn from_proto(p: &proto::Profile) -> Result<Profile> {
         .sample_type
         .iter()
         .map(value_type)
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>, _>>()?;
     let default_kind = str(p.default_sample_type)?;
     let mut builder = ProfileBuilder::default();
     let mut mappings = HashMap::new();
@@ -249,9 +264,9 @@ pub fn from_proto(p: &proto::Profile) -> Result<Profile> {
         let mut lines = Vec::with_capacity(l.line.len().max(1));
         for line in &l.line {
             lines.push(Line {
-                function: *functions.get(&line.function_id).with_context(|| {
-                    format!(
-                        "is damaged: a location names function {}, which it does not have",
+                function: *functions.get(&line.function_id).ok_or_else(|| {
+                    damaged!(
+                        "a location names function {}, which it does not have",
                         line.function_id
                     )
                 })?,
@@ -286,28 +301,28 @@ pub fn from_proto(p: &proto::Profile) -> Result<Profile> {
     let mut samples = Vec::with_capacity(p.sample.len());
     for s in &p.sample {
         if s.value.len() != sample_types.len() {
-            bail!(
-                "is damaged: a sample has {} values for {} sample types",
+            return Err(damaged!(
+                "a sample has {} values for {} sample types",
                 s.value.len(),
                 sample_types.len()
-            );
+            ));
         }
-        let stack: Vec<FrameId> = s
-            .location_id
-            .iter()
-            .map(|id| {
-                frames.get(id).copied().with_context(|| {
-                    format!("is damaged: a sample names location {id}, which it does not have")
+        let stack: Vec<FrameId> =
+            s.location_id
+                .iter()
+                .map(|id| {
+                    frames.get(id).copied().ok_or_else(|| {
+                        damaged!("a sample names location {id}, which it does not have")
+                    })
                 })
-            })
-            .collect::<Result<_>>()?;
+                .collect::<Result<_, _>>()?;
         // String labels; numeric ones (pprof's `num`) are not kept.
         let labels: Vec<(String, String)> = s
             .label
             .iter()
             .filter(|l| l.str != 0)
             .map(|l| Ok((str(l.key)?, str(l.str)?)))
-            .collect::<Result<_>>()?;
+            .collect::<Result<_, ReadError>>()?;
         samples.push(Sample {
             stack: builder.stack(&stack),
             labels: labels.into(),
@@ -332,7 +347,11 @@ pub fn from_proto(p: &proto::Profile) -> Result<Profile> {
         period: p.period,
         start_unix_ns: p.time_nanos,
         duration_ns: p.duration_nanos,
-        comments: p.comment.iter().map(|&c| str(c)).collect::<Result<_>>()?,
+        comments: p
+            .comment
+            .iter()
+            .map(|&c| str(c))
+            .collect::<Result<_, _>>()?,
     };
     Ok(builder.build(header, samples))
 }

@@ -7,9 +7,10 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
+use super::read_error::damaged;
+use super::{ReadError, WriteError};
 use crate::profile::{
     FrameId, Function, FunctionId, Profile, ProfileBuilder, ProfileHeader, Sample, ValueType,
 };
@@ -68,7 +69,9 @@ fn unit(unit: &str) -> &str {
     }
 }
 
-pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
+/// Writes the profile as a speedscope file: a sampled profile per sample type, the default
+/// one active.
+pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<(), WriteError> {
     let mut frames = Vec::new();
     let mut frame_of: HashMap<FunctionId, usize> = HashMap::new();
     let stacks: Vec<Vec<usize>> = profile
@@ -121,23 +124,29 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<()> {
         active_profile_index: profile.default_sample_type,
         exporter: format!("wasmspy {}", env!("CARGO_PKG_VERSION")),
     };
-    serde_json::to_writer(out, &file).context("cannot write the speedscope profile")
+    serde_json::to_writer(out, &file).map_err(|e| WriteError::Io(e.into()))
 }
 
 /// Reads a speedscope file of sampled profiles with the same stacks (as this module and
 /// py-spy write them): one sample type per profile.
-pub fn read(bytes: &[u8]) -> Result<Profile> {
+pub fn read(bytes: &[u8]) -> Result<Profile, ReadError> {
     let file: File = match serde_json::from_slice(bytes) {
         Ok(file) => file,
-        Err(e) if e.is_eof() => bail!("ends early (its JSON is cut)"),
-        Err(e) => bail!("is not a speedscope profile wasmspy can read ({e})"),
+        Err(e) if e.is_eof() => return Err(ReadError::EndsEarly { part: "its JSON" }),
+        Err(e) => {
+            return Err(ReadError::Unsupported(format!(
+                "is not a speedscope profile wasmspy can read ({e})"
+            )))
+        }
     };
     let Some(first) = file.profiles.first() else {
-        bail!("is a speedscope file without profiles");
+        return Err(ReadError::Unsupported(
+            "is a speedscope file without profiles".into(),
+        ));
     };
     for p in &file.profiles {
         if p.kind != "sampled" || p.samples != first.samples || p.weights.len() != p.samples.len() {
-            bail!("holds speedscope profiles wasmspy cannot read: only sampled profiles over the same samples");
+            return Err(ReadError::Unsupported("holds speedscope profiles wasmspy cannot read: only sampled profiles over the same samples".into()));
         }
     }
     let mut builder = ProfileBuilder::default();
@@ -157,11 +166,12 @@ pub fn read(bytes: &[u8]) -> Result<Profile> {
             .iter()
             .rev()
             .map(|&f| {
-                frame_ids.get(f).copied().with_context(|| {
-                    format!("is damaged: a sample names frame {f}, which it does not have")
-                })
+                frame_ids
+                    .get(f)
+                    .copied()
+                    .ok_or_else(|| damaged!("a sample names frame {f}, which it does not have"))
             })
-            .collect::<Result<_>>()?;
+            .collect::<Result<_, _>>()?;
         samples.push(Sample {
             stack: builder.stack(&frames),
             labels: Default::default(),

@@ -46,6 +46,7 @@ pub const ALLOCATOR_HOOK: &str = "wasmspy-allocator-hook";
 
 /// A component whose core modules' allocators report to the host.
 pub struct RewrittenComponent {
+    /// The rewritten component's bytes, which import [`ALLOCATOR_HOOK`].
     pub wasm: Vec<u8>,
     /// The rewrite of each core module, by Wasmtime's static index; `None`: left as it was.
     pub modules: Vec<Option<Arc<Rewritten>>>,
@@ -53,7 +54,12 @@ pub struct RewrittenComponent {
 
 /// Rewrites the allocators of `component`'s core modules (those of the top-level component,
 /// instantiated once); `None` when none has one.
-pub fn rewrite_component(component: &[u8]) -> Result<Option<RewrittenComponent>> {
+pub fn rewrite_component(component: &[u8]) -> Result<Option<RewrittenComponent>, crate::Error> {
+    rewrite_cores(component).map_err(crate::Error::Malformed)
+}
+
+/// [`rewrite_component`], its failures a malformed component's.
+fn rewrite_cores(component: &[u8]) -> Result<Option<RewrittenComponent>> {
     let cores = core_modules(component)?;
     let mut modules = vec![None; cores.len()];
     // (instance, whether its allocators' wrappers tell the gate) of each rewritten module.

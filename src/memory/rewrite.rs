@@ -92,15 +92,25 @@ pub fn block_slot(address: u32) -> usize {
 /// An allocator function the rewriter wraps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Allocator {
+    /// C's `malloc(size)` (CPython's `PyObject_Malloc`, `PyMem_Malloc` too).
     Malloc,
+    /// C's `calloc(count, size)` (CPython's `PyObject_Calloc`, `PyMem_Calloc` too).
     Calloc,
+    /// C's `realloc(block, size)` (CPython's `PyObject_Realloc`, `PyMem_Realloc` too).
     Realloc,
+    /// C's `free(block)` (CPython's `PyObject_Free`, `PyMem_Free` too).
     Free,
+    /// C's `aligned_alloc(alignment, size)`.
     AlignedAlloc,
+    /// POSIX's `posix_memalign(&block, alignment, size)`.
     PosixMemalign,
+    /// Rust's `__rust_alloc(size, align)`.
     RustAlloc,
+    /// Rust's `__rust_alloc_zeroed(size, align)`.
     RustAllocZeroed,
+    /// Rust's `__rust_realloc(block, old_size, align, new_size)`.
     RustRealloc,
+    /// Rust's `__rust_dealloc(block, size, align)`.
     RustDealloc,
     /// Go's `runtime.mallocgc` and its size-specialized variants (`mallocgc…SC<n>`), which
     /// the compiler calls directly for `new` of a known size.
@@ -165,6 +175,7 @@ impl Allocator {
         ALL.iter().position(|&a| a == self).unwrap_or(0) as i32
     }
 
+    /// The allocator of a number the wrapper reported ([`Allocator::code`]).
     pub fn from_code(code: i32) -> Option<Self> {
         usize::try_from(code).ok().and_then(|i| ALL.get(i)).copied()
     }
@@ -232,6 +243,8 @@ fn is_cpython_api(name: &str) -> bool {
 
 /// The rewritten module, and where its code came from.
 pub struct Rewritten {
+    /// The rewritten module's bytes, which export [`HOOK_TABLE`], [`SAMPLE_COUNTDOWN`] and
+    /// [`NESTING_DEPTH`].
     pub wasm: Vec<u8>,
     /// (function index, allocator) of each wrapped function.
     pub wrapped: Vec<(u32, Allocator)>,
@@ -306,8 +319,39 @@ struct Defined {
 }
 
 /// Rewrites `wasm`'s allocator functions; `None` when it has none with the expected signature.
-pub fn rewrite(wasm: &[u8]) -> Result<Option<Rewritten>> {
-    rewrite_as(wasm, None)
+///
+/// # Examples
+///
+/// Allocators are found by their names in the `name` section (which `wat` writes):
+///
+/// ```
+/// use wasmspy::memory::rewrite::{rewrite, Allocator, HOOK_TABLE, SAMPLE_COUNTDOWN};
+///
+/// let wasm = wat::parse_str(
+///     r#"(module
+///         (memory (export "memory") 1)
+///         (global $next (mut i32) (i32.const 1024))
+///         (func $malloc (export "malloc") (param $size i32) (result i32)
+///             (global.get $next)
+///             (global.set $next (i32.add (global.get $next) (local.get $size))))
+///         (func $free (export "free") (param i32))
+///         (func $main (export "main") (drop (call $malloc (i32.const 16)))))"#,
+/// )
+/// .unwrap();
+/// let rewritten = rewrite(&wasm).unwrap().expect("malloc and free are wrapped");
+/// // Each keeps its index: every call reaches its wrapper.
+/// assert_eq!(rewritten.wrapped, [(0, Allocator::Malloc), (1, Allocator::Free)]);
+/// let engine = wasmtime::Engine::default();
+/// let module = wasmtime::Module::new(&engine, &rewritten.wasm).unwrap();
+/// let exports: Vec<&str> = module.exports().map(|e| e.name()).collect();
+/// assert!(exports.contains(&HOOK_TABLE) && exports.contains(&SAMPLE_COUNTDOWN));
+///
+/// // A module without allocators is left as it is.
+/// let plain = wat::parse_str(r#"(module (func (export "main")))"#).unwrap();
+/// assert!(rewrite(&plain).unwrap().is_none());
+/// ```
+pub fn rewrite(wasm: &[u8]) -> Result<Option<Rewritten>, crate::Error> {
+    rewrite_as(wasm, None).map_err(crate::Error::Malformed)
 }
 
 /// As [`rewrite`], for a core module of a component: the functions exported as `host_called`
@@ -318,8 +362,11 @@ pub fn rewrite(wasm: &[u8]) -> Result<Option<Rewritten>> {
 /// call another module's, the allocators' wrappers tell the hook they enter and leave as
 /// [`Allocator::HostCalled`]'s do, so that the component's gate nests the other modules'
 /// wrappers in them.
-pub fn rewrite_in_component(wasm: &[u8], host_called: &[String]) -> Result<Option<Rewritten>> {
-    rewrite_as(wasm, Some(host_called))
+pub fn rewrite_in_component(
+    wasm: &[u8],
+    host_called: &[String],
+) -> Result<Option<Rewritten>, crate::Error> {
+    rewrite_as(wasm, Some(host_called)).map_err(crate::Error::Malformed)
 }
 
 /// [`rewrite`] (`host_called`: `None`) or [`rewrite_in_component`].
@@ -487,7 +534,6 @@ impl Scan {
             .then_some(params.len() as u32)
     }
 
-    /// The rewritten module's bytes.
     /// The rewritten module's bytes; `tell`: whether allocators' wrappers tell the hook they
     /// enter and leave.
     fn encode(&self, wasm: &[u8], wrapped: &[(u32, Allocator)], tell: bool) -> Result<Vec<u8>> {

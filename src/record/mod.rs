@@ -27,17 +27,27 @@ use timeline::{Tally, Timeline};
 
 /// Value indices of a sample: `samples`, what the clock measured (`cpu`, or `instructions`),
 /// and in wall-clock mode `wall`.
+///
+/// This one: how many samples (`samples`/`count`).
 pub const SAMPLES: usize = 0;
+/// What the clock measured: the guest thread's CPU time (`cpu`/`nanoseconds`), or the Wasm
+/// instructions it executed (`instructions`/`count`).
 pub const CPU: usize = 1;
+/// The wall time, in wall-clock mode (`wall`/`nanoseconds`).
 pub const WALL: usize = 2;
 
 /// An interpreted frame of a runtime that names none.
 const INTERPRETED_UNKNOWN: &str = "<interpreted>";
 
 /// Value indices of a heap profile's samples, as Go's.
+///
+/// This one: the blocks allocated (`alloc_objects`/`count`).
 pub const ALLOC_OBJECTS: usize = 0;
+/// The bytes allocated (`alloc_space`/`bytes`).
 pub const ALLOC_SPACE: usize = 1;
+/// The blocks allocated and not freed yet (`inuse_objects`/`count`).
 pub const INUSE_OBJECTS: usize = 2;
+/// The bytes allocated and not freed yet (`inuse_space`/`bytes`).
 pub const INUSE_SPACE: usize = 3;
 
 /// A heap profile's comment when garbage-collected allocations (Go's, TinyGo's) are in it.
@@ -47,10 +57,15 @@ pub const COLLECTED_NOTE: &str = "garbage-collected blocks (Go, TinyGo) are free
 /// How many samples landed where; `lost` ones (samples, or sampled allocations) never
 /// reached the recorder.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct KindCounts {
+    /// Samples in the guest's code: its Wasm, or the interpreted code of a runtime in it.
     pub guest: u64,
+    /// Samples in a host function the guest called (or reached another way).
     pub host_call: u64,
+    /// Samples in Wasmtime's own code, or with no frame.
     pub runtime: u64,
+    /// Samples, or sampled allocations, dropped before the recorder (a full buffer).
     pub lost: u64,
 }
 
@@ -358,11 +373,6 @@ impl Recorder {
         self.heap = Some(Heap::new(rate));
     }
 
-    /// Time since the recording started, on the clock of the samples' `time_ns`.
-    fn elapsed_ns(&self) -> u64 {
-        monotonic_ns().saturating_sub(self.started_ns)
-    }
-
     /// Whether a heap profile is kept.
     pub fn profiles_memory(&self) -> bool {
         self.heap.is_some()
@@ -505,7 +515,7 @@ impl Recorder {
     /// after.
     pub fn mark(&self) -> Mark {
         Mark {
-            elapsed_ns: self.elapsed_ns(),
+            at_ns: monotonic_ns(),
             totals: self.totals.clone(),
         }
     }
@@ -514,9 +524,12 @@ impl Recorder {
     pub fn profile_since(&mut self, resolver: &mut Resolver, mark: &Mark) -> Profile {
         let samples = self.samples_since(&mark.totals);
         let timing = self.timing();
+        // A mark made before the recording started (a live request that came first) counts
+        // from the start: no sample is older.
+        let since_start = mark.at_ns.saturating_sub(self.started_ns);
         let header = ProfileHeader {
-            start_unix_ns: timing.start_unix_ns + mark.elapsed_ns as i64,
-            duration_ns: timing.duration_ns - mark.elapsed_ns as i64,
+            start_unix_ns: timing.start_unix_ns + since_start as i64,
+            duration_ns: timing.duration_ns - since_start as i64,
             ..timing
         };
         let header = self.cpu_header(header);
@@ -605,7 +618,8 @@ impl Recorder {
 /// Where a recording stood at some moment, by stack (see `ProfilerHandle::mark`).
 #[derive(Clone, Debug)]
 pub struct Mark {
-    elapsed_ns: u64,
+    /// When, on `CLOCK_MONOTONIC`.
+    at_ns: u64,
     totals: Table<KeyId, Tally>,
 }
 
@@ -621,4 +635,30 @@ fn unix_now_ns() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A window marked before the recording started (a live request that came first) spans
+    /// the recording, no more: its start and duration are the whole profile's.
+    #[test]
+    fn a_mark_before_the_start_counts_from_the_start() {
+        // Made, then marked (while the guest compiles), then started: the mark's distance
+        // from either is not the window's.
+        let mut recorder = Recorder::new(1000, Clock::Cpu, "signal");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mark = recorder.mark();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        recorder.start();
+        recorder.stop();
+        let mut resolver = Resolver::new(true, false);
+        let whole = recorder.profile(&mut resolver);
+        let since = recorder.profile_since(&mut resolver, &mark);
+        assert_eq!(
+            (since.start_unix_ns, since.duration_ns),
+            (whole.start_unix_ns, whole.duration_ns)
+        );
+    }
 }

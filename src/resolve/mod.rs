@@ -8,6 +8,7 @@ mod build_id;
 pub mod code_map;
 pub mod pulley_ops;
 pub mod symbolize;
+#[cfg(feature = "cli")]
 pub mod v8_wasm;
 
 use std::collections::HashMap;
@@ -25,6 +26,7 @@ use crate::memory::rewrite::Rewritten;
 use crate::profile::{Function, Id, Mapping, Table};
 use crate::runtimes::in_component::PROBE_MODULE;
 use crate::runtimes::{id_of, Runtime, SpliceContext};
+use crate::warning::{Warning, WarningKind};
 use crate::wasm::component::core_modules;
 use build_id::BuildId;
 use code_map::{CodeLocation, CodeMap, CodeOwner, CompiledFunction};
@@ -38,16 +40,23 @@ crate::profile::ids! {
 }
 
 /// A compiled function as `ProfilerHandle::code_listing` lists it.
+#[non_exhaustive]
 pub struct ListedFunction {
+    /// Where its compiled code is in the process's memory.
     pub code: Range<usize>,
+    /// Its name, demangled.
     pub name: String,
     /// Where each stretch of code of one source line starts, by address.
     pub lines: Vec<SourceLine>,
 }
 
+/// Where a stretch of compiled code of one source line starts.
 pub struct SourceLine {
+    /// The address of its first instruction.
     pub address: usize,
+    /// The source file.
     pub file: String,
+    /// The line in `file`, from 1.
     pub line: u32,
 }
 
@@ -326,16 +335,16 @@ impl Resolver {
     }
 
     /// Warnings about the modules' symbols, and the runtimes' walks, not taken yet.
-    pub fn take_warnings(&mut self) -> Vec<String> {
-        let mut warnings: Vec<String> = self
+    pub fn take_warnings(&mut self) -> Vec<Warning> {
+        let mut warnings: Vec<Warning> = self
             .modules
             .iter_mut()
             .flat_map(|m| m.symbolizer.take_warnings())
             .collect();
         for registered in self.runtimes.values() {
-            if let Some(warning) = registered.runtime.walks_warning() {
+            if let Some(why) = registered.runtime.walks_warning() {
                 let file_name = &self.modules[registered.module].file_name;
-                warnings.push(format!("{file_name}: {warning}"));
+                warnings.push(Warning::about(file_name, WarningKind::RuntimeWalks { why }));
             }
         }
         warnings

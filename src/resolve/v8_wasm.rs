@@ -21,6 +21,7 @@ use super::build_id::BuildId;
 use super::symbolize::{ModuleBytes, ModuleSymbolizer};
 use crate::export::cpuprofile::{CallFrame, CallFrames};
 use crate::profile::{Frame, FrameId, Function, Line, Mapping, MappingId, ProfileBuilder};
+use crate::warning::Warning;
 
 /// The custom section naming the file a module's DWARF was split off to (Emscripten's
 /// `-gseparate-dwarf`): the file's URL or path, as a length-prefixed string.
@@ -117,7 +118,13 @@ impl V8WasmFrames {
     /// What was found wrong, once each.
     pub fn take_warnings(&mut self) -> Vec<String> {
         for module in &mut self.modules {
-            self.warnings.extend(module.symbolizer.take_warnings());
+            self.warnings.extend(
+                module
+                    .symbolizer
+                    .take_warnings()
+                    .iter()
+                    .map(Warning::to_string),
+            );
         }
         std::mem::take(&mut self.warnings)
     }

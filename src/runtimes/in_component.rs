@@ -44,7 +44,12 @@ pub const PROBE: &str = "wasmspy-runtime-probe";
 /// reads its memory alone: each top-level core instance of such a module that exports the
 /// memory it defines, and each instance of one in a component nested in it (instantiated
 /// once, as componentize-qjs's engine is), whatever memory it reads; `None` when it has none.
-pub fn probe_runtimes(component: &[u8]) -> Result<Option<Vec<u8>>> {
+pub fn probe_runtimes(component: &[u8]) -> Result<Option<Vec<u8>>, crate::Error> {
+    probed(component).map_err(crate::Error::Malformed)
+}
+
+/// [`probe_runtimes`], its failures a malformed component's.
+fn probed(component: &[u8]) -> Result<Option<Vec<u8>>> {
     let cores = core_modules(component)?;
     let shared: Arc<[u8]> = component.into();
     let mut top = Vec::new();

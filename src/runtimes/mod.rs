@@ -29,6 +29,7 @@ use crate::capture::{GuestStack, Spliced};
 use crate::profile::Function;
 use crate::resolve::symbolize::ModuleBytes;
 use crate::resolve::{ModuleId, RawFrame};
+use crate::warning::Warning;
 
 /// A language runtime as the profile sees it in one module: see the module documentation.
 pub trait Runtime: Send + Sync + 'static {
@@ -166,7 +167,7 @@ pub fn detect(
     file_name: &str,
     wasm: &[u8],
     module: &ModuleFacts<'_>,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
 ) -> Option<Arc<dyn Runtime>> {
     [go::detect, quickjs::detect, cpython::detect]
         .into_iter()

@@ -11,6 +11,8 @@ use wasmtime_wasi_http::handler::{self, ProxyPre};
 
 use super::{link, new_store, Host, ServedInstance, WasiConfig};
 
+/// A `wasi:http` component linked and pre-instantiated, ready to make the instances that
+/// handle requests.
 pub struct Proxy {
     pre: ProxyPre<Host>,
     wasi: WasiConfig,

@@ -31,10 +31,10 @@ pub fn fixture(rel: &str) -> PathBuf {
 /// `wasmtime run`: the example `cargo test` builds beside the tests.
 pub fn wasmtime_cli() -> PathBuf {
     let bin = Path::new(env!("CARGO_BIN_EXE_wasmspy"));
-    let path = bin.parent().unwrap().join("examples/wasmtime");
+    let path = bin.parent().unwrap().join("examples/wasmtime-baseline");
     assert!(
         path.exists(),
-        "{} is missing: `cargo test` builds it (`cargo build --example wasmtime`)",
+        "{} is missing: `cargo test` builds it (`cargo build --features internals --example wasmtime-baseline`)",
         path.display()
     );
     path

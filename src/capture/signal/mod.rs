@@ -9,6 +9,7 @@ pub mod fiber_stacks;
 pub mod handler;
 mod pulley_layout;
 mod pulley_stack;
+#[cfg(feature = "cli")]
 pub use pulley_stack::interpreter as pulley_interpreter;
 mod ring;
 pub mod runtime_instances;
@@ -104,10 +105,11 @@ impl SignalSampler {
         ));
         state.reset_clocks(guest.cpu_clock);
         if !handler::attach(&state) {
-            bail!(
+            return Err(crate::Error::Unavailable(format!(
                 "more than {} threads are sampled at once",
                 handler::MAX_THREADS
-            );
+            ))
+            .into());
         }
         if let Err(e) = state.arm_next_tick(crate::clock::monotonic_ns()) {
             handler::detach(&state);
@@ -152,7 +154,10 @@ impl Sampler for SignalSampler {
             .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
             .is_err()
         {
-            bail!("another signal sampler is running in this process; use the epoch sampler");
+            return Err(crate::Error::Unavailable(
+                "another signal sampler is running in this process; use the epoch sampler".into(),
+            )
+            .into());
         }
         handler::clear_code();
         add_code(code);

@@ -19,6 +19,7 @@ use self::dwarf::{Dwarf, DwarfFrame, DwarfSections};
 pub use self::module_bytes::ModuleBytes;
 use self::names::Names;
 use crate::runtimes::{self, ModuleFacts, NamedFunction, Runtime};
+use crate::warning::{Warning, WarningKind};
 use crate::wasm::demangle::demangle;
 
 /// A function's names as a profile shows them.
@@ -97,9 +98,9 @@ pub struct ModuleSymbolizer {
     lowered_indirect_calls: HashMap<u32, String>,
     /// Whether a lookup already failed (one warning is enough).
     lookup_failed: bool,
-    warnings: Vec<String>,
+    warnings: Vec<Warning>,
     /// Why the module's runtime's stacks cannot be read, where it is one.
-    runtime_warnings: Vec<String>,
+    runtime_warnings: Vec<Warning>,
 }
 
 impl ModuleSymbolizer {
@@ -159,8 +160,9 @@ impl ModuleSymbolizer {
                 Payload::CustomSection(reader) => match reader.as_known() {
                     KnownCustom::Name(section) => {
                         if let Err(e) = names.read_name_section(section) {
-                            warnings.push(format!(
-                                "{file_name}: ignoring its malformed name section: {e}"
+                            warnings.push(Warning::about(
+                                file_name,
+                                WarningKind::DamagedNames { why: e.to_string() },
                             ));
                         }
                     }
@@ -350,13 +352,12 @@ impl ModuleSymbolizer {
     fn dwarf_frames(&mut self, offsets: &[u32]) -> FxHashMap<u32, Vec<DwarfFrame>> {
         if let DwarfState::Absent = self.dwarf {
             let without = self.runtime.as_ref().and_then(|r| r.without_dwarf());
-            self.warnings.push(match without {
-                Some(why) => format!("{} is {why}", self.file_name),
-                None => format!(
-                    "{} has no DWARF debug info: the profile names functions, without file:line (build with -g for them)",
-                    self.file_name
-                ),
-            });
+            self.warnings.push(Warning::about(
+                &self.file_name,
+                WarningKind::NoDwarf {
+                    why: without.map(str::to_string),
+                },
+            ));
             self.dwarf = DwarfState::Unavailable;
         }
         if let DwarfState::Unread(sections) = &self.dwarf {
@@ -364,9 +365,13 @@ impl ModuleSymbolizer {
                 Ok(dwarf) => {
                     if let Some(problem) = &dwarf.unreadable_units {
                         self.lookup_failed = true;
-                        self.warnings.push(format!(
-                            "{}: {problem}: code they describe is shown by function name only",
-                            self.file_name
+                        self.warnings.push(Warning::about(
+                            &self.file_name,
+                            WarningKind::DamagedDwarf {
+                                why: format!(
+                                    "{problem}: code they describe is shown by function name only"
+                                ),
+                            },
                         ));
                     }
                     DwarfState::Ready(Box::new(dwarf))
@@ -377,8 +382,12 @@ impl ModuleSymbolizer {
                         .as_ref()
                         .and_then(|r| r.with_unreadable_dwarf())
                         .unwrap_or("the profile names functions, without file:line");
-                    self.warnings
-                        .push(format!("{}: {e:#}: {names}", self.file_name));
+                    self.warnings.push(Warning::about(
+                        &self.file_name,
+                        WarningKind::DamagedDwarf {
+                            why: format!("{e:#}: {names}"),
+                        },
+                    ));
                     DwarfState::Unavailable
                 }
             };
@@ -389,9 +398,11 @@ impl ModuleSymbolizer {
         let resolved = dwarf.resolve(offsets);
         if let Some(e) = resolved.error {
             if !std::mem::replace(&mut self.lookup_failed, true) {
-                self.warnings.push(format!(
-                    "{}: part of its DWARF debug info is unreadable ({e}): code it describes is shown by function name only",
-                    self.file_name
+                self.warnings.push(Warning::about(
+                    &self.file_name,
+                    WarningKind::DamagedDwarf {
+                        why: format!("part of its DWARF debug info is unreadable ({e}): code it describes is shown by function name only"),
+                    },
                 ));
             }
         }
@@ -405,7 +416,7 @@ impl ModuleSymbolizer {
     }
 
     /// Warnings not taken yet.
-    pub fn take_warnings(&mut self) -> Vec<String> {
+    pub fn take_warnings(&mut self) -> Vec<Warning> {
         self.warnings.append(&mut self.runtime_warnings);
         std::mem::take(&mut self.warnings)
     }
@@ -445,7 +456,12 @@ mod tests {
         s.source_frames(2, 41);
         let warnings = s.take_warnings();
         assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert!(warnings[0].contains("no DWARF"), "{warnings:?}");
+        assert_eq!(
+            warnings[0].module.as_deref(),
+            Some("m.wasm"),
+            "{warnings:?}"
+        );
+        assert_eq!(warnings[0].kind, WarningKind::NoDwarf { why: None });
     }
 
     #[test]
@@ -471,7 +487,7 @@ mod tests {
         let warnings = s.take_warnings();
         assert_eq!(warnings.len(), 1);
         assert!(
-            warnings[0].contains("malformed name section"),
+            matches!(&warnings[0].kind, WarningKind::DamagedNames { .. }),
             "{warnings:?}"
         );
         assert_eq!(s.function_name(0).name, "wasm-function[0]");

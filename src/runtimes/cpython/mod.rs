@@ -15,6 +15,7 @@ use super::interpreted::{after_native, is_function, on_guest_thread, splice_fram
 use super::{GuestPoint, InstanceView, ModuleFacts, Runtime, SpliceContext};
 use crate::profile::Function;
 use crate::resolve::{ModuleId, RawFrame};
+use crate::warning::{Warning, WarningKind};
 use layout::PythonLayout;
 use walk::PythonCode;
 
@@ -35,10 +36,15 @@ pub fn detect(
     file_name: &str,
     wasm: &[u8],
     facts: &ModuleFacts<'_>,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
 ) -> Option<Arc<dyn Runtime>> {
     let unavailable = |why: &str| {
-        format!("{file_name}: CPython, but {why}: samples show its C functions, not Python frames")
+        Warning::about(
+            file_name,
+            WarningKind::RuntimeUnreadable {
+                why: format!("CPython, but {why}: samples show its C functions, not Python frames"),
+            },
+        )
     };
     if memchr::memmem::find(facts.debug_str, b"_PyRuntime\0").is_none() {
         // Without DWARF, CPython 3.13 and later say where they are and how they are laid out.

@@ -18,6 +18,7 @@ use super::{
     GuestPoint, InstanceView, ModuleFacts, NamedFrame, NamedFunction, Runtime, SpliceContext,
 };
 use crate::resolve::RawFrame;
+use crate::warning::{Warning, WarningKind};
 pub use module::{GoModule, Role, BUILD_ID_SECTION, FIRST_PC_F};
 use stack::{GoCode, GoFrames, Registers, Start, NATIVE_RETURN};
 
@@ -39,15 +40,15 @@ pub fn detect(
     file_name: &str,
     wasm: &[u8],
     facts: &ModuleFacts<'_>,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
 ) -> Option<Arc<dyn Runtime>> {
     if !facts.custom_sections.contains(&BUILD_ID_SECTION) {
         return None;
     }
     let Some(module) = GoModule::read(wasm) else {
-        warnings.push(format!(
-            "{file_name}: built by Go, but its symbol table (pclntab) is unreadable: functions named by its name section"
-        ));
+        warnings.push(Warning::about(file_name, WarningKind::RuntimeUnreadable {
+            why: "built by Go, but its symbol table (pclntab) is unreadable: functions named by its name section".into(),
+        }));
         return None;
     };
     Some(Arc::new(Go {

@@ -1,5 +1,5 @@
 //! Go's goroutine stacks, read from linear memory as Go's own traceback reads them
-//! (`runtime/traceback.go`; see the README's "Go programs").
+//! (`runtime/traceback.go`; see docs/go.md).
 //!
 //! Go compiled to Wasm keeps its call stack in linear memory: global 0 is its stack pointer
 //! (SP), global 2 the running goroutine (`g`). A call stores the return PC (`PC_F << 16 |

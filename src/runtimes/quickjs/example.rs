@@ -1,6 +1,9 @@
 //! A QuickJS runtime's state as the walk reads it, laid out as rquickjs-sys 0.13.0's: for the
 //! walk's tests and for guests that look like QuickJS (`tests/hostile.rs`).
 
+// A test fixture, never run in the signal handler: a layout missing here is a broken test.
+#![allow(clippy::unwrap_used)]
+
 use super::layouts::QuickJsLayout;
 use crate::runtimes::interpreted::image::Image;
 

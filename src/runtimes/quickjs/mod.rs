@@ -29,6 +29,7 @@ use super::{GuestPoint, InstanceView, ModuleFacts, Runtime, SpliceContext};
 use crate::capture::vmctx::LinearMemory;
 use crate::profile::Function;
 use crate::resolve::RawFrame;
+use crate::warning::{Warning, WarningKind};
 use layouts::{QuickJsLayout, LAYOUTS};
 use walk::JsCode;
 
@@ -55,14 +56,16 @@ pub fn detect(
     file_name: &str,
     wasm: &[u8],
     facts: &ModuleFacts<'_>,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
 ) -> Option<Arc<dyn Runtime>> {
     if !facts.custom_sections.contains(&DEPENDENCIES_SECTION) {
         return None;
     }
     let version = quickjs_crate_version(wasm)?;
     let unavailable = |why: &str| {
-        format!("{file_name}: QuickJS (rquickjs-sys {version}), but {why}: samples show its Wasm functions, not JavaScript frames")
+        Warning::about(file_name, WarningKind::RuntimeUnreadable {
+            why: format!("QuickJS (rquickjs-sys {version}), but {why}: samples show its Wasm functions, not JavaScript frames"),
+        })
     };
     let Some(layout) = QuickJsLayout::of_crate(&version) else {
         let known: Vec<&str> = LAYOUTS.iter().map(|l| l.crate_version).collect();
@@ -311,6 +314,7 @@ mod tests {
         wasm.finish()
     }
 
+    /// The runtime detected, and the warnings' sentences (all of them `RuntimeUnreadable`).
     fn detected(wasm: &[u8]) -> (Option<Arc<dyn Runtime>>, Vec<String>) {
         let mut warnings = Vec::new();
         let facts = ModuleFacts {
@@ -319,7 +323,10 @@ mod tests {
             defines: &|_| false,
         };
         let runtime = detect("engine.wasm", wasm, &facts, &mut warnings);
-        (runtime, warnings)
+        assert!(warnings
+            .iter()
+            .all(|w| matches!(w.kind, WarningKind::RuntimeUnreadable { .. })));
+        (runtime, warnings.iter().map(Warning::to_string).collect())
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! `wasmtime run`, built from the `wasmtime-cli` crate of the Wasmtime version wasmspy runs on
-//! (`target/debug/examples/wasmtime run [OPTIONS] MODULE [ARGS]`, and `serve`): what users run instead of
+//! (`target/debug/examples/wasmtime-baseline run [OPTIONS] MODULE [ARGS]`, and `serve`): what users run instead of
 //! wasmspy, and so the baseline of the benchmarks and the program that Linux perf samples in the
 //! faithfulness test. Its defaults are the CLI's, but for the compile cache (the `cache`
 //! feature is left out: `-C cache=n`).

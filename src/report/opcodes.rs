@@ -9,8 +9,8 @@
 
 use std::collections::HashMap;
 
+use super::top::{Row, Top};
 use crate::profile::{Profile, PULLEY_NEXT_LABEL, PULLEY_OP_LABEL, PULLEY_PREV_LABEL};
-use crate::top::{Row, Top};
 
 /// Tables of self time per opcode and per adjacent pair, by sample type `index`; `None` when
 /// no sample has an opcode (the profile is not of Pulley, or not from the signal sampler).

@@ -62,7 +62,11 @@ struct Shared {
 impl LiveServer {
     /// Listens on `addr` (bound before returning, so a bad address fails here) and serves
     /// from a thread of its own. A port alone (`:6060`, `6060`) is on loopback.
-    pub fn start(profiler: ProfilerHandle, addr: &str, options: ServerOptions) -> Result<Self> {
+    pub fn start(
+        profiler: ProfilerHandle,
+        addr: &str,
+        options: ServerOptions,
+    ) -> Result<Self, crate::Error> {
         let addr = match addr.strip_prefix(':').unwrap_or(addr) {
             port if port.parse::<u16>().is_ok() => format!("127.0.0.1:{port}"),
             _ => addr.to_string(),
@@ -74,8 +78,10 @@ impl LiveServer {
             .context("cannot start the server's runtime")?;
         let listener = std::net::TcpListener::bind(&addr)
             .with_context(|| format!("cannot listen on `{addr}`"))?;
-        listener.set_nonblocking(true)?;
-        let local = listener.local_addr()?;
+        let local = listener
+            .set_nonblocking(true)
+            .and_then(|()| listener.local_addr())
+            .with_context(|| format!("cannot listen on `{addr}`"))?;
         let (exited_tx, exited_rx) = watch::channel(false);
         let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
         let shared = Arc::new(Shared {
@@ -114,6 +120,7 @@ impl LiveServer {
         })
     }
 
+    /// The address the server listens on (its port chosen by the system when asked for 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
     }

@@ -12,6 +12,7 @@ const NODE_FRACTION: f64 = 0.005;
 
 /// One row: a function, or with `lines` a function's source line.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Row {
     /// As pprof prints it: the function's name, with `file:line` when by line.
     pub name: String,
@@ -19,11 +20,16 @@ pub struct Row {
     pub inline: &'static str,
     /// Where the function starts (`file:line`), when by function and it is known.
     pub location: String,
+    /// The value of the samples it is the leaf of.
     pub flat: i64,
+    /// The value of the samples it is anywhere in (counted once per sample).
     pub cum: i64,
 }
 
+/// A profile's top table ([`top`]), as `go tool pprof -top` prints it ([`Top::render`]).
+#[non_exhaustive]
 pub struct Top {
+    /// The sample type of the values.
     pub sample_type: ValueType,
     /// The sum of every sample's value (as absolute values), which percentages are of.
     pub total: i64,
@@ -31,6 +37,8 @@ pub struct Top {
     pub rows: Vec<Row>,
     /// Rows left out for a cumulative value under `cutoff`.
     pub dropped: usize,
+    /// The cumulative value rows are dropped under: pprof's `-nodefraction` (0.5%) of the
+    /// flat values' sum.
     pub cutoff: i64,
 }
 
@@ -46,6 +54,7 @@ struct Node {
 /// Each function's (or with `lines` each line's) flat and cumulative value of `profile`'s
 /// sample type `index`, as [`top`] counts them, with the sum of every sample's absolute value;
 /// nothing dropped.
+#[cfg(feature = "cli")]
 pub fn values(profile: &Profile, index: usize, lines: bool) -> (HashMap<String, (i64, i64)>, i64) {
     let (_, nodes, total) = count(profile, index, lines);
     let values = nodes
@@ -117,6 +126,21 @@ fn count(profile: &Profile, index: usize, lines: bool) -> Counted {
 }
 
 /// The top table of `profile` by its sample type `index`.
+///
+/// # Examples
+///
+/// ```
+/// use wasmspy::report::top;
+///
+/// let profile = wasmspy::export::read(b"main;work 3\nmain;rest 1\n").unwrap();
+/// let table = top(&profile, 0, false);
+/// assert_eq!(table.total, 4);
+/// let rows: Vec<(&str, i64, i64)> =
+///     table.rows.iter().map(|r| (r.name.as_str(), r.flat, r.cum)).collect();
+/// assert_eq!(rows, [("work", 3, 3), ("rest", 1, 1), ("main", 0, 4)]);
+/// let text = table.render(None);
+/// assert!(text.find("work").unwrap() < text.find("rest").unwrap());
+/// ```
 pub fn top(profile: &Profile, index: usize, lines: bool) -> Top {
     let (stack_nodes, mut nodes, total) = count(profile, index, lines);
     let flat_sum: i64 = nodes.values().map(|n| n.flat).sum();

@@ -1,0 +1,12 @@
+//! The terminal report of a profile: `wasmspy report`'s table, as `go tool pprof -top`'s, and
+//! (crate-private) its Pulley opcode tables.
+
+#[cfg(feature = "cli")]
+mod opcodes;
+mod top;
+
+#[cfg(feature = "cli")]
+pub(crate) use opcodes::opcodes;
+#[cfg(feature = "cli")]
+pub(crate) use top::values;
+pub use top::{top, Row, Top};

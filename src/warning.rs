@@ -1,0 +1,97 @@
+//! What the profile shows less of, and why: told when it happens, while the run goes on.
+
+use std::fmt;
+
+/// A warning about a registered module (or the run), from
+/// [`ProfilerHandle::take_warnings`](crate::ProfilerHandle::take_warnings). Its `Display` is the
+/// sentence `wasmspy record` prints.
+///
+/// ```
+/// use wasmspy::{Warning, WarningKind};
+///
+/// let warning = Warning { module: Some("app.wasm".into()), kind: WarningKind::NoDwarf { why: None } };
+/// assert!(warning.to_string().starts_with("app.wasm has no DWARF debug info"));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Warning {
+    /// The module it is about, by the name it was registered with; `None` when it is about the
+    /// run (a runtime instance shown to the profiler).
+    pub module: Option<String>,
+    /// What is missing from the profile, and why.
+    pub kind: WarningKind,
+}
+
+/// What a [`Warning`] says is missing from the profile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WarningKind {
+    /// The module has no DWARF debug info: its functions are named, without file:line. `why`,
+    /// when its language runtime is known to ship so (componentize-py's CPython).
+    NoDwarf {
+        /// What the module is, when that explains it.
+        why: Option<String>,
+    },
+    /// Part or all of the module's DWARF is unreadable: the code it describes is shown by
+    /// function name only.
+    DamagedDwarf {
+        /// Which part, and why.
+        why: String,
+    },
+    /// The module's name section is malformed and ignored: its functions are named by index.
+    DamagedNames {
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A language runtime recognized in the module (Go, CPython, QuickJS) whose own frames
+    /// cannot be shown: its samples keep the runtime's Wasm frames.
+    RuntimeUnreadable {
+        /// The runtime, and why.
+        why: String,
+    },
+    /// A share of the walks of a language runtime's stacks failed (its memory did not read as
+    /// the runtime lays it out): those samples keep their Wasm frames.
+    RuntimeWalks {
+        /// How many, and what failed.
+        why: String,
+    },
+}
+
+impl Warning {
+    /// A warning about the module registered as `module`.
+    pub(crate) fn about(module: &str, kind: WarningKind) -> Self {
+        Warning {
+            module: Some(module.to_string()),
+            kind,
+        }
+    }
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let module = self.module.as_deref();
+        match (&self.kind, module) {
+            (WarningKind::NoDwarf { why: Some(why) }, Some(module)) => write!(f, "{module} is {why}"),
+            (WarningKind::NoDwarf { why: None }, Some(module)) => write!(
+                f,
+                "{module} has no DWARF debug info: the profile names functions, without file:line (build with -g for them)"
+            ),
+            (kind, Some(module)) => write!(f, "{module}: {kind}"),
+            (kind, None) => write!(f, "{kind}"),
+        }
+    }
+}
+
+impl fmt::Display for WarningKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WarningKind::NoDwarf { why: Some(why) } => write!(f, "is {why}"),
+            WarningKind::NoDwarf { why: None } => f.write_str("has no DWARF debug info"),
+            WarningKind::DamagedNames { why } => {
+                write!(f, "ignoring its malformed name section: {why}")
+            }
+            WarningKind::DamagedDwarf { why }
+            | WarningKind::RuntimeUnreadable { why }
+            | WarningKind::RuntimeWalks { why } => f.write_str(why),
+        }
+    }
+}
