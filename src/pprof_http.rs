@@ -45,6 +45,35 @@ pub struct ServerOptions {
 }
 
 /// A running server; dropping it stops it.
+///
+/// ```
+/// use std::io::{Read, Write};
+///
+/// use wasmspy::pprof_http::{LiveServer, ServerOptions};
+/// use wasmspy::{Profiler, ProfilerOptions};
+/// # fn main() -> anyhow::Result<()> {
+/// let options = ProfilerOptions::default();
+/// let mut config = wasmtime::Config::new();
+/// Profiler::configure(&mut config, &options);
+/// let profiler = Profiler::new(&wasmtime::Engine::new(&config)?, options)?;
+/// let cmdline = vec!["app.wasm".to_string(), "input.txt".to_string()];
+/// let server = LiveServer::start(
+///     profiler.handle(),
+///     "127.0.0.1:0",
+///     ServerOptions { max_seconds: 60, cmdline },
+/// )?;
+///
+/// // What `go tool pprof` asks a Go server for, asked here by hand.
+/// let mut http = std::net::TcpStream::connect(server.local_addr())?;
+/// http.write_all(b"GET /debug/pprof/cmdline HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+/// let mut answer = String::new();
+/// http.read_to_string(&mut answer)?;
+/// assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+/// assert!(answer.ends_with("app.wasm\0input.txt"), "{answer}");
+/// server.stop();
+/// # Ok(())
+/// # }
+/// ```
 pub struct LiveServer {
     addr: SocketAddr,
     exited: watch::Sender<bool>,

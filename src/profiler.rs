@@ -215,6 +215,50 @@ pub struct Profiler {
 
 /// What other threads may do with a running profiler: attach their stores, read the profile
 /// so far, or stop the guest.
+///
+/// ```
+/// use wasmspy::{Profiler, ProfilerOptions};
+/// # fn main() -> anyhow::Result<()> {
+/// let options = ProfilerOptions::default();
+/// let mut config = wasmtime::Config::new();
+/// Profiler::configure(&mut config, &options);
+/// let engine = wasmtime::Engine::new(&config)?;
+/// let wasm = wat::parse_str(
+///     r#"(module (func $spin (export "spin") (param $n i32)
+///           (loop $l (br_if $l (local.tee $n (i32.sub (local.get $n) (i32.const 1)))))))"#,
+/// )?;
+/// let module = wasmtime::Module::new(&engine, &wasm)?;
+/// let mut profiler = Profiler::new(&engine, options)?;
+/// profiler.add_module("spin.wasm", &module, wasm.as_slice())?;
+/// profiler.start()?;
+///
+/// // Two threads, a store each, their samples labeled with the tenant each serves.
+/// let threads: Vec<_> = ["acme", "globex"]
+///     .into_iter()
+///     .map(|tenant| {
+///         let (handle, engine, module) = (profiler.handle(), engine.clone(), module.clone());
+///         std::thread::spawn(move || -> anyhow::Result<()> {
+///             let mut store = wasmtime::Store::new(&engine, ());
+///             handle.attach_with_labels(&mut store, &[("tenant", tenant)])?;
+///             let instance = wasmtime::Instance::new(&mut store, &module, &[])?;
+///             let spin = instance.get_typed_func::<i32, ()>(&mut store, "spin")?;
+///             Ok(spin.call(&mut store, 100_000_000)?)
+///         })
+///     })
+///     .collect();
+/// for thread in threads {
+///     thread.join().unwrap()?;
+/// }
+/// let profile = profiler.stop();
+/// for tenant in ["acme", "globex"] {
+///     let labeled = |labels: &[(String, String)]| {
+///         labels.iter().any(|(key, value)| key == "tenant" && value == tenant)
+///     };
+///     assert!(profile.samples.iter().any(|s| labeled(&s.labels)), "{tenant}");
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct ProfilerHandle {
     engine: Engine,

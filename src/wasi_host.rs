@@ -4,6 +4,24 @@
 //! environment, preopened directories, inherited stdio, the proposals `-S` turns on, `-W`'s
 //! limits, fuel and timeout, exit codes and traps; file and stdio calls made on the guest's
 //! own thread.
+//!
+//! ```
+//! use wasmspy::wasi_host::{self, Exit, WasiConfig};
+//! # fn main() -> anyhow::Result<()> {
+//! let engine = wasmtime::Engine::new(&wasi_host::engine_config())?;
+//! let wasm = wat::parse_str(
+//!     r#"(module
+//!         (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+//!         (memory (export "memory") 1)
+//!         (func (export "_start") (call $exit (i32.const 3))))"#,
+//! )?;
+//! let program = wasi_host::compile(&engine, &wasm)?;
+//! let config = WasiConfig { argv: vec!["exit.wasm".into()], ..WasiConfig::default() };
+//! let mut store = wasi_host::new_store(&engine, &config)?;
+//! assert!(matches!(wasi_host::run_program(&mut store, &program), Exit::Code(3)));
+//! # Ok(())
+//! # }
+//! ```
 
 mod host;
 mod invoke;
