@@ -38,6 +38,8 @@ pub struct QuickJsState {
 
 pub fn quickjs_state() -> QuickJsState {
     use crate::runtimes::quickjs::example::*;
+    // The look-alike picks a frame as `INNER + (n << frame_shift)`.
+    const _: () = assert!(MIDDLE - INNER == OUTER - MIDDLE && (MIDDLE - INNER).is_power_of_two());
     QuickJsState {
         crate_version: CRATE_VERSION,
         image: running().0,
@@ -45,7 +47,7 @@ pub fn quickjs_state() -> QuickJsState {
         runtime: RT,
         current_frame_offset: layout().rt_current_stack_frame,
         frames: [INNER, MIDDLE, OUTER],
-        frame_shift: 8,
+        frame_shift: (MIDDLE - INNER).trailing_zeros(),
     }
 }
 pub use crate::runtimes::cpython::walk::PythonCode;

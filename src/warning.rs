@@ -68,15 +68,11 @@ impl Warning {
 
 impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let module = self.module.as_deref();
-        match (&self.kind, module) {
-            (WarningKind::NoDwarf { why: Some(why) }, Some(module)) => write!(f, "{module} is {why}"),
-            (WarningKind::NoDwarf { why: None }, Some(module)) => write!(
-                f,
-                "{module} has no DWARF debug info: the profile names functions, without file:line (build with -g for them)"
-            ),
-            (kind, Some(module)) => write!(f, "{module}: {kind}"),
-            (kind, None) => write!(f, "{kind}"),
+        match (&self.module, &self.kind) {
+            // "app.wasm has no DWARF…", "app.wasm is componentize-py's CPython…".
+            (Some(module), WarningKind::NoDwarf { .. }) => write!(f, "{module} {}", self.kind),
+            (Some(module), kind) => write!(f, "{module}: {kind}"),
+            (None, kind) => write!(f, "{kind}"),
         }
     }
 }
@@ -85,7 +81,9 @@ impl fmt::Display for WarningKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WarningKind::NoDwarf { why: Some(why) } => write!(f, "is {why}"),
-            WarningKind::NoDwarf { why: None } => f.write_str("has no DWARF debug info"),
+            WarningKind::NoDwarf { why: None } => f.write_str(
+                "has no DWARF debug info: the profile names functions, without file:line (build with -g for them)",
+            ),
             WarningKind::DamagedNames { why } => {
                 write!(f, "ignoring its malformed name section: {why}")
             }

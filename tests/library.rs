@@ -656,8 +656,8 @@ fn an_embedders_component_is_profiled() {
 /// Python line of `allocs.py` its bytes, under the Python stack, which only the probe shows.
 #[test]
 fn an_embedders_python_component_gets_its_python_memory_profile() {
-    use wasmspy::internals::runtimes::in_component::probe_runtimes;
     use wasmspy::memory::component::rewrite_component;
+    use wasmspy::probe_runtimes;
     use wasmtime::component::{Component, Linker, ResourceTable};
     use wasmtime_wasi::p2::bindings::sync::Command;
     use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};

@@ -12,7 +12,7 @@ mod read_error;
 pub mod speedscope;
 mod write_error;
 
-pub use read_error::{ReadError, FOREIGN};
+pub use read_error::ReadError;
 pub use write_error::WriteError;
 
 use std::fmt;

@@ -4,7 +4,7 @@
 use thiserror::Error as ThisError;
 
 /// What none of the readers understands: see [`ReadError::Foreign`].
-pub const FOREIGN: &str = "is not a pprof, speedscope, .cpuprofile or folded-stacks profile";
+const FOREIGN: &str = "is not a pprof, speedscope, .cpuprofile or folded-stacks profile";
 
 /// Why [`read`](super::read) (or one format's reader) cannot read a file.
 #[derive(Debug, ThisError)]

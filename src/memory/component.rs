@@ -32,8 +32,8 @@ use wasm_encoder::{
 use wasmparser::Payload;
 
 use super::rewrite::{
-    add_hook_type, rewrite_in_component, Allocator, Rewritten, HOOK_TABLE, NESTING_DEPTH,
-    TOLD_BY_ALLOCATOR, TOLD_ENTERING,
+    add_hook_type, rewrite_as, Allocator, Rewritten, HOOK_TABLE, NESTING_DEPTH, TOLD_BY_ALLOCATOR,
+    TOLD_ENTERING,
 };
 use crate::wasm::component::{
     append_sections, copy_section, core_modules, own_sections, validated,
@@ -69,7 +69,7 @@ fn rewrite_cores(component: &[u8]) -> Result<Option<RewrittenComponent>> {
             continue;
         };
         let wasm = &component[core.range.clone()];
-        if let Some(rewritten) = rewrite_in_component(wasm, &core.host_called)? {
+        if let Some(rewritten) = rewrite_as(wasm, Some(&core.host_called))? {
             hooked.push((instance, rewritten.tells));
             modules[i] = Some(Arc::new(rewritten));
         }

@@ -370,7 +370,7 @@ pub fn rewrite_in_component(
 }
 
 /// [`rewrite`] (`host_called`: `None`) or [`rewrite_in_component`].
-fn rewrite_as(wasm: &[u8], host_called: Option<&[String]>) -> Result<Option<Rewritten>> {
+pub(super) fn rewrite_as(wasm: &[u8], host_called: Option<&[String]>) -> Result<Option<Rewritten>> {
     let scan = Scan::of(wasm)?;
     let defines_malloc = scan.names.iter().any(|(&index, name)| {
         name == "malloc" && scan.allocator_params(index, Allocator::Malloc).is_some()
