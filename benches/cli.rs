@@ -63,12 +63,9 @@ fn main() {
         return;
     }
     let reps: usize = common::option("--reps", 5);
-    let Some(corpus) = common::corpus() else {
-        return;
-    };
     let wasmtime = wasmtime_cli();
     let scratch = tempfile::tempdir().unwrap();
-    let programs = programs(&corpus, scratch.path());
+    let programs = programs(&common::corpus(), scratch.path());
 
     println!("wasmspy record vs `wasmtime run` ({}), whole processes: median over {reps} repetitions of the wall time as a ratio to wasmtime's", wasmtime.display());
     println!(

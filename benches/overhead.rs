@@ -1,5 +1,6 @@
-//! Sampling overhead on the Sightglass corpus, side by side in one run, against what users run
-//! instead: a default Wasmtime engine (`Config::new()`, as `wasmtime run` builds it, no epoch
+//! Sampling overhead on the Sightglass programs committed for the tests
+//! (`tests/fixtures/sightglass`), side by side in one run, against what users run instead: a
+//! default Wasmtime engine (`Config::new()`, as `wasmtime run` builds it, no epoch
 //! interruption, no call hook). The columns: wasmspy's signal sampler at 1 kHz and at 10 kHz
 //! (whose cost per sample stands ten times further above this machine's noise, extrapolated to
 //! 1 kHz as `1 + (ratio − 1) / 10`), its epoch sampler at 1 kHz, and Wasmtime's own
@@ -47,7 +48,7 @@ use std::time::Instant;
 use common::{
     check, geometric_mean, paired, report_seconds_with_stdout_silenced, seconds_in_child,
 };
-use wasmspy::internals::runtimes::in_component::probe_runtimes;
+use wasmspy::probe_runtimes;
 use wasmspy::wasi_host::{self, DirMount, Program, UnknownImports, WasiConfig};
 use wasmspy::Clock;
 use wasmspy::SamplerKind;
@@ -91,12 +92,11 @@ fn main() {
     }
     let scratch = tempfile::tempdir().unwrap();
     let mut programs: Vec<(String, PathBuf, Vec<String>)> = Vec::new();
-    if let Some(root) = common::corpus() {
-        for module in corpus_modules(&root) {
-            let name = module.strip_prefix(&root).unwrap().display().to_string();
-            let module = lengthened(&module, scratch.path()).unwrap_or(module);
-            programs.push((name, module, Vec::new()));
-        }
+    let root = common::corpus();
+    for module in corpus_modules(&root) {
+        let name = module.strip_prefix(&root).unwrap().display().to_string();
+        let module = lengthened(&module, scratch.path()).unwrap_or(module);
+        programs.push((name, module, Vec::new()));
     }
     programs.extend(go_programs(scratch.path()));
     programs.extend(python_programs());

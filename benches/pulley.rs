@@ -118,7 +118,7 @@ fn programs(scratch: &Path) -> Vec<Program> {
     lines_input::write(&scratch.join("input.txt"), 4 << 20);
     let lines = scratch.join("lines.wasm");
     std::fs::copy(fixtures.join("lines.wasm"), &lines).unwrap();
-    let mut programs = vec![
+    vec![
         Program {
             name: "spin",
             module: fixtures.join("cprog.wasm"),
@@ -134,16 +134,12 @@ fn programs(scratch: &Path) -> Vec<Program> {
             module: lines,
             args: vec!["input.txt"],
         },
-    ];
-    match common::corpus() {
-        Some(corpus) => programs.push(Program {
+        Program {
             name: "heapsort",
-            module: corpus.join("shootout/shootout-heapsort.wasm"),
+            module: common::corpus().join("shootout/shootout-heapsort.wasm"),
             args: Vec::new(),
-        }),
-        None => println!("(skipped: heapsort, the Sightglass corpus is absent)"),
-    }
-    programs
+        },
+    ]
 }
 
 /// The CPU time of the command's process and its threads, which must succeed.

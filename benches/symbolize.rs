@@ -5,8 +5,10 @@
 //! `cargo bench --profile dev --features internals --bench symbolize`
 //!
 //! Modules: ripgrep built for wasm32-wasip1 with debug info (`benches/baseline/build-ripgrep.sh`; ~38 MB,
-//! 16 MB of `.debug_info`), searching a generated 16 MiB text, and the corpus's programs that
-//! carry DWARF. Each is sampled at 10 kHz so that its profile shows many distinct addresses.
+//! 16 MB of `.debug_info`), searching a generated 16 MiB text, and the two largest of the
+//! committed Sightglass programs that carry DWARF (`tests/fixtures/sightglass`): TinyGo's
+//! `tinygo-json` and C++'s `hashset`. Each is sampled at 10 kHz so that its profile shows many
+//! distinct addresses.
 //! Targets: DWARF symbolization under 1 s and under 1× the module's size in memory. The heap
 //! columns include the profile itself (both runs build one); the last column is what DWARF
 //! adds, as a share of the module's size.
@@ -95,24 +97,15 @@ fn main() {
             rg.display()
         );
     }
-    let corpus = manifest.join("../shared/corpus/sightglass/benchmarks");
-    for rel in [
-        "gcc-loops/benchmark.wasm",
-        "intgemm-simd/benchmark.wasm",
-        "tinygo/tinygo-json.wasm",
-        "hashset/benchmark.wasm",
-    ] {
+    let corpus = manifest.join("tests/fixtures/sightglass");
+    for rel in ["tinygo/tinygo-json.wasm", "hashset/benchmark.wasm"] {
         let wasm = corpus.join(rel);
-        if wasm.exists() {
-            programs.push(Program {
-                name: rel.to_string(),
-                dir: wasm.parent().unwrap().to_path_buf(),
-                wasm,
-                args: Vec::new(),
-            });
-        } else {
-            println!("{} is absent: skipped", wasm.display());
-        }
+        programs.push(Program {
+            name: rel.to_string(),
+            dir: wasm.parent().unwrap().to_path_buf(),
+            wasm,
+            args: Vec::new(),
+        });
     }
 
     println!(

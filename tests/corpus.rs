@@ -1,7 +1,7 @@
-//! Every program of the Sightglass corpus (`../shared/corpus/sightglass`), modules and
-//! components, runs under `wasmspy record`, its allocators rewritten for a memory profile, with
-//! its expected output, and leaves both profiles; in those that carry DWARF, most samples of
-//! the guest's code have a source line.
+//! Every Sightglass program committed in `tests/fixtures/sightglass` (its README.md says where
+//! they come from and what each is kept for), modules and components, runs under `wasmspy
+//! record`, its allocators rewritten for a memory profile, with its expected output, and leaves
+//! both profiles; in those that carry DWARF, most samples of the guest's code have a source line.
 
 mod common;
 
@@ -9,14 +9,9 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 
-fn corpus() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/sightglass/benchmarks");
-    if root.is_dir() {
-        return Some(root);
-    }
-    let why = format!("the Sightglass corpus is absent ({})", root.display());
-    skip("corpus", &why);
-    None
+/// The committed subset of Sightglass's `benchmarks/` folder, one folder per program.
+fn corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sightglass")
 }
 
 /// The corpus's programs, modules and components, sorted.
@@ -61,9 +56,10 @@ fn expected(module: &Path, stream: &str) -> Option<String> {
 
 #[test]
 fn every_sightglass_module_runs_and_profiles() {
-    let Some(root) = corpus() else { return };
+    let root = corpus();
     let modules = programs(&root);
-    assert!(modules.len() >= 45, "found only {} programs", modules.len());
+    // Every one committed: one missing would leave what it is kept for untested.
+    assert_eq!(modules.len(), 13, "{modules:?}");
     let mut components = 0;
     let out_dir = tempfile::tempdir().unwrap();
     let mut failures = Vec::new();
@@ -154,16 +150,9 @@ fn every_sightglass_module_runs_and_profiles() {
             line_share * 100.0
         );
     }
-    // Their DWARF's code ranges are tombstones and [0, 1) (checked with llvm-dwarfdump): the
-    // modules were rewritten after linking.
-    assert_eq!(
-        stale_dwarf,
-        [
-            "meshoptimizer/benchmark.wasm",
-            "quicksort/benchmark.wasm",
-            "richards/benchmark.wasm"
-        ]
-    );
+    // Its DWARF's code ranges are tombstones and [0, 1) (checked with llvm-dwarfdump): the
+    // module was rewritten after linking (as were Sightglass's meshoptimizer and richards).
+    assert_eq!(stale_dwarf, ["quicksort/benchmark.wasm"]);
     assert_eq!(components, 2, "cm-online-stats and kotlin-richards");
     let share = dwarf_samples_with_line as f64 / dwarf_samples as f64;
     eprintln!(
@@ -186,7 +175,7 @@ fn every_sightglass_module_runs_and_profiles() {
 /// those `llvm-dwarfdump --lookup` shows for the same address.
 #[test]
 fn tinygo_inlined_frames_across_units() {
-    let Some(root) = corpus() else { return };
+    let root = corpus();
     let wasm = std::fs::read(root.join("tinygo/tinygo-json.wasm")).unwrap();
     let mut symbolizer = wasmspy::internals::resolve::symbolize::ModuleSymbolizer::new(
         "tinygo-json.wasm",
@@ -254,7 +243,7 @@ fn tinygo_inlined_frames_across_units() {
 /// C, C++, Rust and TinyGo alike, wrapping the allocators it names.
 #[test]
 fn every_sightglass_module_rewrites_to_a_valid_module() {
-    let Some(root) = corpus() else { return };
+    let root = corpus();
     let mut wrapped_somewhere = std::collections::BTreeSet::new();
     for module in programs(&root) {
         let wasm = std::fs::read(&module).unwrap();
@@ -296,7 +285,7 @@ fn every_sightglass_module_rewrites_to_a_valid_module() {
 /// without a call, so the profile opens on `alloc_space`.
 #[test]
 fn tinygo_allocations_by_go_function() {
-    let Some(root) = corpus() else { return };
+    let root = corpus();
     let dir = root.join("tinygo");
     let out_dir = tempfile::tempdir().unwrap();
     let heap = out_dir.path().join("heap.pb.gz");
@@ -347,7 +336,7 @@ fn tinygo_allocations_by_go_function() {
 /// replace the WASI interfaces they import at an older compatible version.)
 #[test]
 fn components_stop_at_their_first_unknown_import() {
-    let Some(root) = corpus() else { return };
+    let root = corpus();
     let dir = tempfile::tempdir().unwrap();
     for program in programs(&root) {
         if !wasmparser::Parser::is_component(&std::fs::read(&program).unwrap()) {

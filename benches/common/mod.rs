@@ -53,17 +53,10 @@ pub fn paired(
     )
 }
 
-/// The Sightglass corpus's benchmarks folder, or `None` (said on stdout) where it is absent.
-pub fn corpus() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/sightglass/benchmarks");
-    if root.is_dir() {
-        return Some(root);
-    }
-    println!(
-        "the Sightglass corpus is absent ({}): nothing to measure",
-        root.display()
-    );
-    None
+/// The Sightglass programs committed for the tests (`tests/fixtures/sightglass`), one folder
+/// per program, as in Sightglass's `benchmarks/`.
+pub fn corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sightglass")
 }
 
 /// Seconds that configuration `config` of this benchmark takes on `module` run with `args`, in
