@@ -15,7 +15,7 @@ macro_rules! mirror {
     };
 }
 
-mirror!(capture, clock, resolve, runtimes, wasm);
+mirror!(capture, clock, resolve, runtimes, shared, wasm);
 
 pub use crate::runtimes::cpython::debug_offsets::encode as python_debug_offsets;
 

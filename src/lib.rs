@@ -17,8 +17,9 @@
 // Samples flow one way through four private stages, each a folder: `capture` (samples of the
 // guest's stack, on the sampling path that never waits for the stages after it), `resolve`
 // (frames of the registered modules, symbolization), `record` (the profile model in bounded
-// memory), and the public `export`, `report` and `pprof_http` that write, print and serve it.
-// ARCHITECTURE.md has the whole layout.
+// memory), and the public `export`, `report` and `pprof_http` that write, print and serve it;
+// below them all, what they share (`shared`, `profile`, `wasm`). ARCHITECTURE.md lists the
+// layers, which tests/architecture.rs keeps.
 
 // The library's API: the profiler, the profile model and its files, the live server, the
 // memory rewrite, the WASI runner. Everything else is how they work, private.
@@ -31,9 +32,9 @@ pub mod report;
 #[cfg(feature = "wasi")]
 pub mod wasi_host;
 
-// The samplers and the language runtimes' walks run in the signal handler (and what they
-// share runs beside it): a panic there would abort the guest's process. clippy.toml lets their
-// unit tests assert with them.
+// The samplers, the language runtimes' walks and the guest-memory reader they share run in
+// the signal handler (and the rest of them runs beside it): a panic there would abort the
+// guest's process. clippy.toml lets their unit tests assert with them.
 #[deny(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -48,6 +49,7 @@ mod pipeline;
 mod profiler;
 mod record;
 mod resolve;
+mod runtime_probe;
 #[deny(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -55,6 +57,13 @@ mod resolve;
     clippy::unreachable
 )]
 mod runtimes;
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable
+)]
+mod shared;
 mod store_labels;
 mod sync;
 mod warning;
@@ -85,6 +94,6 @@ pub use error::Error;
 pub use profiler::{Interrupted, Profiler, ProfilerHandle, ProfilerOptions};
 pub use record::{KindCounts, Mark};
 pub use resolve::ListedFunction;
-pub use runtimes::in_component::probe_runtimes;
+pub use runtime_probe::probe_runtimes;
 pub use store_labels::{SampleLabels, StoreLabels};
 pub use warning::{Warning, WarningKind};

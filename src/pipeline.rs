@@ -15,18 +15,16 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-
 use rustc_hash::FxHashMap;
 
-use crate::capture::{
-    DumpedStack, GuestStack, LabelsKey, NativeSample, SampleValues, Sink, StoreKey, Taken,
-};
+use crate::capture::{DumpedStack, LabelsKey, NativeSample, SampleValues, Sink, StoreKey, Taken};
 use crate::clock::{monotonic_ns, Clock};
 use crate::profile::{Labels, Profile, PULLEY_NEXT_LABEL, PULLEY_OP_LABEL, PULLEY_PREV_LABEL};
 use crate::record::heap::Block;
 use crate::record::{KindCounts, Mark, Recorder};
 use crate::resolve::pulley_ops::OpcodeAt;
-use crate::resolve::{RawFrame, Resolver};
+use crate::resolve::Resolver;
+use crate::shared::{GuestStack, RawFrame};
 use crate::sync::lock;
 
 /// Events from the guest thread waiting to be resolved: at 1 kHz, 16 seconds of samples.

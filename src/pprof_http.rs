@@ -32,7 +32,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::export::Format;
 use crate::profile::Profile;
-use crate::record::{ALLOC_SPACE, INUSE_SPACE};
+use crate::profile::{ALLOC_SPACE, INUSE_SPACE};
 use crate::ProfilerHandle;
 
 /// What the server serves besides the profiler's data.

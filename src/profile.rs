@@ -1,10 +1,6 @@
 //! The format-neutral profile model: samples of interned stacks, each sample carrying several
 //! values (one per sample type). The record stage builds it; exporters only read it.
 
-pub use crate::record::{
-    ALLOC_OBJECTS, ALLOC_SPACE, CPU, INUSE_OBJECTS, INUSE_SPACE, SAMPLES, WALL,
-};
-
 use std::borrow::Borrow;
 use std::hash::Hash;
 use std::marker::PhantomData;
@@ -12,6 +8,28 @@ use std::ops::{Index, IndexMut};
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
+
+/// Value indices of a sample: `samples`, what the clock measured (`cpu`, or `instructions`),
+/// and in wall-clock mode `wall`.
+///
+/// This one: how many samples (`samples`/`count`).
+pub const SAMPLES: usize = 0;
+/// What the clock measured: the guest thread's CPU time (`cpu`/`nanoseconds`), or the Wasm
+/// instructions it executed (`instructions`/`count`).
+pub const CPU: usize = 1;
+/// The wall time, in wall-clock mode (`wall`/`nanoseconds`).
+pub const WALL: usize = 2;
+
+/// Value indices of a heap profile's samples, as Go's.
+///
+/// This one: the blocks allocated (`alloc_objects`/`count`).
+pub const ALLOC_OBJECTS: usize = 0;
+/// The bytes allocated (`alloc_space`/`bytes`).
+pub const ALLOC_SPACE: usize = 1;
+/// The blocks allocated and not freed yet (`inuse_objects`/`count`).
+pub const INUSE_OBJECTS: usize = 2;
+/// The bytes allocated and not freed yet (`inuse_space`/`bytes`).
+pub const INUSE_SPACE: usize = 3;
 
 /// The place of an item in one of a profile's [`Table`]s. Each table has an id type of its
 /// own, so that an id of one table cannot index another.
@@ -270,8 +288,8 @@ pub struct Sample {
 /// use wasmspy::profile::FrameKind;
 ///
 /// let profile = wasmspy::export::read(b"main;work 3\nmain;rest 1\n").unwrap();
-/// let samples = profile.sample_index("samples").unwrap();
-/// assert_eq!(profile.total(samples), 4);
+/// let value = profile.sample_index("value").unwrap();
+/// assert_eq!(profile.total(value), 4);
 /// // A stack lists its frames leaf first.
 /// let leaf = profile.stacks[profile.samples[0].stack][0];
 /// assert_eq!(profile.frame_name(leaf), "work");

@@ -278,8 +278,22 @@ fn convert_between_formats() {
     let from_folded = dir.path().join("from-folded.pb.gz");
     convert(&paths["folded"], &from_folded, &[]);
     assert_eq!(
-        Decoded::load(&from_folded).total("samples"),
+        Decoded::load(&from_folded).total("value"),
         pprof.total("cpu")
+    );
+    // A folded file does not say its values are CPU nanoseconds: `report` shows them as
+    // numbers, not as a count of samples.
+    let out = wasmspy()
+        .arg("report")
+        .arg(&paths["folded"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = stdout(&out);
+    assert!(report.starts_with("Type: value\n"), "{report}");
+    assert!(
+        report.contains(&format!("of {} total", pprof.total("cpu"))),
+        "{report}"
     );
     // A Go-written heap profile, as Firefox and speedscope profiles.
     convert(

@@ -202,6 +202,52 @@ fn cpu_and_memory_profiles_from_one_run() {
     assert_eq!(vector.value[inuse], 0);
 }
 
+/// The README's memory profile of the bundled example: its one block of 160 000 bytes, sampled
+/// at `--mem-rate 4096` (with probability 1 − e^−39), allocated under `sort_random` and freed.
+/// `report` opens on the in-use bytes, none, and says which types have samples.
+#[test]
+fn bundled_example_shows_its_allocation_and_report_names_the_types_with_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = dir.path().join("heap.pb.gz");
+    let out = wasmspy()
+        .args(["record", "--mem-rate", "4096", "--mem-profile"])
+        .arg(&heap)
+        .arg("--")
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hotspots.wasm"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let p = Decoded::load(&heap);
+    let stacks = p.stacks();
+    assert_eq!(stacks.len(), 1, "{stacks:?}");
+    let (names, values) = &stacks[0];
+    assert_eq!(names[..2], ["malloc", "sort_random"], "{names:?}");
+    assert_eq!(values, &[1, 160_000, 0, 0]);
+
+    let report = |flags: &[&str]| {
+        let out = wasmspy()
+            .arg("report")
+            .args(flags)
+            .arg(&heap)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        (stdout(&out), stderr(&out))
+    };
+    let (table, said) = report(&[]);
+    assert!(table.starts_with("Type: inuse_space\n"), "{table}");
+    assert_eq!(
+        said,
+        format!(
+            "wasmspy: `{}` has no samples of inuse_space; alloc_objects has 1, alloc_space has 1 (--sample-index TYPE shows one)\n",
+            heap.display()
+        )
+    );
+    let (table, said) = report(&["--sample-index", "alloc_space"]);
+    assert!(table.contains("sort_random"), "{table}");
+    assert_eq!(said, "");
+}
+
 #[test]
 fn ctrl_c_writes_both_profiles() {
     let dir = tempfile::tempdir().unwrap();

@@ -90,6 +90,13 @@ fn check_c_inline(module: &str) {
     assert_eq!(start_line(&p, "mix"), 7);
     assert_eq!(start_line(&p, "mix_twice"), 11);
     assert_eq!(start_line(&p, "hot_loop"), 20);
+    // wasi-libc's DWARF names `_start`'s file in parts: `./build`, `./libc-bottom-half/crt`,
+    // `crt1-command.c`. Joined, the path is normalised, the one every view shows.
+    let start = p.0.function.iter().find(|f| p.str(f.name) == "_start");
+    assert_eq!(
+        start.map(|f| p.str(f.filename)),
+        Some("build/libc-bottom-half/crt/crt1-command.c")
+    );
 }
 
 #[test]

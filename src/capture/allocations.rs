@@ -9,8 +9,9 @@ use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
 use super::intervals::RandomIntervals;
-use super::{GuestStack, LabelsNow, Sink, StoreKey};
+use super::{LabelsNow, Sink, StoreKey};
 use crate::memory::rewrite::{block_slot, bytes_unseeded, report, Allocator};
+use crate::shared::GuestStack;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 /// A call of a rewritten allocator that reached the host: (allocator, size, freed address,

@@ -28,8 +28,8 @@ use wasmtime::{AsContextMut, CallHook, Engine, Store, StoreContextMut};
 use wasmtime_environ::{HostPtr, PtrSize};
 
 use super::intervals::RandomIntervals;
-use super::vmctx::ContextFinder;
 use super::Sampler;
+use crate::shared::vmctx::ContextFinder;
 use crate::sync::lock;
 
 /// The fuel a store holds after each sample: more than any run executes (2^62 instructions at

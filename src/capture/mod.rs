@@ -18,17 +18,13 @@ pub(crate) mod intervals;
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
 pub mod signal;
-pub mod vmctx;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Result;
-use wasmtime::WasmBacktrace;
 
 use crate::profile::ThreadId;
-
-/// The innermost frames a sample keeps; deeper stacks lose their outermost frames.
-pub const MAX_STACK_DEPTH: usize = 512;
+use crate::shared::GuestStack;
 
 /// Whether the signal sampler can sample Pulley's interpreter in this process, or why not (it
 /// finds the interpreter's code by this executable's symbols).
@@ -152,31 +148,6 @@ pub struct Splice<'a> {
     /// The runtime that read them ([`crate::runtimes::id_of`]).
     pub runtime: usize,
     pub words: &'a [usize],
-}
-
-/// A guest stack taken on the guest thread (a sample at an epoch, a sampled allocation):
-/// Wasmtime's backtrace, and where a language runtime's stack was read, its words.
-pub struct GuestStack {
-    pub backtrace: WasmBacktrace,
-    pub splice: Option<Spliced>,
-}
-
-/// A runtime's stack taken with a backtrace: it follows the backtrace's first `at` frames.
-pub struct Spliced {
-    pub at: usize,
-    /// The runtime that read it ([`crate::runtimes::id_of`]).
-    pub runtime: usize,
-    pub words: Vec<usize>,
-}
-
-impl GuestStack {
-    /// The backtrace alone.
-    pub fn wasm(backtrace: WasmBacktrace) -> Self {
-        GuestStack {
-            backtrace,
-            splice: None,
-        }
-    }
 }
 
 /// A store attached to the profiler, as samples name the store they were taken in (the

@@ -4,9 +4,17 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use clap::Args;
 
-use crate::cli::args::DumpArgs;
 use crate::commands::top::{base_url, get};
+
+#[derive(Args, Debug)]
+#[command(arg_required_else_help = true)]
+pub struct DumpArgs {
+    /// The live server: `http://127.0.0.1:6060`, `127.0.0.1:6060`, or `:6060` on loopback.
+    #[arg(value_name = "ADDR")]
+    pub addr: String,
+}
 
 /// Prints the live server's stack dump (`/debug/pprof/goroutine?debug=2`).
 pub fn dump(args: DumpArgs) -> Result<i32> {

@@ -16,14 +16,17 @@ macro_rules! say {
     }};
 }
 pub mod dump;
+pub mod guest_args;
 pub mod instances;
 pub mod interrupt;
 pub mod outputs;
 pub mod perf_files;
 pub mod profiled;
+pub mod profiling_args;
 pub mod record;
 pub mod report;
 pub mod request_headers;
 pub mod rewrite;
 pub mod serve;
 pub mod top;
+pub mod v8_wasm;

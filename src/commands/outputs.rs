@@ -10,13 +10,14 @@ use crate::export::Format;
 use crate::export::WriteError;
 use crate::pprof_http::{LiveServer, ServerOptions};
 use crate::profile::Profile;
-use crate::record::{ALLOC_OBJECTS, ALLOC_SPACE, COLLECTED_NOTE, CPU, INUSE_SPACE, SAMPLES};
+use crate::profile::{ALLOC_OBJECTS, ALLOC_SPACE, CPU, INUSE_SPACE, SAMPLES};
+use crate::record::COLLECTED_NOTE;
 use crate::sync::lock;
 use crate::ProfilerHandle;
 use anyhow::{bail, Context, Result};
 use tempfile::NamedTempFile;
 
-use crate::cli::args::ProfilingArgs;
+use super::profiling_args::ProfilingArgs;
 use crate::commands::interrupt::{self, GuestEnded};
 
 /// Writes the profiles so far every `every`, until the last write; errors are warned about

@@ -4,7 +4,8 @@
 use crate::ProfilerHandle;
 use anyhow::Result;
 
-use crate::cli::args::{GuestArgs, ProfilingArgs};
+use super::guest_args::GuestArgs;
+use super::profiling_args::ProfilingArgs;
 
 /// What must stay alive while the guest runs: the jitdump file, mapped.
 pub struct PerfFiles {

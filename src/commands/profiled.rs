@@ -9,7 +9,8 @@ use anyhow::Result;
 use wasmtime::{Config, Engine};
 use wasmtime_cli_flags::CommonOptions;
 
-use crate::cli::args::{GuestArgs, ProfilingArgs};
+use super::guest_args::GuestArgs;
+use super::profiling_args::ProfilingArgs;
 use crate::commands::outputs::{Counts, Outputs};
 use crate::commands::rewrite::Instrumented;
 
@@ -86,7 +87,7 @@ fn override_for_profiling(
     if wasmtime.debug.max_backtrace.is_some() {
         eprintln!(
             "wasmspy: warning: -D max-backtrace overridden: wasmspy captures up to {} frames",
-            crate::capture::MAX_STACK_DEPTH
+            crate::shared::MAX_STACK_DEPTH
         );
     }
 }

@@ -2,14 +2,16 @@
 //! guest ends.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::wasi_host::{self, Exit, Program};
 use anyhow::{Context, Result};
+use clap::Args;
 
-use crate::cli::args::{RecordArgs, RECORD_RATE};
+use super::guest_args::{GuestArgs, WASMTIME};
+use super::profiling_args::ProfilingArgs;
 use crate::commands::interrupt::{self, GuestEnded};
 use crate::commands::outputs::{
     file_name, flush_periodically, print_warnings, start_server, write_on_signals, Outputs,
@@ -18,6 +20,95 @@ use crate::commands::perf_files;
 use crate::commands::profiled::Profiled;
 use crate::commands::rewrite::Rewrite;
 use crate::commands::top::{RecordTop, Terminal};
+use crate::live_view::SortBy;
+use crate::wasi_host::{self, Exit, Program};
+
+/// `record`'s sampling rate by default.
+pub const RECORD_RATE: u32 = 1000;
+
+#[derive(Args)]
+#[command(arg_required_else_help = true)]
+pub struct RecordArgs {
+    /// Where to write the CPU profile, in the format its name says: `.pb.gz`/`.pprof`
+    /// (pprof, also for other names), `.json` (Firefox Profiler), `.speedscope.json`, `.svg`
+    /// (flame graph), `.folded`, `.cpuprofile` (VS Code, Chrome DevTools); may be given
+    /// several times; `wasmspy.pb.gz` unless only a
+    /// memory profile is asked for.
+    #[arg(short, long, value_name = "PATH")]
+    pub output: Vec<PathBuf>,
+
+    /// Keep the live server up after the guest exits, until Ctrl-C, so that its last
+    /// profiles can still be fetched.
+    #[arg(long, requires = "pprof_addr")]
+    pub serve_after_exit: bool,
+
+    /// Show the functions taking the CPU now, refreshed every second, on the terminal
+    /// (`/dev/tty`: the guest's stdout and stderr stay the guest's), as `wasmspy top` does.
+    #[arg(long)]
+    pub top: bool,
+
+    /// With `--top`: the column the functions are sorted by, `own` or `total`.
+    #[arg(long, value_name = "COLUMN", default_value = "own", requires = "top")]
+    pub top_sort: SortBy,
+
+    #[command(flatten)]
+    pub profiling: ProfilingArgs,
+
+    #[command(flatten)]
+    pub guest: GuestArgs,
+
+    /// The function to run
+    ///
+    /// When used with modules, this must be the export name of a function.
+    /// Arguments to the function are parsed from trailing arguments provided
+    /// after all options.
+    ///
+    /// When used with components, this must be a wave-encoded function call,
+    /// e.g. `wasi:cli/run.run@0.2.0()` or
+    /// `your:pkg/iface.func("arguments in wave encoding")`. Bare function
+    /// names (e.g. `run()`) are accepted and searched for in all exported
+    /// instances, and must be unambigious.
+    #[arg(long, value_name = "FUNCTION", help_heading = WASMTIME)]
+    pub invoke: Option<String>,
+
+    /// Load the given WebAssembly module before the main module
+    #[arg(long = "preload", number_of_values = 1, value_name = "NAME=MODULE_PATH",
+          value_parser = parse_preload, help_heading = WASMTIME)]
+    pub preloads: Vec<(String, PathBuf)>,
+
+    /// Override the value of `argv[0]`, typically the name of the executable of
+    /// the application being run.
+    #[arg(long, help_heading = WASMTIME)]
+    pub argv0: Option<String>,
+
+    /// The WebAssembly module or component to run (binary or text).
+    #[arg(value_name = "MODULE")]
+    pub module: PathBuf,
+
+    /// Arguments for the guest (with `--invoke` on a module, the function's arguments).
+    #[arg(
+        value_name = "ARGS",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub args: Vec<String>,
+}
+
+impl RecordArgs {
+    /// Where the CPU profile goes, if one is wanted: `wasmspy.pb.gz` unless nothing but a
+    /// memory profile or the live server is asked for.
+    pub fn cpu_outputs(&self) -> Vec<PathBuf> {
+        self.profiling.default_output(&self.output)
+    }
+}
+
+/// `NAME=MODULE_PATH`.
+fn parse_preload(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((name, path)) => Ok((name.to_string(), path.into())),
+        None => Err("must contain exactly one equals character ('=')".to_string()),
+    }
+}
 
 /// `wasmtime run`'s exit code for a trap: that of an abort.
 const TRAP_EXIT_CODE: i32 = 128 + libc::SIGABRT;

@@ -2,17 +2,123 @@
 //! once written.
 
 use std::path::Path;
+use std::path::PathBuf;
 
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+
+use super::v8_wasm::V8WasmFrames;
+use crate::commands::outputs::write_whole;
 use crate::diff::{compare, negated_base, write_flamegraph};
 use crate::export::{self, Format};
 use crate::profile::Profile;
 use crate::report::opcodes;
 use crate::report::top;
-use crate::resolve::v8_wasm::V8WasmFrames;
-use anyhow::{anyhow, bail, Context, Result};
 
-use crate::cli::args::{ConvertArgs, DiffArgs, ReportArgs};
-use crate::commands::outputs::write_whole;
+#[derive(Args, Debug)]
+#[command(arg_required_else_help = true)]
+pub struct ReportArgs {
+    /// The profile: pprof (ours, Go's, pprof-rs's...), speedscope JSON, `.cpuprofile` (V8's
+    /// too) or folded stacks.
+    #[arg(value_name = "PROFILE")]
+    pub profile: PathBuf,
+
+    /// The sample type to rank by, by name (`cpu`, `samples`, `alloc_space`...) or index;
+    /// the profile's default unless given.
+    #[arg(long, value_name = "TYPE")]
+    pub sample_index: Option<String>,
+
+    /// A row per source line rather than per function.
+    #[arg(long)]
+    pub lines: bool,
+
+    /// Self time per Pulley opcode and per adjacent opcode pair (a profile recorded with
+    /// `--target pulley64`), rather than per function.
+    #[arg(long, conflicts_with = "lines")]
+    pub opcodes: bool,
+
+    /// Print only the first N rows.
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
+}
+
+#[derive(Args, Debug)]
+#[command(arg_required_else_help = true)]
+pub struct ConvertArgs {
+    /// The profile to read: pprof, speedscope JSON, `.cpuprofile` (V8's too) or folded stacks.
+    #[arg(value_name = "IN")]
+    pub input: PathBuf,
+
+    /// Where to write it, in the format its name says (or `--format`'s).
+    #[arg(short, long, value_name = "OUT", required = true)]
+    pub output: PathBuf,
+
+    /// The output's format: pprof, firefox, speedscope, svg, folded or cpuprofile.
+    #[arg(long, value_name = "FORMAT")]
+    pub format: Option<Format>,
+
+    /// For the single-valued formats (svg, folded): the sample type to draw, by name or index;
+    /// the profile's default unless given.
+    #[arg(long, value_name = "TYPE")]
+    pub sample_index: Option<String>,
+
+    /// A Wasm module that a V8 `.cpuprofile` (Node's `--cpu-prof`, Chrome DevTools) shows as
+    /// `wasm://wasm/...` frames: its functions named from its name section and DWARF, with
+    /// file and line; may be given several times, each module found by its code.
+    #[arg(long, value_name = "MODULE")]
+    pub wasm: Vec<PathBuf>,
+
+    /// The DWARF of a `--wasm` module that was split off (Emscripten's `-gseparate-dwarf`),
+    /// where it is not beside the module under the name the module gives it; may be given
+    /// several times, each matched to its module by its code.
+    #[arg(long, value_name = "FILE", requires = "wasm")]
+    pub debug_file: Vec<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+#[command(arg_required_else_help = true)]
+pub struct DiffArgs {
+    /// The profile before (of the main branch, say): pprof, speedscope JSON, `.cpuprofile` or
+    /// folded stacks.
+    #[arg(value_name = "BASE")]
+    pub base: PathBuf,
+
+    /// The profile after (of the change).
+    #[arg(value_name = "NEW")]
+    pub new: PathBuf,
+
+    /// Also write the difference, in the format its name says: `.svg`, a differential flame
+    /// graph of NEW (red: grew, blue: shrank); `.pb.gz` (pprof), NEW's samples with BASE's
+    /// negated, which `go tool pprof` shows as the difference, as `-diff_base` makes it; may
+    /// be given several times.
+    #[arg(short, long, value_name = "OUT")]
+    pub output: Vec<PathBuf>,
+
+    /// The sample type to compare, by name (`cpu`, `samples`, `instructions`...) or index;
+    /// BASE's default unless given. Profiles of time are compared by share (NEW scaled to
+    /// BASE's total), profiles of instructions as they are.
+    #[arg(long, value_name = "TYPE")]
+    pub sample_index: Option<String>,
+
+    /// A row per source line rather than per function.
+    #[arg(long)]
+    pub lines: bool,
+
+    /// Print only the first N rows.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub top: usize,
+
+    /// Exit with 1, saying why in one line, when NEW's total exceeds BASE's by more than PCT
+    /// percent.
+    #[arg(long, value_name = "PCT")]
+    pub fail_above: Option<f64>,
+
+    /// Exit with 1, saying why in one line, when a function's cumulative value in NEW exceeds
+    /// its value in BASE by more than PCT percent (a function under 1 % of BASE's total: by
+    /// more than PCT percent of that total).
+    #[arg(long, value_name = "PCT")]
+    pub fail_above_function: Option<f64>,
+}
 
 pub fn report(args: ReportArgs) -> Result<i32> {
     let profile = read(&args.profile)?;
@@ -30,8 +136,33 @@ pub fn report(args: ReportArgs) -> Result<i32> {
         print!("{}", pairs.render(args.top));
         return Ok(0);
     }
-    print!("{}", top(&profile, index, args.lines).render(args.top));
+    let table = top(&profile, index, args.lines);
+    if table.total == 0 {
+        eprintln!("wasmspy: {}", no_samples(&profile, index, &args.profile));
+    }
+    print!("{}", table.render(args.top));
     Ok(0)
+}
+
+/// Why the table of sample type `index` is empty, and which types have samples to show
+/// instead: a memory profile of a program that freed all it allocated opens on its in-use
+/// bytes, none.
+fn no_samples(profile: &Profile, index: usize, path: &Path) -> String {
+    let others: Vec<String> = (0..profile.sample_types.len())
+        .filter_map(|i| {
+            let n = profile.samples.iter().filter(|s| s.values[i] != 0).count();
+            (n > 0).then(|| format!("{} has {n}", profile.sample_types[i].kind))
+        })
+        .collect();
+    if others.is_empty() {
+        return format!("`{}` has no samples", path.display());
+    }
+    format!(
+        "`{}` has no samples of {}; {} (--sample-index TYPE shows one)",
+        path.display(),
+        profile.sample_types[index].kind,
+        others.join(", ")
+    )
 }
 
 pub fn convert(args: ConvertArgs) -> Result<i32> {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::memory::component::{rewrite_component, RewrittenComponent};
 use crate::memory::rewrite::{rewrite, Rewritten};
-use crate::runtimes::in_component::probe_runtimes;
+use crate::runtime_probe::probe_runtimes;
 use anyhow::{Context, Result};
 
 /// The program as compiled.

@@ -3,13 +3,13 @@
 //! (`request`, `method`, `path`, `instance`); the profile written when the server stops.
 
 use std::convert::Infallible;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::wasi_host::proxy::Proxy;
-use crate::wasi_host::{self, Program};
 use anyhow::{Context, Result};
+use clap::Args;
 use http_body_util::{BodyExt, Full};
 use hyper::server::conn::http1;
 use tokio::sync::Semaphore;
@@ -18,7 +18,8 @@ use wasmtime_wasi_http::handler::ProxyHandler;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::WasiBody;
 
-use crate::cli::args::{ServeArgs, SERVE_RATE};
+use super::guest_args::GuestArgs;
+use super::profiling_args::ProfilingArgs;
 use crate::commands::instances::{Instances, RequestLabels, Reuse};
 use crate::commands::interrupt::GuestEnded;
 use crate::commands::outputs::{
@@ -28,6 +29,108 @@ use crate::commands::perf_files;
 use crate::commands::profiled::Profiled;
 use crate::commands::request_headers::RequestHeaders;
 use crate::commands::rewrite::Rewrite;
+use crate::wasi_host::proxy::Proxy;
+use crate::wasi_host::{self, Program};
+
+/// `serve`'s: a server is profiled for as long as it runs, at what Go's net/http/pprof takes.
+pub const SERVE_RATE: u32 = 100;
+
+/// The heading of the options that are `wasmtime serve`'s alone.
+const WASMTIME_SERVE: &str = "Options of `wasmtime serve`";
+
+#[derive(Args)]
+#[command(arg_required_else_help = true)]
+pub struct ServeArgs {
+    /// Where to write the CPU profile of every request (see `record -o`); may be given several
+    /// times; `wasmspy.pb.gz` unless only the live server is asked for. Written when the
+    /// server stops (Ctrl-C, SIGTERM), and every `--flush-every` seconds.
+    #[arg(short, long, value_name = "PATH")]
+    pub output: Vec<PathBuf>,
+
+    /// Socket address for the web server to bind to.
+    #[arg(long, value_name = "SOCKADDR", default_value = "0.0.0.0:8080", help_heading = WASMTIME_SERVE)]
+    pub addr: std::net::SocketAddr,
+
+    /// Socket address where, when connected to, will initiate a graceful
+    /// shutdown: no new connection is taken, the requests in flight are answered, the profile
+    /// is written and wasmspy exits with 0.
+    ///
+    /// Note that graceful shutdown is also supported on ctrl-c.
+    #[arg(long, value_name = "SOCKADDR", help_heading = WASMTIME_SERVE)]
+    pub shutdown_addr: Option<std::net::SocketAddr>,
+
+    /// Disable log prefixes of wasi-http handlers.
+    /// if unspecified, logs will be prefixed with 'stdout|stderr [{req_id}] :: '
+    #[arg(long, help_heading = WASMTIME_SERVE)]
+    pub no_logging_prefix: bool,
+
+    /// Replace or add a request header before forwarding it to the component.
+    ///
+    /// The argument must have the form `name: value`. May be specified more
+    /// than once. An argument beginning with `@` is treated as a file containing
+    /// one header per line.
+    #[arg(short = 'H', long = "header", value_name = "HEADER", help_heading = WASMTIME_SERVE)]
+    pub headers: Vec<String>,
+
+    /// Maximum number of concurrent requests that can be processed at any one
+    /// point in time.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), help_heading = WASMTIME_SERVE)]
+    pub max_concurrent_requests: Option<u32>,
+
+    /// Maximum number of concurrent connections that can be held at any one
+    /// point in time.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), help_heading = WASMTIME_SERVE)]
+    pub max_concurrent_connections: Option<u32>,
+
+    /// Maximum number of requests to send to a single component instance before
+    /// dropping it.
+    ///
+    /// This defaults to 1 for WASIp2 components and 128 for WASIp3 components.
+    #[arg(long, help_heading = WASMTIME_SERVE)]
+    pub max_instance_reuse_count: Option<usize>,
+
+    /// Maximum number of concurrent requests to send to a single component
+    /// instance.
+    ///
+    /// This defaults to 1 for WASIp2 components and 16 for WASIp3 components.
+    /// Note that setting it to more than 1 will have no effect for WASIp2
+    /// components since they cannot be called concurrently.
+    #[arg(long, help_heading = WASMTIME_SERVE)]
+    pub max_instance_concurrent_reuse_count: Option<usize>,
+
+    /// Time to hold an idle component instance for possible reuse before
+    /// dropping it.
+    ///
+    /// A number with no suffix or with an `s` suffix is interpreted as seconds;
+    /// other accepted suffixes include `ms` (milliseconds), `us` or `μs`
+    /// (microseconds), and `ns` (nanoseconds).
+    #[arg(long, default_value = "1s", value_parser = parse_duration, help_heading = WASMTIME_SERVE)]
+    pub idle_instance_timeout: std::time::Duration,
+
+    #[command(flatten)]
+    pub profiling: ProfilingArgs,
+
+    #[command(flatten)]
+    pub guest: GuestArgs,
+
+    /// The `wasi:http/proxy` component to serve.
+    #[arg(value_name = "COMPONENT")]
+    pub component: PathBuf,
+}
+
+impl ServeArgs {
+    /// Where the CPU profile goes, if one is wanted: `wasmspy.pb.gz` unless nothing but a
+    /// memory profile or the live server is asked for.
+    pub fn cpu_outputs(&self) -> Vec<PathBuf> {
+        self.profiling.default_output(&self.output)
+    }
+}
+
+/// `--idle-instance-timeout`: a duration as Wasmtime's options write one.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    use wasmtime_cli_flags::opt::WasmtimeOptionValue;
+    std::time::Duration::parse(Some(s)).map_err(|e| e.to_string())
+}
 
 pub fn serve(mut args: ServeArgs) -> Result<i32> {
     args.guest.configure()?;

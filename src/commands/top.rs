@@ -13,13 +13,31 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+
 use crate::export;
 use crate::live_view::{LiveView, SortBy};
 use crate::profile::Profile;
 use crate::ProfilerHandle;
-use anyhow::{anyhow, bail, Context, Result};
 
-use crate::cli::args::TopArgs;
+#[derive(Args, Debug)]
+#[command(arg_required_else_help = true)]
+pub struct TopArgs {
+    /// The live server: `http://127.0.0.1:6060`, `127.0.0.1:6060`, or `:6060` on loopback.
+    #[arg(value_name = "ADDR")]
+    pub addr: String,
+
+    /// The column the functions are sorted by: `own` (their time as the leaf) or `total`
+    /// (anywhere on the stack); keys `o` and `t` switch it.
+    #[arg(long, value_name = "COLUMN", default_value = "own")]
+    pub sort: SortBy,
+
+    /// Seconds between refreshes: each shows the CPU of the seconds before it.
+    #[arg(long, value_name = "SECONDS", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub refresh: u64,
+}
 
 /// The terminal's settings before the view changed them, to give back: the fd and its
 /// settings. One view at a time.

@@ -41,8 +41,11 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<(), WriteError> {
     Ok(())
 }
 
-/// Reads folded stacks: a profile of one sample type, `samples/count` (the format names
-/// none), each frame a function known by its name alone.
+/// Reads folded stacks: a profile of one sample type, `value/count`, each frame a function
+/// known by its name alone. The format names no unit, and its values are whatever the writer
+/// summed: sample counts from `stackcollapse` scripts, but from [`write()`] the profile's
+/// default type (CPU nanoseconds, instructions, bytes). Any name the reader gave them could be
+/// wrong, so they are only numbers.
 pub fn read(text: &str) -> Result<Profile, ReadError> {
     let mut builder = ProfileBuilder::default();
     let mut samples = Vec::new();
@@ -90,8 +93,8 @@ pub fn read(text: &str) -> Result<Profile, ReadError> {
         return Err(ReadError::Empty);
     }
     let header = ProfileHeader {
-        sample_types: vec![ValueType::new("samples", "count")],
-        period_type: ValueType::new("samples", "count"),
+        sample_types: vec![ValueType::new("value", "count")],
+        period_type: ValueType::new("value", "count"),
         period: 1,
         ..ProfileHeader::default()
     };

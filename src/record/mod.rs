@@ -16,39 +16,18 @@ use crate::capture::{SampleValues, StoreKey};
 use crate::clock::{monotonic_ns, sampling_period, Clock};
 use crate::profile::{
     Frame, FrameId, Function, FunctionId, Labels, Line, MappingId, Profile, ProfileBuilder,
-    ProfileHeader, Sample, StackId, Table, ThreadId, ValueType, RUNTIME_FRAME,
-    UNKNOWN_HOST_CALL_FRAME,
+    ProfileHeader, Sample, StackId, Table, ThreadId, ValueType, ALLOC_SPACE, CPU, INUSE_SPACE,
+    RUNTIME_FRAME, UNKNOWN_HOST_CALL_FRAME, WALL,
 };
 use crate::resolve::symbolize::FunctionName;
-use crate::resolve::{ModuleId, RawFrame, Resolver};
+use crate::resolve::Resolver;
+use crate::shared::{ModuleId, RawFrame};
 use heap::{Block, Heap};
 use labels::{LabelSets, LabelsId};
 use timeline::{Tally, Timeline};
 
-/// Value indices of a sample: `samples`, what the clock measured (`cpu`, or `instructions`),
-/// and in wall-clock mode `wall`.
-///
-/// This one: how many samples (`samples`/`count`).
-pub const SAMPLES: usize = 0;
-/// What the clock measured: the guest thread's CPU time (`cpu`/`nanoseconds`), or the Wasm
-/// instructions it executed (`instructions`/`count`).
-pub const CPU: usize = 1;
-/// The wall time, in wall-clock mode (`wall`/`nanoseconds`).
-pub const WALL: usize = 2;
-
 /// An interpreted frame of a runtime that names none.
 const INTERPRETED_UNKNOWN: &str = "<interpreted>";
-
-/// Value indices of a heap profile's samples, as Go's.
-///
-/// This one: the blocks allocated (`alloc_objects`/`count`).
-pub const ALLOC_OBJECTS: usize = 0;
-/// The bytes allocated (`alloc_space`/`bytes`).
-pub const ALLOC_SPACE: usize = 1;
-/// The blocks allocated and not freed yet (`inuse_objects`/`count`).
-pub const INUSE_OBJECTS: usize = 2;
-/// The bytes allocated and not freed yet (`inuse_space`/`bytes`).
-pub const INUSE_SPACE: usize = 3;
 
 /// A heap profile's comment when garbage-collected allocations (Go's, TinyGo's) are in it.
 pub const COLLECTED_NOTE: &str = "garbage-collected blocks (Go, TinyGo) are freed without a call: \

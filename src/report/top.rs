@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 use crate::profile::{Profile, StackId, Table, ValueType};
+use crate::shared::source_path::clean;
 
 /// pprof's `-nodefraction`: nodes whose cumulative value is under this share are dropped.
 const NODE_FRACTION: f64 = 0.005;
@@ -78,8 +79,8 @@ fn count(profile: &Profile, index: usize, lines: bool) -> Counted {
         match (lines, line.line, f.file.is_empty()) {
             (false, _, _) => f.name.clone(),
             (true, 0, true) => f.name.clone(),
-            (true, 0, false) => format!("{} {}", f.name, clean_path(&f.file)),
-            (true, n, _) => format!("{} {}:{n}", f.name, clean_path(&f.file)),
+            (true, 0, false) => format!("{} {}", f.name, clean(&f.file)),
+            (true, n, _) => format!("{} {}:{n}", f.name, clean(&f.file)),
         }
     };
     // Each stack's nodes, root first, with whether each is the outermost line of its frame
@@ -313,29 +314,6 @@ impl Top {
     }
 }
 
-/// Go's `filepath.Clean`, which pprof applies to file names: no `.` elements, no `..` after a
-/// name, no repeated slashes.
-fn clean_path(path: &str) -> String {
-    let rooted = path.starts_with('/');
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." if parts.last().is_some_and(|&p| p != "..") => {
-                parts.pop();
-            }
-            ".." if rooted => {}
-            _ => parts.push(part),
-        }
-    }
-    let joined = parts.join("/");
-    match (rooted, joined.is_empty()) {
-        (true, _) => format!("/{joined}"),
-        (false, true) => ".".into(),
-        (false, false) => joined,
-    }
-}
-
 /// pprof's unit families: (canonical name, aliases, factor to the family's base unit).
 type Family = [(&'static str, &'static [&'static str], f64)];
 
@@ -481,14 +459,5 @@ mod tests {
         assert_eq!(scaled_label(2047, "count", "count"), "2047");
         assert_eq!(scaled_label(0, "nanoseconds", "ms"), "0");
         assert_eq!(scale(3_000_000, "nanoseconds", "minimum").1, "ms");
-        for (path, clean) in [
-            ("././libc/a.c", "libc/a.c"),
-            ("/x//y/../z", "/x/z"),
-            ("../a/./b", "../a/b"),
-            ("/..", "/"),
-            ("wasisdk://v30/x.c", "wasisdk:/v30/x.c"),
-        ] {
-            assert_eq!(clean_path(path), clean, "{path}");
-        }
     }
 }

@@ -7,8 +7,8 @@ use std::thread::JoinHandle;
 
 use sha2::{Digest, Sha256};
 
-use super::symbolize::ModuleBytes;
 use crate::sync::lock;
+use crate::wasm::module_bytes::ModuleBytes;
 
 pub struct BuildId {
     id: OnceLock<String>,

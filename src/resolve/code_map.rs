@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use wasmtime::component::Component;
 use wasmtime::{Module, ModuleFunction};
 
-use super::ModuleId;
+use crate::shared::ModuleId;
 
 /// Where a native code address is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,9 +15,9 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use wasmtime::WasmBacktrace;
 
 use super::{InstanceView, SpliceContext};
-use crate::capture::vmctx::{LinearMemory, Memory};
-use crate::capture::MAX_STACK_DEPTH;
-use crate::resolve::{ModuleId, RawFrame};
+use crate::shared::MAX_STACK_DEPTH;
+use crate::shared::{LinearMemory, Memory};
+use crate::shared::{ModuleId, RawFrame};
 
 /// An interpreted frame in a walk's output: its code's entry in [`CodeNames`] and its line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -504,7 +504,7 @@ impl CodeNames {
 /// Linear memory for the walks' tests.
 #[cfg(any(test, feature = "internals"))]
 pub mod image {
-    use crate::capture::vmctx::Memory;
+    use crate::shared::Memory;
 
     /// Linear memory: reads beyond its end fail.
     pub struct Image(pub Vec<u8>);

@@ -22,6 +22,10 @@ use wasmparser::{
     WasmFeatures,
 };
 
+/// The name of the modules wasmspy adds to a component to show it a runtime's instances
+/// ([`crate::runtime_probe`]), which carry no debug info.
+pub const PROBE_MODULE: &str = "wasmspy:runtime-probe";
+
 /// `component` validated: its index spaces' counts (`types.as_ref()`) number what sections
 /// appended to it define.
 pub fn validated(component: &[u8]) -> Result<Types> {

@@ -3,12 +3,14 @@
 //! functions their imports lower ([`component`]), the demangling of the names in them
 //! ([`demangle`]), where data segments put their bytes ([`data`]), and where a C program keeps
 //! its own data, from its DWARF
-//! ([`dwarf_layout`]): CPython's, to read its Python stack ([`crate::runtimes::cpython`]).
+//! ([`dwarf_layout`]): CPython's, to read its Python stack ([`crate::runtimes::cpython`]); a core
+//! module's bytes, shared with its component's ([`module_bytes`]).
 
 pub mod component;
 pub mod data;
 pub mod demangle;
 pub mod dwarf_layout;
+pub mod module_bytes;
 
 #[cfg(test)]
 pub(crate) mod tests {

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use wasmparser::{Parser, Payload};
-use wasmspy::internals::resolve::symbolize::{ModuleBytes, ModuleSymbolizer};
+use wasmspy::internals::resolve::symbolize::ModuleSymbolizer;
+use wasmspy::internals::wasm::module_bytes::ModuleBytes;
 
 /// Code offsets symbolized: one in this many (every function, most lines: a fuzzer wants many
 /// runs a second).

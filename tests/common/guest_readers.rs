@@ -7,12 +7,12 @@ use wasm_encoder::{
     CodeSection, ConstExpr, CustomSection, DataSection, Function, FunctionSection, Instruction,
     MemorySection, MemoryType, Module, TypeSection, ValType,
 };
-use wasmspy::internals::capture::vmctx::Memory;
-use wasmspy::internals::capture::MAX_STACK_DEPTH;
 use wasmspy::internals::runtimes::cpython::layout::{eval_loop, PythonLayout};
 use wasmspy::internals::runtimes::cpython::layout_without_dwarf;
 use wasmspy::internals::runtimes::go::{GoModule, BUILD_ID_SECTION, FIRST_PC_F};
 use wasmspy::internals::runtimes::interpreted::{CodeId, Frame};
+use wasmspy::internals::shared::Memory;
+use wasmspy::internals::shared::MAX_STACK_DEPTH;
 use wasmspy::internals::wasm::dwarf_layout;
 use wasmspy::internals::PythonCode;
 

@@ -37,8 +37,8 @@ use wasmtime_environ::{HostPtr, PtrSize};
 use super::pulley_layout::{find_executor, ExecutorAt, VmLayout};
 use super::pulley_stack;
 use super::slot_table::{self, Payload, SlotTable};
-use crate::capture::vmctx::ContextFinder;
 use crate::capture::{keep_until_dropped, LabelsNow, StoreKey};
+use crate::shared::vmctx::ContextFinder;
 use crate::sync::lock;
 
 /// How many stores can be watched at once: as many instances as Wasmtime's pooling allocator

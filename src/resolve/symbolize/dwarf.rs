@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::ModuleBytes;
+use crate::shared::source_path::clean_keeping_scheme;
+use crate::wasm::module_bytes::ModuleBytes;
 use anyhow::{bail, Context as _, Result};
 use gimli::{AttributeValue, DebuggingInformationEntry, Reader as _, Unit, UnitHeader, UnitOffset};
 use rustc_hash::FxHashMap;
@@ -558,7 +559,7 @@ impl FileNames {
 }
 
 /// The path of file `index` of the unit's line program: its directory joined to the unit's
-/// compilation directory, unless already absolute.
+/// compilation directory, unless already absolute, [cleaned](clean_keeping_scheme).
 fn file_name(
     dwarf: &gimli::Dwarf<Reader>,
     unit: &Unit<Reader>,
@@ -587,7 +588,10 @@ fn file_name(
         }
     }
     join(&mut path, &text(file.path_name())?);
-    Ok(Some(path))
+    // Compilers write the parts DWARF joins as they were given (wasi-libc: `./build`,
+    // `./libc-bottom-half/crt`, `crt1-command.c`), and one file must have one path in every
+    // view of a profile.
+    Ok(Some(clean_keeping_scheme(&path)))
 }
 
 fn join(path: &mut String, part: &str) {

@@ -4,7 +4,6 @@
 //! symbolized once, when a profile first shows it.
 
 mod dwarf;
-mod module_bytes;
 mod names;
 
 use std::borrow::Cow;
@@ -16,11 +15,11 @@ use rustc_hash::FxHashMap;
 use wasmparser::{KnownCustom, Parser, Payload, TypeRef};
 
 use self::dwarf::{Dwarf, DwarfFrame, DwarfSections};
-pub use self::module_bytes::ModuleBytes;
 use self::names::Names;
 use crate::runtimes::{self, ModuleFacts, NamedFunction, Runtime};
 use crate::warning::{Warning, WarningKind};
 use crate::wasm::demangle::demangle;
+use crate::wasm::module_bytes::ModuleBytes;
 
 /// A function's names as a profile shows them.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use wasmtime::WasmBacktrace;
 use super::interpreted::{after_native, is_function, on_guest_thread, splice_frames, CodeId};
 use super::{GuestPoint, InstanceView, ModuleFacts, Runtime, SpliceContext};
 use crate::profile::Function;
-use crate::resolve::{ModuleId, RawFrame};
+use crate::shared::{ModuleId, RawFrame};
 use crate::warning::{Warning, WarningKind};
 use layout::PythonLayout;
 use walk::PythonCode;

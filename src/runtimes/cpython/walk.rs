@@ -20,11 +20,11 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::layout::{line_at, CodeType, EntryMark, FrameChain, PythonLayout};
-use crate::capture::vmctx::Memory;
 use crate::runtimes::interpreted::{
     CodeId, CodeKey, CodeNames, Frame, LineBudget, LoopCheck, RawStr, Text, MAX_STEPS,
 };
 use crate::runtimes::walk_counts::WalkCounts;
+use crate::shared::Memory;
 
 /// A CPython module's layout and the names of the code objects its walks met.
 pub struct PythonCode {

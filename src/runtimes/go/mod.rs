@@ -17,7 +17,7 @@ use super::walk_counts::WalkCounts;
 use super::{
     GuestPoint, InstanceView, ModuleFacts, NamedFrame, NamedFunction, Runtime, SpliceContext,
 };
-use crate::resolve::RawFrame;
+use crate::shared::RawFrame;
 use crate::warning::{Warning, WarningKind};
 pub use module::{GoModule, Role, BUILD_ID_SECTION, FIRST_PC_F};
 use stack::{GoCode, GoFrames, Registers, Start, NATIVE_RETURN};

@@ -17,9 +17,9 @@ use std::ops::Range;
 use wasmtime::WasmBacktrace;
 
 use super::module::{GoModule, Role, FIRST_PC_F};
-use crate::capture::vmctx::Memory;
-use crate::capture::MAX_STACK_DEPTH;
 use crate::runtimes::walk_counts::WalkCounts;
+use crate::shared::Memory;
+use crate::shared::MAX_STACK_DEPTH;
 
 /// `g` fields: `stack.lo`, `stack.hi`, `m`, `sched.sp`, `sched.pc` (the same in Go 1.21 to
 /// 1.27); `m.g0`.

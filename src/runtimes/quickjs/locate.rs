@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 
 use super::layouts::QuickJsLayout;
-use crate::capture::vmctx::Memory;
+use crate::shared::Memory;
 
 /// Candidates kept at most at each step.
 const MAX_CANDIDATES: usize = 64;

@@ -26,9 +26,9 @@ use wasmtime::WasmBacktrace;
 
 use super::interpreted::{after_native, is_function, on_guest_thread, splice_frames, CodeId};
 use super::{GuestPoint, InstanceView, ModuleFacts, Runtime, SpliceContext};
-use crate::capture::vmctx::LinearMemory;
 use crate::profile::Function;
-use crate::resolve::RawFrame;
+use crate::shared::LinearMemory;
+use crate::shared::RawFrame;
 use crate::warning::{Warning, WarningKind};
 use layouts::{QuickJsLayout, LAYOUTS};
 use walk::JsCode;

@@ -14,11 +14,11 @@
 //! of the last call or throwing operation it began, its first line before any.
 
 use super::layouts::QuickJsLayout;
-use crate::capture::vmctx::Memory;
 use crate::runtimes::interpreted::{
     CodeKey, CodeNames, Frame, LineBudget, LoopCheck, RawStr, Text, MAX_STEPS,
 };
 use crate::runtimes::walk_counts::WalkCounts;
+use crate::shared::Memory;
 
 /// A QuickJS build's layout and the names of the functions its walks met.
 pub struct JsCode {

@@ -1,4 +1,4 @@
-//! Language runtimes inside components. Wasmtime shows the host no core instance of a
+//! The runtime probe: language runtimes inside components shown to the host. Wasmtime shows the host no core instance of a
 //! component (neither its memory nor its `VMContext`), so the component is made to show the
 //! memory of each instance of a runtime's module itself: appended to it (as the memory
 //! profile's fixups are, so that no index of the original moves) are an import of the host's
@@ -6,7 +6,7 @@
 //! its canonical `memory` option, and a module per instance whose start function calls it
 //! with the index of the instance's module. Lifting the call's argument gives the host the
 //! definition of the memory the options name ([`ProbedMemory`]), which a walk reads through
-//! ([`super::RuntimeInstance::in_component`]), before the component's exports can run.
+//! ([`RuntimeInstance::in_component`](crate::runtimes::RuntimeInstance::in_component)), before the component's exports can run.
 
 use std::sync::Arc;
 
@@ -30,10 +30,11 @@ use wasmtime::component::__internal::{CanonicalAbiInfo, InstanceType, InterfaceT
 use wasmtime::component::{ComponentType, Lift};
 use wasmtime_environ::component::{CanonicalOptionsDataModel, LinearMemoryOptions};
 
-use crate::resolve::symbolize::{ModuleBytes, ModuleSymbolizer};
+use crate::resolve::symbolize::ModuleSymbolizer;
 use crate::wasm::component::{
-    append_sections, copy_section, core_modules, own_sections, validated,
+    append_sections, copy_section, core_modules, own_sections, validated, PROBE_MODULE,
 };
+use crate::wasm::module_bytes::ModuleBytes;
 
 /// The function a probed component imports: `func(module: u32)`, called once per instance
 /// of a runtime's module, with the index of the module among the component's, lowered with
@@ -563,9 +564,6 @@ fn exported_memory(wasm: &[u8]) -> Result<Option<String>> {
 /// The module name under which a caller of [`PROBE`] imports it (a sample in the probe shows
 /// it, as a host call, `wasmspy::wasmspy-runtime-probe`).
 const CALLER_IMPORTS: &str = "wasmspy";
-
-/// The name of the modules that call [`PROBE`], which carry no debug info.
-pub const PROBE_MODULE: &str = "wasmspy:runtime-probe";
 
 /// `(module (import "wasmspy" PROBE (func (param i32))) (func i32.const MODULE call 0) (start 1))`,
 /// named [`PROBE_MODULE`].

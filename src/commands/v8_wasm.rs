@@ -17,11 +17,12 @@ use rustc_hash::FxHashMap;
 use wasm_encoder::{CustomSection, Section};
 use wasmparser::{Parser, Payload};
 
-use super::build_id::BuildId;
-use super::symbolize::{ModuleBytes, ModuleSymbolizer};
 use crate::export::cpuprofile::{CallFrame, CallFrames};
 use crate::profile::{Frame, FrameId, Function, Line, Mapping, MappingId, ProfileBuilder};
+use crate::resolve::build_id::BuildId;
+use crate::resolve::symbolize::ModuleSymbolizer;
 use crate::warning::Warning;
+use crate::wasm::module_bytes::ModuleBytes;
 
 /// The custom section naming the file a module's DWARF was split off to (Emscripten's
 /// `-gseparate-dwarf`): the file's URL or path, as a length-prefixed string.

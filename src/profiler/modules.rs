@@ -1,0 +1,114 @@
+//! Registering code with a profiler: modules and components (rewritten for memory profiles or
+//! not), whose names, lines and language runtimes are read from their bytes, and whose code
+//! the sampler is then shown, before or after [`Profiler::start`].
+
+use std::sync::Arc;
+
+use wasmtime::Module;
+
+use super::{Profiler, Result};
+use crate::memory::rewrite::Rewritten;
+use crate::shared::ModuleId;
+use crate::sync::lock;
+
+#[cfg(doc)]
+use super::ProfilerHandle;
+
+impl Profiler {
+    /// Shows the sampler the code of a module just registered (one registered after
+    /// [`start`](Self::start) is sampled too).
+    fn code_registered(&self) {
+        let code = self.handle.resolver().code_ranges();
+        lock(&self.handle.sampler).add_code(&code);
+    }
+
+    /// Registers a module so its frames are named and attributed to it, before or after
+    /// [`start`](Self::start). `wasm` is the module's binary (not text) form; pass an
+    /// `Arc<[u8]>` to share it rather than have it copied. Problems with its names or debug info
+    /// are not errors: see [`ProfilerHandle::take_warnings`].
+    pub fn add_module(
+        &self,
+        file_name: &str,
+        module: &Module,
+        wasm: impl Into<Arc<[u8]>>,
+    ) -> Result<()> {
+        let id = self
+            .handle
+            .resolver()
+            .add_module(file_name, module, wasm.into(), None)?;
+        self.code_registered();
+        self.runtime_registered(id, module);
+        Ok(())
+    }
+
+    /// Keeps the runtime of a module just registered, if it has one, for its instances shown
+    /// to [`ProfilerHandle::attach_instance`].
+    fn runtime_registered(&self, id: ModuleId, module: &Module) {
+        if let Some(runtime) = self.handle.resolver().runtime(id) {
+            let text = module.text().as_ptr_range();
+            let text = text.start as usize..text.end as usize;
+            lock(&self.handle.runtimes).push((text, runtime));
+        }
+    }
+
+    /// Registers a component (`wasmtime::component::Component`), as
+    /// [`add_module`](Self::add_module) does a module: each of its core modules is a module of
+    /// the profile (a mapping of its own, named `FILE/NAME` after the module's name), and a host
+    /// call is named by the WIT function it lowers
+    /// (`wasi:io/streams@0.2.0#[method]output-stream.blocking-write-and-flush`). `wasm` is the
+    /// component's binary; only its core modules' bytes are kept.
+    pub fn add_component(
+        &self,
+        file_name: &str,
+        component: &wasmtime::component::Component,
+        wasm: impl Into<Arc<[u8]>>,
+    ) -> Result<()> {
+        self.handle
+            .resolver()
+            .add_component(file_name, component, wasm.into(), None)?;
+        self.code_registered();
+        Ok(())
+    }
+
+    /// As [`add_component`](Self::add_component), for a component compiled from
+    /// `rewritten.wasm`, the allocator rewrite of `original` (see
+    /// [`crate::memory::component`]); define the hook it imports with
+    /// [`define_component_allocator_hook`](Self::define_component_allocator_hook).
+    pub fn add_rewritten_component(
+        &self,
+        file_name: &str,
+        component: &wasmtime::component::Component,
+        original: impl Into<Arc<[u8]>>,
+        rewritten: &crate::memory::component::RewrittenComponent,
+    ) -> Result<()> {
+        self.handle.resolver().add_component(
+            file_name,
+            component,
+            original.into(),
+            Some(rewritten),
+        )?;
+        self.code_registered();
+        Ok(())
+    }
+
+    /// As [`add_module`](Self::add_module), for a module compiled from `rewritten`, the
+    /// allocator rewrite of `original` (see [`crate::memory::rewrite`]): its samples are
+    /// symbolized in the original's terms, each allocator shown once.
+    pub fn add_rewritten_module(
+        &self,
+        file_name: &str,
+        module: &Module,
+        original: impl Into<Arc<[u8]>>,
+        rewritten: Arc<Rewritten>,
+    ) -> Result<()> {
+        let id = self.handle.resolver().add_module(
+            file_name,
+            module,
+            original.into(),
+            Some(rewritten.clone()),
+        )?;
+        self.code_registered();
+        self.runtime_registered(id, module);
+        Ok(())
+    }
+}

@@ -1,0 +1,82 @@
+//! What an embedder chooses of a [`Profiler`]'s sampling (`wasmspy record`'s options), and
+//! the error a guest call returns once a handle interrupts it.
+
+use std::fmt;
+
+use crate::capture::SamplerKind;
+use crate::clock::Clock;
+
+#[cfg(doc)]
+use super::{Profiler, ProfilerHandle};
+
+/// [`ProfilerOptions::instruction_interval`] by default. Compiled Wasm runs 10^9 to 10^10 of
+/// its instructions a second (`local.get` counts one and often costs nothing): a sample every
+/// 0.1 to 1 ms of the guest's time (16,000 a second on the bundled example), each costing a
+/// few microseconds, for profiles precise enough to diff.
+pub const DEFAULT_INSTRUCTION_INTERVAL: u64 = 1_000_000;
+
+/// What a [`Profiler`] samples, how often and how: `wasmspy record`'s options. Built from
+/// [`Default`] (1 kHz, the sampler chosen for the platform, CPU time, DWARF read):
+///
+/// ```
+/// use wasmspy::{Clock, ProfilerOptions};
+///
+/// let options = ProfilerOptions { rate_hz: 4000, clock: Clock::Wall, ..ProfilerOptions::default() };
+/// assert!(options.dwarf && options.mem_rate.is_none());
+/// ```
+#[derive(Clone, Debug)]
+pub struct ProfilerOptions {
+    /// Samples per second, on the CPU and wall clocks.
+    pub rate_hz: u32,
+    /// What takes the samples: signals (the default where there are: Linux on x86_64 and
+    /// aarch64) or epoch interruption.
+    pub sampler: SamplerKind,
+    /// What samples follow: CPU time, wall time, or executed Wasm instructions
+    /// ([`Clock::Instructions`], whatever `sampler` says).
+    pub clock: Clock,
+    /// On the instructions clock: a sample every this many executed Wasm instructions on
+    /// average.
+    pub instruction_interval: u64,
+    /// Map code to file:line, inlined calls included, with the modules' DWARF debug info;
+    /// when false, profiles name functions only.
+    pub dwarf: bool,
+    /// Profile memory too: sample allocations every this many bytes on average (1: every
+    /// allocation). Allocations reach the profiler through [`Profiler::install_allocator_hook`].
+    pub mem_rate: Option<u64>,
+    /// Guests that run an interpreter (CPython): the interpreted frames interleaved with the
+    /// interpreter's own (Wasm) frames, each activation of its eval loop replaced by the
+    /// frames it runs, as py-spy's `--native`; when false, the interpreted frames alone, as
+    /// py-spy shows Python's by default.
+    pub runtime_native: bool,
+    /// Keep the samples in time order, for the formats that show a timeline (Firefox
+    /// Profiler, speedscope), within a fixed budget. Without it a CPU
+    /// profile has one sample per distinct stack, and memory grows with those alone.
+    pub timeline: bool,
+}
+
+impl Default for ProfilerOptions {
+    fn default() -> Self {
+        ProfilerOptions {
+            rate_hz: 1000,
+            sampler: SamplerKind::Auto,
+            clock: Clock::Cpu,
+            instruction_interval: DEFAULT_INSTRUCTION_INTERVAL,
+            dwarf: true,
+            mem_rate: None,
+            runtime_native: false,
+            timeline: true,
+        }
+    }
+}
+
+/// The error a guest call returns after [`ProfilerHandle::interrupt`].
+#[derive(Debug)]
+pub struct Interrupted;
+
+impl fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("guest interrupted")
+    }
+}
+
+impl std::error::Error for Interrupted {}

@@ -1,0 +1,171 @@
+//! Registering code with the resolver: modules, components (each core module registered
+//! apart, its imports named by the WIT functions they lower), rewrites of either, and the
+//! language runtimes detected in them.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use wasmtime::component::Component;
+use wasmtime::Module;
+
+use super::build_id::BuildId;
+use super::code_map::CodeOwner;
+use super::symbolize::ModuleSymbolizer;
+use super::{Compiled, RegisteredModule, RegisteredRuntime, Resolver};
+use crate::memory::component::RewrittenComponent;
+use crate::memory::rewrite::Rewritten;
+use crate::profile::Id;
+use crate::runtimes::{id_of, Runtime};
+use crate::shared::ModuleId;
+use crate::wasm::component::{core_modules, PROBE_MODULE};
+use crate::wasm::module_bytes::ModuleBytes;
+
+impl Resolver {
+    /// Registers a module whose frames samples may contain; `wasm` is its binary, kept (not
+    /// copied) to read call instructions and debug info from. When `module` was compiled from
+    /// a rewrite of `wasm`, `rewritten` maps its code back.
+    pub fn add_module(
+        &mut self,
+        file_name: &str,
+        module: &Module,
+        wasm: Arc<[u8]>,
+        rewritten: Option<Arc<Rewritten>>,
+    ) -> Result<ModuleId> {
+        let id = self.next_module();
+        self.code_map.add(id, module);
+        let compiled = Compiled::Module(module.clone());
+        let symbolizer =
+            ModuleSymbolizer::new(file_name, ModuleBytes::whole(wasm), self.use_dwarf)?;
+        if let Some(runtime) = symbolizer.runtime() {
+            runtime.compiled(module, &|index| match &rewritten {
+                Some(r) => r.original_function(index),
+                None => Some(index),
+            });
+        }
+        self.register(file_name, compiled, 0, symbolizer, rewritten);
+        Ok(id)
+    }
+
+    /// The runtime of core module `index` of the registered component whose code is `text`.
+    pub fn runtime_in_component(
+        &self,
+        text: &Range<usize>,
+        index: u32,
+    ) -> Option<Arc<dyn Runtime>> {
+        self.modules
+            .iter()
+            .find(|m| {
+                matches!(&m.compiled, Compiled::InComponent { text: t, index: i }
+                    if t == text && *i == index)
+            })?
+            .symbolizer
+            .runtime()
+            .cloned()
+    }
+
+    /// Registers a component: each of its core modules is a module of its own, named
+    /// `FILE/NAME` by its `name` section's module name (`FILE/module0` without one), its
+    /// imports named by the WIT functions they lower. When `component` was compiled from
+    /// `rewritten`, the allocator rewrite of `wasm`, its code is mapped back to `wasm`'s.
+    pub fn add_component(
+        &mut self,
+        file_name: &str,
+        component: &Component,
+        wasm: Arc<[u8]>,
+        rewritten: Option<&RewrittenComponent>,
+    ) -> Result<()> {
+        let text = component.text().as_ptr_range();
+        let text = text.start as usize..text.end as usize;
+        // Where each core module is in the binary compiled.
+        let compiled = match rewritten {
+            Some(r) => core_modules(&r.wasm)?,
+            None => Vec::new(),
+        };
+        let mut owners = Vec::new();
+        let mut registered = Vec::new();
+        for (index, core) in core_modules(&wasm)?.into_iter().enumerate() {
+            let module_name = match &core.name {
+                Some(name) => name.clone(),
+                None => format!("module{index}"),
+            };
+            let name = format!("{file_name}/{module_name}");
+            let bytes = ModuleBytes::within(wasm.clone(), core.range.clone())
+                .context("a core module beyond the component's end")?;
+            let mut symbolizer = ModuleSymbolizer::new(&name, bytes, self.use_dwarf)?;
+            symbolizer.qualify_unnamed(&module_name);
+            // wit-component's adapters, shims and fixups carry no debug info, nor do the
+            // modules that show wasmspy a runtime's instance.
+            if module_name.starts_with("wit-component:") || module_name == PROBE_MODULE {
+                symbolizer.expect_no_dwarf();
+            }
+            symbolizer.name_imports(&core.lowered_imports);
+            symbolizer.name_functions(&core.stub_names);
+            symbolizer.name_lowered_indirect_calls(core.lowered_indirect_calls);
+            let start = compiled
+                .get(index)
+                .map_or(core.range.start, |c| c.range.start) as u32;
+            let rewrite = rewritten.and_then(|r| r.modules.get(index).cloned().flatten());
+            // Registered in this order, after the whole component is read.
+            owners.push(CodeOwner {
+                module: ModuleId::from_index(self.modules.len() + index),
+                start,
+            });
+            let compiled_as = Compiled::InComponent {
+                text: text.clone(),
+                index: index as u32,
+            };
+            registered.push((name, compiled_as, start, symbolizer, rewrite));
+        }
+        if registered.iter().any(|(.., s, _)| s.runtime().is_some()) {
+            for (.., symbolizer, _) in &mut registered {
+                symbolizer.runtime_shown_elsewhere();
+            }
+        }
+        let first = self.modules.len();
+        for (name, compiled_as, start, symbolizer, rewrite) in registered {
+            self.register(&name, compiled_as, start, symbolizer, rewrite);
+        }
+        // A runtime's code may be in any module of the component.
+        let modules = &self.modules;
+        let ids = (first..modules.len()).map(ModuleId::from_index);
+        for registered in self.runtimes.values_mut() {
+            if registered.module.index() >= first {
+                let own = registered.code[0].clone();
+                let own_id = own.0;
+                let others = ids.clone().filter(|&m| m != own_id);
+                let others = others.map(|m| (m, modules[m].symbolizer.shared_wasm()));
+                registered.code = std::iter::once(own).chain(others).collect();
+            }
+        }
+        self.code_map.add_component(component, owners);
+        Ok(())
+    }
+
+    fn register(
+        &mut self,
+        file_name: &str,
+        compiled: Compiled,
+        start: u32,
+        symbolizer: ModuleSymbolizer,
+        rewritten: Option<Arc<Rewritten>>,
+    ) {
+        if let Some(runtime) = symbolizer.runtime() {
+            let module = self.next_module();
+            let registered = RegisteredRuntime {
+                module,
+                runtime: runtime.clone(),
+                code: Arc::new([(module, symbolizer.shared_wasm())]),
+            };
+            self.runtimes.insert(id_of(runtime), registered);
+        }
+        self.modules.push(RegisteredModule {
+            compiled,
+            start,
+            build_id: BuildId::of(symbolizer.shared_wasm()),
+            symbolizer,
+            file_name: file_name.to_string(),
+            rewritten,
+        });
+    }
+}
