@@ -295,7 +295,6 @@ fn preceded_by_dollar(bytes: &[u8], at: usize) -> bool {
 fn strip_comments_and_strings(source: &str) -> String {
     let chars: Vec<char> = source.chars().collect();
     let mut out = String::with_capacity(source.len());
-    let blank = |c: char| if c == '\n' { '\n' } else { ' ' };
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];
@@ -344,40 +343,43 @@ fn strip_comments_and_strings(source: &str) -> String {
                 j += 1;
             }
             i = j;
-        } else if c == '"' {
-            out.push(' ');
-            i += 1;
-            while i < chars.len() && chars[i] != '"' {
-                if chars[i] == '\\' {
-                    out.push(' ');
-                    i += 1;
-                }
-                if i < chars.len() {
-                    out.push(blank(chars[i]));
-                    i += 1;
-                }
-            }
-            out.push(' ');
-            i += 1;
-        } else if c == '\'' && char_literal_at(&chars, i) {
-            out.push(' ');
-            i += 1;
-            while i < chars.len() && chars[i] != '\'' {
-                if chars[i] == '\\' {
-                    out.push(' ');
-                    i += 1;
-                }
-                out.push(' ');
-                i += 1;
-            }
-            out.push(' ');
-            i += 1;
+        } else if c == '"' || (c == '\'' && char_literal_at(&chars, i)) {
+            i = blank_quoted(&chars, i, &mut out);
         } else {
             out.push(c);
             i += 1;
         }
     }
     out
+}
+
+/// Blanks the string or character literal whose opening quote is at `i` into `out`, escapes
+/// included; returns where the code after it starts.
+fn blank_quoted(chars: &[char], mut i: usize, out: &mut String) -> usize {
+    let quote = chars[i];
+    out.push(' ');
+    i += 1;
+    while i < chars.len() && chars[i] != quote {
+        if chars[i] == '\\' {
+            out.push(' ');
+            i += 1;
+        }
+        if let Some(&c) = chars.get(i) {
+            out.push(blank(c));
+            i += 1;
+        }
+    }
+    out.push(' ');
+    i + 1
+}
+
+/// What a blanked character becomes: a space, but a newline stays one (lines keep their numbers).
+fn blank(c: char) -> char {
+    if c == '\n' {
+        '\n'
+    } else {
+        ' '
+    }
 }
 
 /// Whether a raw string starts at `i` (an `r` that is not the end of an identifier).
@@ -404,50 +406,47 @@ fn char_literal_at(chars: &[char], i: usize) -> bool {
 /// `code` (comments already blanked) without its `#[cfg(test)]` items: the braced body of a
 /// `mod` after the attribute, blanked.
 fn without_unit_tests(code: &str) -> String {
-    let mut out: Vec<char> = code.chars().collect();
-    let text: String = out.iter().collect();
+    const ATTRIBUTE: &str = "#[cfg(test)]";
+    let mut out = code.as_bytes().to_vec();
     let mut from = 0;
-    while let Some(found) = text[from..].find("#[cfg(test)]") {
+    while let Some(found) = code[from..].find(ATTRIBUTE) {
         let attr = from + found;
         from = attr + 1;
-        let after = &text[attr + "#[cfg(test)]".len()..];
+        let after = &code[attr + ATTRIBUTE.len()..];
         let item = after.trim_start();
         if !(item.starts_with("mod ") || item.starts_with("pub(crate) mod ")) {
             continue;
         }
-        let Some(open) = item.find(['{', ';']) else {
+        let Some(open) = item
+            .find(['{', ';'])
+            .filter(|&at| item.as_bytes()[at] == b'{')
+        else {
             continue;
         };
-        if item.as_bytes()[open] == b';' {
-            continue;
-        }
-        let start = attr + "#[cfg(test)]".len() + (after.len() - item.len()) + open;
+        let start = code.len() - item.len() + open;
         let mut depth = 0;
-        let chars: Vec<(usize, char)> = text[start..].char_indices().collect();
-        let mut end = text.len();
-        for (offset, c) in chars {
-            match c {
-                '{' => depth += 1,
-                '}' => {
+        let mut end = code.len();
+        for (offset, b) in code.bytes().enumerate().skip(start) {
+            match b {
+                b'{' => depth += 1,
+                b'}' => {
                     depth -= 1;
                     if depth == 0 {
-                        end = start + offset + 1;
+                        end = offset + 1;
                         break;
                     }
                 }
                 _ => {}
             }
         }
-        // Byte offsets equal char offsets only for ASCII; blank by char position instead.
-        let first = text[..attr].chars().count();
-        let last = text[..end].chars().count();
-        for c in &mut out[first..last] {
-            if *c != '\n' {
-                *c = ' ';
+        // Whole characters go: the range starts at `#` and ends at `}`.
+        for b in &mut out[attr..end] {
+            if *b != b'\n' {
+                *b = b' ';
             }
         }
     }
-    out.into_iter().collect()
+    String::from_utf8(out).expect("blanked on character boundaries")
 }
 
 #[test]
