@@ -70,7 +70,7 @@ impl Sampler for EpochSampler {
             .spawn(move || {
                 // Random intervals of the period's mean, not the period itself: a guest that
                 // repeats itself at a multiple of the period would otherwise be sampled at the
-                // same points of its cycle (a QuickJS script's two functions, timed in
+                // same points of its cycle (an interpreted script's two functions, timed in
                 // alternation, came out 6 to 7 points off their split in some runs).
                 let period_ns = period.as_nanos() as u64;
                 let mut intervals = RandomIntervals::new(period_ns, monotonic_ns());
