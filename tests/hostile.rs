@@ -371,7 +371,7 @@ fn a_quickjs_look_alike_rewriting_its_frames_cannot_hurt_the_host() {
         |names, what| {
             interpreted_and_wasm_frames(
                 names,
-                |n| n == "fib (app.js)",
+                |n| n == "fib (app.js:10:3)",
                 &["rewrite", "heal", "next"],
                 what,
             )
@@ -384,7 +384,7 @@ fn a_quickjs_look_alike_rewriting_its_frames_cannot_hurt_the_host() {
 fn python_and_wasm_frames(names: &[&str], wasm: &[&str], what: &str) {
     interpreted_and_wasm_frames(
         names,
-        |n| n.starts_with("frame_") && n.ends_with("(hostile.py)"),
+        |n| n.starts_with("frame_") && n.contains(" (hostile.py:"),
         wasm,
         what,
     );

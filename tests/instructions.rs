@@ -211,14 +211,14 @@ fn every_stack_reader_names_the_frames_it_names_for_time() {
     if let Some(py) = built_component("timed-py.wasm") {
         let (_, p) = counted(dir.path(), "py", &[], &py, &["20"]);
         let leaves = p.top_self("instructions");
-        assert_eq!(leaves[0].0, "squares (timed.py)", "{leaves:?}");
+        assert_eq!(leaves[0].0, "squares (timed.py:8)", "{leaves:?}");
     }
     if let Some(js) = built_component("timed-qjs.wasm") {
         let flags = ["--invoke", "run(300)"];
         let (_, p) = counted(dir.path(), "js", &flags, &js, &[]);
         let top = p.top_self("instructions");
         assert!(
-            top.iter().take(2).any(|(name, _)| name == "fib (timed.js)"),
+            top.iter().take(2).any(|(name, _)| name == "fib (timed.js:4:1)"),
             "{top:?}"
         );
     }

@@ -83,7 +83,7 @@ fn a_javascript_component_shows_spidermonkey() {
 /// componentize-qjs's default output uses the component model's async ABI (`task.return`,
 /// `task.cancel`): it runs as under `wasmtime run`, `--invoke` printing the WAVE result, and
 /// its QuickJS loop is sampled, on the fiber Wasmtime's concurrent call runs it on, as the
-/// JavaScript function it is: `greet (greet.js)`.
+/// JavaScript function it is: `greet (greet.js:3:8)`.
 #[test]
 fn a_quickjs_component_of_the_async_abi_runs_and_is_sampled() {
     let Some(qjs) = built_component("greet-qjs.wasm") else {
@@ -98,7 +98,7 @@ fn a_quickjs_component_of_the_async_abi_runs_and_is_sampled() {
     );
     // The loop is 3 million iterations of QuickJS's interpreter: some hundreds of samples.
     assert!(p.total("samples") > 20, "{:?}", p.top_self("samples"));
-    let greet = "greet (greet.js)";
+    let greet = "greet (greet.js:3:8)";
     let share = inclusive_share(&p, greet);
     assert!(
         share > 0.9,
@@ -155,7 +155,10 @@ fn a_quickjs_component_splits_as_the_script_timed_itself() {
         );
         // The WAVE string: "fib 0.4145\nbuild 0.5855".
         let result = stdout(&out).trim().trim_matches('"').replace("\\n", "\n");
-        let measured = measured_shares(&result, "timed.js");
+        let measured = measured_shares(
+            &result,
+            &[("fib", "fib (timed.js:4:1)"), ("build", "build (timed.js:11:1)")],
+        );
         assert_eq!(measured.len(), 2, "{what}: {result}");
         let p = Decoded::load(&path);
         let wall = p.value_index("wall");
@@ -163,7 +166,7 @@ fn a_quickjs_component_splits_as_the_script_timed_itself() {
         for s in &p.0.sample {
             total += s.value[wall];
             let mut frames = p.sample_frames(s);
-            frames.retain(|(name, ..)| name.ends_with("(timed.js)"));
+            frames.retain(|(name, ..)| name.contains(" (timed.js:"));
             let Some(i) = measured
                 .iter()
                 .position(|(name, _)| Some(name) == frames.first().map(|f| &f.0))
@@ -184,7 +187,7 @@ fn a_quickjs_component_splits_as_the_script_timed_itself() {
                         && lines.contains(line))
                     && run
                         == [(
-                            "run (timed.js)".to_string(),
+                            "run (timed.js:19:8)".to_string(),
                             "/timed.js".to_string(),
                             call_line
                         )],
@@ -219,7 +222,7 @@ fn a_quickjs_components_host_calls_stay_under_the_javascript_line() {
                 continue;
             }
             in_now += s.value[cpu];
-            let caller = ("readClock (timed.js)".into(), "/timed.js".into(), 37);
+            let caller = ("readClock (timed.js:34:8)".into(), "/timed.js".into(), 37);
             assert_eq!(frames[1..], [caller], "{qjs:?}: {frames:?}");
         }
         assert!(
@@ -240,7 +243,7 @@ fn a_quickjs_component_shows_its_engine_frames_with_native() {
     };
     let dir = tempfile::tempdir().unwrap();
     let (_, p) = record_ok(dir.path(), &["--native", "--invoke", "run(300)"], &qjs, &[]);
-    let fib = "fib (timed.js)";
+    let fib = "fib (timed.js:4:1)";
     let share = inclusive_share(&p, fib);
     assert!(
         share > 0.2,
@@ -251,7 +254,7 @@ fn a_quickjs_component_shows_its_engine_frames_with_native() {
     let engine = |n: &str| n.starts_with("module2!wasm-function[");
     let mut helpers = 0;
     for (names, _) in p.stacks() {
-        let Some(run) = names.iter().position(|n| n == "run (timed.js)") else {
+        let Some(run) = names.iter().position(|n| n == "run (timed.js:19:8)") else {
             continue;
         };
         // Leaf first.
@@ -268,7 +271,7 @@ fn a_quickjs_component_shows_its_engine_frames_with_native() {
 
 /// componentize-py's CPython 3.14 has no DWARF, and its data (where `_Py_DebugOffsets` is) and
 /// its code are in different modules of the component: its Python frames show all the same,
-/// as the script's (`fib (fib.py)` under `Run.run`), read from the instance inside the
+/// as the script's (`fib (fib.py:6)` under `Run.run`), read from the instance inside the
 /// component; with `--native`, each activation of the eval loop is replaced by its Python
 /// frames, between CPython's C frames.
 #[test]
@@ -281,7 +284,7 @@ fn a_python_component_shows_its_python_frames() {
         let flags: &[&str] = if native { &["--native"] } else { &[] };
         let (p, said) = recorded(&py, flags, &[], &["27"], "fib(27) = 196418\n");
         assert!(!said.contains("CPython, but"), "{what}: {said}");
-        let fib = "fib (fib.py)";
+        let fib = "fib (fib.py:6)";
         let share = inclusive_share(&p, fib);
         assert!(
             share > 0.5,
@@ -294,7 +297,7 @@ fn a_python_component_shows_its_python_frames() {
                 continue;
             };
             // Leaf first: `fib`, `Run.run`, then the export's C frames (with --native).
-            let run = names.iter().position(|n| n == "Run.run (fib.py)");
+            let run = names.iter().position(|n| n == "Run.run (fib.py:11)");
             assert!(run.is_some_and(|run| run > at), "{what}: {names:?}");
             let run = run.unwrap();
             if native {
@@ -325,7 +328,7 @@ fn a_python_component_splits_as_the_script_timed_itself() {
     };
     let run = Run {
         file: "/1/timed.py",
-        caller: ("Run.run (timed_run.py)", "/0/timed_run.py", 11),
+        caller: ("Run.run (timed_run.py:10)", "/0/timed_run.py", 11),
     };
     for sampler in ["signal", "epoch"] {
         let dir = tempfile::tempdir().unwrap();
@@ -349,5 +352,45 @@ fn a_python_component_allocates_by_python_line() {
     let heap = dir.path().join("heap.pb.gz");
     let flags = ["--mem-rate", "1", "--mem-profile", heap.to_str().unwrap()];
     recorded(&py, &flags, &[], &["20"], "4500000\n");
-    assert_allocated_by_line("componentize-py", &heap, 20, "Run.run (allocs_run.py)");
+    assert_allocated_by_line("componentize-py", &heap, 20, "Run.run (allocs_run.py:10)");
+}
+
+/// `names.js` has one function of each kind QuickJS names in its own way (a class's
+/// constructor, method, static method, getter, setter and private method; an object literal's
+/// method; functions and arrows named by their bindings; anonymous callbacks; `new Function`
+/// and indirect `eval` code), each noting how `new Error().stack` names it inside itself. The
+/// oracle is the engine: each is in the profile under the name it printed, with its file, and
+/// the two anonymous callbacks and the two classes' constructors are functions of their own.
+#[test]
+fn quickjs_frames_are_named_as_quickjs_names_them() {
+    let Some(qjs) = built_component("names-qjs.wasm") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (out, p) = record_ok(dir.path(), &["--invoke", "run(40)"], &qjs, &[]);
+    let printed = stdout(&out);
+    // A WAVE string: `KIND: at NAME (FILE:LINE:COLUMN)` lines, joined by `\n`.
+    let lines: Vec<&str> = printed.trim().trim_matches('"').split("\\n").collect();
+    assert_eq!(lines.len(), 14, "{printed}");
+    let functions: std::collections::BTreeSet<String> = p
+        .stacks()
+        .into_iter()
+        .flat_map(|(names, _)| names)
+        .collect();
+    for line in &lines {
+        let (kind, frame) = line.split_once(": at ").unwrap();
+        let (name, position) = frame.rsplit_once(" (").unwrap();
+        let file = position.split(':').next().unwrap();
+        let base = file.rsplit('/').next().unwrap();
+        let ours = format!("{name} ({base}:");
+        assert!(
+            functions.iter().any(|f| f.starts_with(&ours)),
+            "{kind}: the engine names it {name} ({file}), the profile has none such: {functions:?}"
+        );
+    }
+    for (name, count) in [("<anonymous> (names.js:", 2), ("Lexer (names.js:", 1)] {
+        let found: Vec<_> = functions.iter().filter(|f| f.starts_with(name)).collect();
+        assert_eq!(found.len(), count, "{name}: {found:?}");
+    }
+    assert!(functions.iter().any(|f| f.starts_with("Parser (names.js:")));
 }

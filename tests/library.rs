@@ -728,7 +728,7 @@ fn an_embedders_python_component_gets_its_python_memory_profile() {
         .write(&heap, &mut file)
         .unwrap();
     drop(file);
-    common::allocs_py::assert_allocated_by_line("embedder", &out, 20, "Run.run (allocs_run.py)");
+    common::allocs_py::assert_allocated_by_line("embedder", &out, 20, "Run.run (allocs_run.py:10)");
 }
 
 /// Four threads, each with its own store attached after the profiler started, each running a

@@ -179,23 +179,23 @@ fn python_frames_interleave_with_c_frames_with_native() {
             let (mut in_key, mut total) = (0, 0);
             for (names, values) in p.stacks() {
                 total += values[cpu];
-                let Some(key) = names.iter().position(|n| n == "key (nested.py)") else {
+                let Some(key) = names.iter().position(|n| n == "key (nested.py:5)") else {
                     continue;
                 };
                 in_key += values[cpu];
                 let python: Vec<usize> = names
                     .iter()
                     .enumerate()
-                    .filter(|(_, n)| n.ends_with("(nested.py)"))
+                    .filter(|(_, n)| n.contains(" (nested.py:"))
                     .map(|(i, _)| i)
                     .collect();
                 let shown: Vec<&str> = python.iter().map(|&i| names[i].as_str()).collect();
                 assert_eq!(
                     shown,
                     [
-                        "key (nested.py)",
-                        "main (nested.py)",
-                        "<module> (nested.py)"
+                        "key (nested.py:5)",
+                        "main (nested.py:12)",
+                        "<module> (nested.py:1)"
                     ],
                     "{what}: {names:?}"
                 );
@@ -217,6 +217,46 @@ fn python_frames_interleave_with_c_frames_with_native() {
                 "{what}: {in_key} of {total} in key"
             );
         }
+    }
+}
+
+/// `tests/fixtures/python/lambdas.py`: two `<lambda>`s and two `<genexpr>`s in one file.
+/// pprof's views merge functions by name, so each is named with where it starts: four
+/// functions, each with its own samples, the generator expressions under their lambdas.
+#[test]
+fn functions_of_one_name_in_one_file_stay_apart() {
+    let test = "functions_of_one_name_in_one_file_stay_apart";
+    for build in builds(test) {
+        let what = format!("CPython {}", build.name);
+        let dir = tempfile::tempdir().unwrap();
+        let app = format!("{}::/app", fixture("python").display());
+        let mut args = vec!["--dir", &app];
+        for d in &build.dirs {
+            args.extend(["--dir", d]);
+        }
+        let (out, path) = record(dir.path(), &args, &build.wasm, &["/app/lambdas.py"]);
+        assert_eq!(out.status.code(), Some(0), "{what}: {}", stderr(&out));
+        let p = Decoded::load(&path);
+        let mut seen = std::collections::BTreeMap::<String, i64>::new();
+        for (names, values) in p.stacks() {
+            if let [leaf, caller, ..] = &names[..] {
+                if leaf.contains("<genexpr> (") {
+                    *seen.entry(format!("{leaf} under {caller}")).or_default() += values[0];
+                }
+            }
+        }
+        let expected = [
+            "<lambda>.<locals>.<genexpr> (lambdas.py:4) under <lambda> (lambdas.py:4)",
+            "<lambda>.<locals>.<genexpr> (lambdas.py:5) under <lambda> (lambdas.py:5)",
+        ];
+        assert_eq!(
+            seen.keys().map(String::as_str).collect::<Vec<_>>(),
+            expected,
+            "{what}: {:?}",
+            p.top_self("samples")
+        );
+        // The cube's generator does a third more work per item: each has a share of its own.
+        assert!(seen.values().all(|&n| n >= 10), "{what}: {seen:?}");
     }
 }
 
@@ -305,7 +345,7 @@ fn cpython_315_allocations_by_python_line() {
     };
     // The script's line, then `--invoke`'s result.
     assert_eq!(stdout(&out), "4500000\n0\n");
-    assert_allocated_by_line("CPython 3.15", &heap, 20, "<module> (allocs.py)");
+    assert_allocated_by_line("CPython 3.15", &heap, 20, "<module> (allocs.py:1)");
 }
 
 /// Records `script` of `tests/fixtures/python` (at `/app`) with `arg`, run by CPython 3.15

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use wasmtime::WasmBacktrace;
 
 use super::{InstanceView, SpliceContext};
+use crate::profile::Function;
 use crate::shared::MAX_STACK_DEPTH;
 use crate::shared::{LinearMemory, Memory};
 use crate::shared::{ModuleId, RawFrame};
@@ -297,14 +298,15 @@ impl LoopCheck {
     }
 }
 
-/// A code as its names' entry is keyed: its address, and what its name, file and first line
-/// are read from.
+/// A code as its names' entry is keyed: its address, what its name and file are read from,
+/// and where it starts (its first line; its column, 0 where the runtime keeps none).
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
 pub struct CodeKey {
     pub code: u32,
     pub qualname: u32,
     pub filename: u32,
     pub first_line: u32,
+    pub first_column: u32,
 }
 
 /// Bytes of a string a [`RawStr`] holds at most.
@@ -394,6 +396,28 @@ pub struct CodeName {
     pub qualname: String,
     pub filename: String,
     pub first_line: u32,
+    pub first_column: u32,
+}
+
+impl CodeName {
+    /// The function of the profile: `name` (the code's name as the runtime's own tracebacks
+    /// write it) with its file's base name and where it starts, `fib (app.js:4:1)`,
+    /// `<lambda> (app.py:12)`. pprof's views merge functions by name alone, and one file may
+    /// hold two functions of one name (two `<lambda>`s, two anonymous callbacks, two classes'
+    /// `get size`s): where each starts keeps them two, as the browsers' profilers do.
+    pub fn function(self, name: String) -> Function {
+        let base = self.filename.rsplit('/').next().unwrap_or_default();
+        let column = match self.first_column {
+            0 => String::new(),
+            column => format!(":{column}"),
+        };
+        Function {
+            name: format!("{name} ({base}:{}{column})", self.first_line),
+            system_name: name,
+            file: self.filename,
+            start_line: self.first_line,
+        }
+    }
 }
 
 const EMPTY: u8 = 0;
@@ -497,6 +521,7 @@ impl CodeNames {
             qualname: text.qualname.decode(),
             filename: text.filename.decode(),
             first_line: key.first_line,
+            first_column: key.first_column,
         })
     }
 }
@@ -521,6 +546,10 @@ pub mod image {
         pub fn put(&mut self, address: u32, value: u32) {
             let a = address as usize;
             self.0[a..a + 4].copy_from_slice(&value.to_le_bytes());
+        }
+
+        pub fn get(&self, address: u32) -> u32 {
+            self.u32_at(u64::from(address)).unwrap_or_default()
         }
     }
 }

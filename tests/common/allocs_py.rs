@@ -22,7 +22,7 @@ pub fn assert_allocated_by_line(what: &str, path: &Path, rounds: i64, caller: &s
         let frames = p.sample_frames(sample);
         if frames
             .first()
-            .is_some_and(|f| f.0 == "allocate (allocs.py)")
+            .is_some_and(|f| f.0 == "allocate (allocs.py:8)")
         {
             assert_eq!(
                 frames.get(1).map(|f| f.0.as_str()),

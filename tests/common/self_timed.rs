@@ -2,12 +2,14 @@
 //! them as `NAME SHARE` lines (`timed.py`, `timed.js`): the shares read, and checked against
 //! the shares their profiles give those functions.
 
-/// The shares in `text`, each function named as the profile names it: `NAME (FILE)`.
-pub fn measured_shares(text: &str, file: &str) -> Vec<(String, f64)> {
+/// The shares in `text`, each function named as the profile names it (`profile_names`: the
+/// script's name, the profile's, `NAME (FILE:LINE)`).
+pub fn measured_shares(text: &str, profile_names: &[(&str, &str)]) -> Vec<(String, f64)> {
     text.lines()
         .filter_map(|l| {
             let (name, share) = l.split_once(' ')?;
-            Some((format!("{name} ({file})"), share.parse().ok()?))
+            let (_, named) = profile_names.iter().find(|(n, _)| *n == name)?;
+            Some((named.to_string(), share.parse().ok()?))
         })
         .collect()
 }

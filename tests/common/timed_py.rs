@@ -25,7 +25,7 @@ pub struct Run<'a> {
 /// `timed.py` run as the program, from `/app`: `main` called by the script's `<module>`.
 pub const AS_PROGRAM: Run<'static> = Run {
     file: "/app/timed.py",
-    caller: ("<module> (timed.py)", "/app/timed.py", 37),
+    caller: ("<module> (timed.py:1)", "/app/timed.py", 37),
 };
 
 /// `timed.py`'s run checked against its profile at `path`: each loop's share of the CPU
@@ -39,7 +39,13 @@ pub fn assert_split_as_timed(
     run: &Run<'_>,
     depth: Depth,
 ) {
-    let measured = measured_shares(&stdout(out), "timed.py");
+    let measured = measured_shares(
+        &stdout(out),
+        &[
+            ("squares", "squares (timed.py:8)"),
+            ("remainders", "remainders (timed.py:15)"),
+        ],
+    );
     assert_eq!(measured.len(), 2, "{what}: {}", stdout(out));
     let p = Decoded::load(path);
     let cpu = p.value_index("cpu");
@@ -65,7 +71,7 @@ pub fn assert_split_as_timed(
         };
         assert!(
             deep && lines.contains(&frames[0].2)
-                && frames[1] == ("main (timed.py)".into(), run.file.into(), call_line)
+                && frames[1] == ("main (timed.py:22)".into(), run.file.into(), call_line)
                 && frames[2] == (caller.into(), caller_file.into(), caller_line),
             "{what}: {frames:?}"
         );

@@ -135,19 +135,15 @@ impl Runtime for CPython {
         splice_frames(cx, words, frames, |f| is_function(f, eval.flatten()));
     }
 
-    /// Qualified names repeat across files (`<module>`, `main`, `__init__`), and pprof's views
-    /// merge functions by name, so the name says the file too, as py-spy's does
-    /// (`main (app.py)`); the qualified name alone is its system name.
+    /// Qualified names repeat across files (`<module>`, `main`, `__init__`) and within one
+    /// (`<lambda>`, `<genexpr>`), and pprof's views merge functions by name, so the name says
+    /// the file and first line too (`main (app.py:30)`, [`CodeName::function`](super::interpreted::CodeName::function)); the
+    /// qualified name alone is its system name.
     fn function(&self, code: u32) -> Option<Function> {
         Some(match self.code.names().get(CodeId(code)) {
             Some(name) => {
-                let base = name.filename.rsplit('/').next().unwrap_or_default();
-                Function {
-                    name: format!("{} ({base})", name.qualname),
-                    system_name: name.qualname,
-                    file: name.filename,
-                    start_line: name.first_line,
-                }
+                let qualname = name.qualname.clone();
+                name.function(qualname)
             }
             None => Function {
                 name: UNKNOWN.to_string(),

@@ -227,6 +227,8 @@ impl<M: Memory> Walk<'_, M> {
             qualname: self.u32(code, l.code_qualname)?,
             filename: self.u32(code, l.code_filename)?,
             first_line: self.u32(code, l.code_first_line)?,
+            // A code object keeps no column.
+            first_column: 0,
         })
     }
 

@@ -18,6 +18,11 @@ pub const INNER: u32 = 0x5000;
 pub const MIDDLE: u32 = 0x5100;
 pub const OUTER: u32 = 0x5200;
 pub const CONTEXT: u32 = 0x6000;
+/// The function object's shape (its properties' names) and its properties' values.
+pub const SHAPE: u32 = 0x4200;
+pub const VALUES: u32 = 0x4300;
+/// The string of the function's name (its `name` property's value).
+pub const NAME: u32 = 0x10c0;
 /// The atoms of the function's name and file.
 pub const FIB: u32 = 60;
 pub const FILE: u32 = 61;
@@ -29,9 +34,10 @@ pub fn layout() -> &'static QuickJsLayout {
     QuickJsLayout::of_crate(CRATE_VERSION).unwrap()
 }
 
-/// A QuickJS runtime at [`RT`] running `fib` (from `app.js`, starting on line 10) in two
-/// frames, a native function's frame between them: the inner one saved at bytecode 6
-/// (line 12), the outer one not yet at any.
+/// A QuickJS runtime at [`RT`] running `fib` (from `app.js`, starting on line 10, column 3)
+/// in two frames, a native function's frame between them: the inner one saved at bytecode 6
+/// (line 12), the outer one not yet at any. The function object's properties are `length` and
+/// `name`, as QuickJS defines them.
 pub fn running() -> Image {
     let l = layout();
     let mut m = Image(vec![0; 1 << 16]);
@@ -44,15 +50,15 @@ pub fn running() -> Image {
         (l.atom_null, 0x1000, "null"),
         (l.atom_length, 0x1040, "length"),
         (l.atom_name, 0x1080, "name"),
-        (FIB, 0x10c0, "fib"),
+        (FIB, NAME, "fib"),
         (FILE, 0x1100, "/app.js"),
     ] {
         m.put(ATOMS + 4 * atom, at);
         m.js_string(at, text);
     }
-    m.put(BYTECODE + l.bytecode_func_name, FIB);
     m.put(BYTECODE + l.bytecode_filename, FILE);
     m.put(BYTECODE + l.bytecode_line_num, 10);
+    m.put(BYTECODE + l.bytecode_col_num, 3);
     m.put(BYTECODE + l.bytecode_byte_code_buf, CODE);
     m.put(BYTECODE + l.bytecode_byte_code_len, 100);
     // Bytecode 0 on line 11, 5 on 12, 10 on 13 (one line and 5 bytes on each, column 0).
@@ -62,6 +68,10 @@ pub fn running() -> Image {
     m.put(BYTECODE + l.bytecode_pc2line_len, 6);
     m.js_object(FUNCTION, l.class_bytecode_function);
     m.put(FUNCTION + l.object_function_bytecode, BYTECODE);
+    m.js_properties(
+        FUNCTION,
+        &[(l.atom_length, 0, 1), (l.atom_name, l.tag_string, NAME)],
+    );
     m.js_object(NATIVE, 12);
     m.js_frame(INNER, FUNCTION, CODE + 7, MIDDLE);
     m.js_frame(MIDDLE, NATIVE, 0, OUTER);
@@ -76,6 +86,30 @@ impl Image {
         self.put(at + l.string_len.at, text.len() as u32);
         let chars = (at + l.string_size) as usize;
         self.0[chars..chars + text.len()].copy_from_slice(text.as_bytes());
+    }
+
+    /// Object `object`'s own properties, each an atom with a value (tag, payload), in a
+    /// shape of 4 hash buckets at [`SHAPE`], their values at [`VALUES`]: a bucket's chain runs
+    /// from its last property back, as QuickJS links them.
+    pub fn js_properties(&mut self, object: u32, properties: &[(u32, i32, u32)]) {
+        let l = layout();
+        let mask = 3;
+        self.put(object + l.object_shape, SHAPE);
+        self.put(object + l.object_prop, VALUES);
+        self.put(SHAPE + l.shape_prop_hash_mask, mask);
+        let buckets = SHAPE + l.shape_hash_table;
+        let first = buckets + 4 * (mask + 1);
+        for (i, &(atom, tag, payload)) in properties.iter().enumerate() {
+            let bucket = buckets + 4 * (mask - (atom & mask));
+            let next = self.get(bucket);
+            self.put(bucket, i as u32 + 1);
+            let property = first + i as u32 * l.shape_property_size;
+            self.put(property, next << l.shape_property_hash_next.shift);
+            self.put(property + l.shape_property_atom, atom);
+            let value = VALUES + i as u32 * l.property_size;
+            self.put(value, payload);
+            self.put(value + 4, tag as u32);
+        }
     }
 
     pub fn js_object(&mut self, at: u32, class: u32) {

@@ -219,24 +219,17 @@ impl Runtime for QuickJs {
         splice_frames(cx, words, frames, |f| is_function(f, interpreter));
     }
 
-    /// Named as QuickJS's own stack traces name them, anonymous functions
-    /// `<anonymous>`; the name says the file too (`fib (app.js)`), as the Python view's do,
-    /// since pprof's views merge functions by name.
+    /// Named as QuickJS's own stack traces name them (the function object's `name`, a
+    /// function without one `<anonymous>`), with its file and where it starts
+    /// ([`CodeName::function`](super::interpreted::CodeName::function): `fib (app.js:4:1)`).
     fn function(&self, code: u32) -> Option<Function> {
-        let names = self.code.names().get(CodeId(code));
-        Some(match names {
+        Some(match self.code.names().get(CodeId(code)) {
             Some(names) => {
-                let base = names.filename.rsplit('/').next().unwrap_or_default();
                 let name = match names.qualname.as_str() {
                     "" => "<anonymous>".to_string(),
                     name => name.to_string(),
                 };
-                Function {
-                    name: format!("{name} ({base})"),
-                    system_name: name,
-                    file: names.filename,
-                    start_line: names.first_line,
-                }
+                names.function(name)
             }
             None => Function {
                 name: "<javascript>".to_string(),

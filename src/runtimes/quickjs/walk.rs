@@ -1,7 +1,8 @@
 //! QuickJS's JavaScript stack, read from an instance's linear memory where its thread stopped
 //! (in the signal handler; in an epoch callback): the runtime's chain of `JSStackFrame`s, each
-//! running a function object whose bytecode names it, its file, and, through its line table,
-//! the line of the frame's saved PC, laid out as [`QuickJsLayout`] says.
+//! running a function object named by its own `name` property (as QuickJS's stack traces
+//! name it), whose bytecode gives its file, where it starts and, through its line table, the
+//! line of the frame's saved PC, laid out as [`QuickJsLayout`] says.
 //!
 //! The walk is async-signal-safe: no allocation, no locks; every read goes through
 //! [`Memory`], within the memory's current length; the frame chain is followed for at most
@@ -19,6 +20,10 @@ use crate::runtimes::interpreted::{
 };
 use crate::runtimes::walk_counts::WalkCounts;
 use crate::shared::Memory;
+
+/// Properties of one hash bucket of a shape a name's lookup follows at most: QuickJS keeps a
+/// shape's buckets at least as many as its properties, so real chains are a few long.
+const MAX_PROPERTY_STEPS: usize = 64;
 
 /// A QuickJS build's layout and the names of the functions its walks met.
 pub struct JsCode {
@@ -89,9 +94,9 @@ impl<M: Memory> Walk<'_, M> {
             if loops.looped(frame) {
                 return None;
             }
-            if let Some(bytecode) = self.bytecode_of(frame)? {
+            if let Some((object, bytecode)) = self.bytecode_of(frame)? {
                 if written + 2 <= out.len() {
-                    out[written] = self.frame_word(frame, bytecode)?;
+                    out[written] = self.frame_word(frame, object, bytecode)?;
                     out[written + 1] = Frame::Activation.pack();
                     written += 2;
                 }
@@ -101,9 +106,9 @@ impl<M: Memory> Walk<'_, M> {
         None
     }
 
-    /// The bytecode `frame` runs, `None` for a frame of a native function; `Err` (as `None`
-    /// of the outer option) where the frame is not in memory.
-    fn bytecode_of(&self, frame: u32) -> Option<Option<u32>> {
+    /// The function object `frame` runs and its bytecode, `None` for a frame of a native
+    /// function; `Err` (as `None` of the outer option) where the frame is not in memory.
+    fn bytecode_of(&self, frame: u32) -> Option<Option<(u32, u32)>> {
         let l = self.code.layout;
         let func = self
             .memory
@@ -118,17 +123,21 @@ impl<M: Memory> Walk<'_, M> {
         if !l.runs_bytecode(u32::from(u16::from_le_bytes(class))) {
             return Some(None);
         }
-        self.u32(object, l.object_function_bytecode).map(Some)
+        let bytecode = self.u32(object, l.object_function_bytecode)?;
+        Some(Some((object, bytecode)))
     }
 
-    /// The word of a frame running `bytecode`: its names' entry and its line.
-    fn frame_word(&self, frame: u32, bytecode: u32) -> Option<usize> {
+    /// The word of a frame running function `object`, of `bytecode`: its names' entry and its
+    /// line. The name is the function object's, as QuickJS's stack traces take it
+    /// ([`Self::name_of`]); the file and where it starts are its bytecode's.
+    fn frame_word(&self, frame: u32, object: u32, bytecode: u32) -> Option<usize> {
         let l = self.code.layout;
         let key = CodeKey {
             code: bytecode,
-            qualname: self.atom_string(self.u32(bytecode, l.bytecode_func_name)?),
+            qualname: self.name_of(object)?,
             filename: self.atom_string(self.u32(bytecode, l.bytecode_filename)?),
             first_line: self.u32(bytecode, l.bytecode_line_num)?,
+            first_column: self.u32(bytecode, l.bytecode_col_num)?,
         };
         let id = self.code.names.id_of(key, || {
             Some(Text {
@@ -138,6 +147,50 @@ impl<M: Memory> Walk<'_, M> {
         })?;
         let line = self.line_of(frame, bytecode, key.first_line);
         Some(Frame::Code { id, line }.pack())
+    }
+
+    /// The string of function `object`'s own `name` property, as QuickJS's `get_func_name`
+    /// reads it for its stack traces: the value of a plain (not accessor) property `name` of
+    /// the object's shape, if it is a string; 0 for none (the trace's `<anonymous>`). A class
+    /// or object literal sets it when it defines a method (`get size`, `#secret`,
+    /// `[Symbol.iterator]`), a binding when it names a function; the bytecode's own name
+    /// has none of those. `None` where the shape is not in memory, or its bucket's chain does
+    /// not end within [`MAX_PROPERTY_STEPS`].
+    fn name_of(&self, object: u32) -> Option<u32> {
+        let l = self.code.layout;
+        let shape = u64::from(self.u32(object, l.object_shape)?);
+        let mask = u64::from(self.u32(shape as u32, l.shape_prop_hash_mask)?);
+        let buckets = shape + u64::from(l.shape_hash_table);
+        // `prop_hash_end(sh)[-h - 1]`: the buckets are read from the end, the properties follow.
+        let bucket = buckets + 4 * (mask - (u64::from(l.atom_name) & mask));
+        let properties = buckets + 4 * (mask + 1);
+        let mut index = self.memory.u32_at(bucket)?;
+        for _ in 0..MAX_PROPERTY_STEPS {
+            let Some(at) = index.checked_sub(1).map(u64::from) else {
+                return Some(0);
+            };
+            let property = properties + at * u64::from(l.shape_property_size);
+            let word = self.memory.u32_at(property)?;
+            let atom = self
+                .memory
+                .u32_at(property + u64::from(l.shape_property_atom))?;
+            if atom == l.atom_name {
+                if l.shape_property_flags.of(word) & l.prop_tmask != l.prop_normal {
+                    return Some(0);
+                }
+                let values = u64::from(self.u32(object, l.object_prop)?);
+                let value = self
+                    .memory
+                    .u64_at(values + at * u64::from(l.property_size))?;
+                return Some(if (value >> 32) as i32 == l.tag_string {
+                    value as u32
+                } else {
+                    0
+                });
+            }
+            index = l.shape_property_hash_next.of(word);
+        }
+        None
     }
 
     /// The string of atom `atom`, 0 for none (`JS_ATOM_NULL`, a free slot, one beyond the
@@ -156,9 +209,10 @@ impl<M: Memory> Walk<'_, M> {
         string.filter(|s| s & 1 == 0).unwrap_or(0)
     }
 
-    /// A normal string's characters, as many as a [`RawStr`] holds; empty for none (0: an
-    /// anonymous function); `None` for another kind (a slice of another string, or indirect),
-    /// which atoms are not, or one that does not read as a name.
+    /// A string's characters, as many as a [`RawStr`] holds, read where a normal string
+    /// keeps them (after its header) or a slice its parent's; empty for none (0: an anonymous
+    /// function); `None` for another kind (indirect: a regular expression's bytecode), or one
+    /// that does not read as a name.
     fn raw_string(&self, string: u32) -> Option<RawStr> {
         let l = self.code.layout;
         if string == 0 {
@@ -166,13 +220,19 @@ impl<M: Memory> Walk<'_, M> {
         }
         let len_word = self.u32(string, l.string_len.at)?;
         let kind_word = self.u32(string, l.string_kind.at)?;
-        if l.string_kind.of(kind_word) != l.string_kind_normal {
-            return None;
-        }
+        let header_end = u64::from(string) + u64::from(l.string_size);
+        let data = match l.string_kind.of(kind_word) {
+            kind if kind == l.string_kind_normal => header_end,
+            kind if kind == l.string_kind_slice => {
+                let slice = |offset: u32| self.memory.u32_at(header_end + u64::from(offset));
+                let parent = u64::from(slice(l.slice_parent)?);
+                parent + u64::from(l.string_size) + u64::from(slice(l.slice_start)?)
+            }
+            _ => return None,
+        };
         let wide = l
             .string_is_wide_char
             .of(self.u32(string, l.string_is_wide_char.at)?);
-        let data = u64::from(string) + u64::from(l.string_size);
         RawStr::read(
             self.memory,
             data,
@@ -324,36 +384,92 @@ mod tests {
         assert_eq!(walked(&code, &m), []);
     }
 
-    /// A function whose name atom names no string (one beyond the table, a free slot) is
-    /// anonymous, its frames kept.
+    /// The name is the function object's own `name` property, as QuickJS's stack traces read
+    /// it: none, an accessor or a value that is not a string is anonymous (`<anonymous>`),
+    /// the frames kept; a string made at run time (`get size`) or a slice of another is read.
     #[test]
-    fn names_of_no_atom_are_empty() {
-        let code = JsCode::new(layout());
+    fn names_are_the_function_objects_name_properties() {
         let l = layout();
-        for (atom, entry) in [(500, None), (FIB, Some(0x10c1))] {
+        let length = (l.atom_length, 0, 1);
+        let name = |tag, payload| (l.atom_name, tag, payload);
+        let named = |properties: &[(u32, i32, u32)], edit: &dyn Fn(&mut Image)| {
+            let code = JsCode::new(layout());
             let mut m = running();
-            m.put(BYTECODE + l.bytecode_func_name, atom);
-            if let Some(entry) = entry {
-                m.put(ATOMS + 4 * FIB, entry);
-            }
+            m.0[(SHAPE as usize)..(VALUES as usize + 64)].fill(0);
+            m.js_properties(FUNCTION, properties);
+            edit(&mut m);
             let frames = walked(&code, &m);
             assert_eq!(frames.len(), 4);
             let (name, file, line) = frames[0].clone().unwrap();
-            assert_eq!((name.as_str(), file.as_str(), line), ("", "/app.js", 12));
+            assert_eq!((file.as_str(), line), ("/app.js", 12));
+            name
+        };
+        let nothing = &|_: &mut Image| {};
+        assert_eq!(named(&[length], nothing), "");
+        assert_eq!(named(&[length, name(0, NAME)], nothing), "");
+        assert_eq!(named(&[name(l.tag_string, NAME), length], nothing), "fib");
+        // An accessor `name` (a class's `static get name()`).
+        let accessor = |m: &mut Image| {
+            let property = SHAPE + l.shape_hash_table + 16 + l.shape_property_size;
+            let word = m.get(property) | (1 << 4) << l.shape_property_flags.shift;
+            m.put(property, word);
+        };
+        assert_eq!(named(&[length, name(l.tag_string, NAME)], &accessor), "");
+        // Atoms 4 apart share a bucket: the chain is followed past the other one.
+        let other = (l.atom_name + 4, l.tag_string, 0x1000);
+        assert_eq!(
+            named(&[name(l.tag_string, 0x1800), other], &|m| m
+                .js_string(0x1800, "get size")),
+            "get size"
+        );
+        // A slice: its characters are its parent's, from its start.
+        let slice = |m: &mut Image| {
+            m.js_string(0x1800, "set size");
+            m.put(
+                0x1800 + l.string_kind.at,
+                l.string_kind_slice << l.string_kind.shift,
+            );
+            m.put(0x1800 + l.string_size + l.slice_parent, 0x1900);
+            m.put(0x1800 + l.string_size + l.slice_start, 4);
+            m.js_string(0x1900, "get/set size");
+        };
+        assert_eq!(
+            named(&[length, name(l.tag_string, 0x1800)], &slice),
+            "set size"
+        );
+    }
+
+    /// A shape whose bucket's chain loops or leaves memory gives no stack.
+    #[test]
+    fn shapes_that_do_not_check_out_fail_the_walk() {
+        let l = layout();
+        let property = SHAPE + l.shape_hash_table + 16;
+        // `name`'s bucket's property is another's, and links to itself.
+        let looping = |m: &mut Image| {
+            let named = property + l.shape_property_size;
+            m.put(named, 2 << l.shape_property_hash_next.shift);
+            m.put(named + l.shape_property_atom, l.atom_name + 4);
+        };
+        let outside = |m: &mut Image| m.put(FUNCTION + l.object_shape, 0xffff_0000);
+        for edit in [&looping as &dyn Fn(&mut Image), &outside] {
+            let code = JsCode::new(layout());
+            let mut m = running();
+            edit(&mut m);
+            assert_eq!(walked(&code, &m), []);
         }
     }
 
-    /// A name that is not a normal string (an atom's never is), holds a control character, or
+    /// A name that is neither a normal string nor a slice, holds a control character, or
     /// is not in memory: the walk does not check out, and nothing is kept of the code's names.
     #[test]
     fn names_that_are_no_names_fail_the_walk() {
         let l = layout();
-        let slice = |m: &mut Image| m.put(0x10c0 + l.string_kind.at, 1 << l.string_kind.shift);
-        let nul = |m: &mut Image| m.js_string(0x10c0, "f\0b");
-        let newline = |m: &mut Image| m.js_string(0x10c0, "f\nb");
-        let huge = |m: &mut Image| m.put(0x10c0 + l.string_len.at, 0x7fff_ffff);
-        let outside = |m: &mut Image| m.put(ATOMS + 4 * FIB, 0xffff_0000);
-        let cases: [&dyn Fn(&mut Image); 5] = [&slice, &nul, &newline, &huge, &outside];
+        let indirect = |m: &mut Image| m.put(NAME + l.string_kind.at, 2 << l.string_kind.shift);
+        let nul = |m: &mut Image| m.js_string(NAME, "f\0b");
+        let newline = |m: &mut Image| m.js_string(NAME, "f\nb");
+        let huge = |m: &mut Image| m.put(NAME + l.string_len.at, 0x7fff_ffff);
+        let outside = |m: &mut Image| m.put(VALUES + l.property_size, 0xffff_0000);
+        let cases: [&dyn Fn(&mut Image); 5] = [&indirect, &nul, &newline, &huge, &outside];
         for (i, break_it) in cases.iter().enumerate() {
             let code = JsCode::new(layout());
             let mut m = running();
