@@ -68,10 +68,8 @@ pub fn running() -> Image {
     m.put(BYTECODE + l.bytecode_pc2line_len, 6);
     m.js_object(FUNCTION, l.class_bytecode_function);
     m.put(FUNCTION + l.object_function_bytecode, BYTECODE);
-    m.js_properties(
-        FUNCTION,
-        &[(l.atom_length, 0, 1), (l.atom_name, l.tag_string, NAME)],
-    );
+    let properties = [(l.atom_length, 0, 1), (l.atom_name, l.tag_string, NAME)];
+    m.js_properties(FUNCTION, (SHAPE, VALUES), &properties);
     m.js_object(NATIVE, 12);
     m.js_frame(INNER, FUNCTION, CODE + 7, MIDDLE);
     m.js_frame(MIDDLE, NATIVE, 0, OUTER);
@@ -89,15 +87,20 @@ impl Image {
     }
 
     /// Object `object`'s own properties, each an atom with a value (tag, payload), in a
-    /// shape of 4 hash buckets at [`SHAPE`], their values at [`VALUES`]: a bucket's chain runs
+    /// shape of 4 hash buckets at `shape`, their values at `values`: a bucket's chain runs
     /// from its last property back, as QuickJS links them.
-    pub fn js_properties(&mut self, object: u32, properties: &[(u32, i32, u32)]) {
+    pub fn js_properties(
+        &mut self,
+        object: u32,
+        (shape, values): (u32, u32),
+        properties: &[(u32, i32, u32)],
+    ) {
         let l = layout();
         let mask = 3;
-        self.put(object + l.object_shape, SHAPE);
-        self.put(object + l.object_prop, VALUES);
-        self.put(SHAPE + l.shape_prop_hash_mask, mask);
-        let buckets = SHAPE + l.shape_hash_table;
+        self.put(object + l.object_shape, shape);
+        self.put(object + l.object_prop, values);
+        self.put(shape + l.shape_prop_hash_mask, mask);
+        let buckets = shape + l.shape_hash_table;
         let first = buckets + 4 * (mask + 1);
         for (i, &(atom, tag, payload)) in properties.iter().enumerate() {
             let bucket = buckets + 4 * (mask - (atom & mask));
@@ -106,7 +109,7 @@ impl Image {
             let property = first + i as u32 * l.shape_property_size;
             self.put(property, next << l.shape_property_hash_next.shift);
             self.put(property + l.shape_property_atom, atom);
-            let value = VALUES + i as u32 * l.property_size;
+            let value = values + i as u32 * l.property_size;
             self.put(value, payload);
             self.put(value + 4, tag as u32);
         }

@@ -132,12 +132,19 @@ impl<M: Memory> Walk<'_, M> {
     /// ([`Self::name_of`]); the file and where it starts are its bytecode's.
     fn frame_word(&self, frame: u32, object: u32, bytecode: u32) -> Option<usize> {
         let l = self.code.layout;
+        let line_num = self.u32(bytecode, l.bytecode_line_num)?;
+        let mut start = (line_num, self.u32(bytecode, l.bytecode_col_num)?);
+        if line_num == 0 {
+            // A class's field initializer, which the engine gives no position: placed where its
+            // class is, so that two classes' are two functions.
+            start = self.class_position(object).unwrap_or(start);
+        }
         let key = CodeKey {
             code: bytecode,
             qualname: self.name_of(object)?,
             filename: self.atom_string(self.u32(bytecode, l.bytecode_filename)?),
-            first_line: self.u32(bytecode, l.bytecode_line_num)?,
-            first_column: self.u32(bytecode, l.bytecode_col_num)?,
+            first_line: start.0,
+            first_column: start.1,
         };
         let id = self.code.names.id_of(key, || {
             Some(Text {
@@ -145,52 +152,90 @@ impl<M: Memory> Walk<'_, M> {
                 filename: self.raw_string(key.filename)?,
             })
         })?;
-        let line = self.line_of(frame, bytecode, key.first_line);
+        let line = self.line_of(frame, bytecode, line_num);
         Some(Frame::Code { id, line }.pack())
     }
 
     /// The string of function `object`'s own `name` property, as QuickJS's `get_func_name`
-    /// reads it for its stack traces: the value of a plain (not accessor) property `name` of
-    /// the object's shape, if it is a string; 0 for none (the trace's `<anonymous>`). A class
-    /// or object literal sets it when it defines a method (`get size`, `#secret`,
-    /// `[Symbol.iterator]`), a binding when it names a function; the bytecode's own name
-    /// has none of those. `None` where the shape is not in memory, or its bucket's chain does
-    /// not end within [`MAX_PROPERTY_STEPS`].
+    /// reads it for its stack traces: the value of a plain (not accessor) property `name`, if
+    /// it is a string; 0 for none (the trace's `<anonymous>`). A class or object literal sets
+    /// it when it defines a method (`get size`, `#secret`, `[Symbol.iterator]`), a binding when
+    /// it names a function; the bytecode's own name has none of those. `None` where the object
+    /// does not read ([`Self::own_property`]).
     fn name_of(&self, object: u32) -> Option<u32> {
         let l = self.code.layout;
+        let value = self.own_property(object, l.atom_name)?;
+        Some(match value {
+            Some(value) if (value >> 32) as i32 == l.tag_string => value as u32,
+            _ => 0,
+        })
+    }
+
+    /// The value of `object`'s own plain property `atom`, found as QuickJS's
+    /// `find_own_property` finds it (the atom's hash bucket in the object's shape, then the
+    /// bucket's chain); `Some(None)` for none, or an accessor; `None` where the shape is not in
+    /// memory, or the chain does not end within [`MAX_PROPERTY_STEPS`].
+    fn own_property(&self, object: u32, atom: u32) -> Option<Option<u64>> {
+        let l = self.code.layout;
         let shape = u64::from(self.u32(object, l.object_shape)?);
-        let mask = u64::from(self.u32(shape as u32, l.shape_prop_hash_mask)?);
+        let mask = u64::from(
+            self.memory
+                .u32_at(shape + u64::from(l.shape_prop_hash_mask))?,
+        );
         let buckets = shape + u64::from(l.shape_hash_table);
         // `prop_hash_end(sh)[-h - 1]`: the buckets are read from the end, the properties follow.
-        let bucket = buckets + 4 * (mask - (u64::from(l.atom_name) & mask));
+        let bucket = buckets + 4 * (mask - (u64::from(atom) & mask));
         let properties = buckets + 4 * (mask + 1);
         let mut index = self.memory.u32_at(bucket)?;
         for _ in 0..MAX_PROPERTY_STEPS {
             let Some(at) = index.checked_sub(1).map(u64::from) else {
-                return Some(0);
+                return Some(None);
             };
             let property = properties + at * u64::from(l.shape_property_size);
             let word = self.memory.u32_at(property)?;
-            let atom = self
+            let this = self
                 .memory
                 .u32_at(property + u64::from(l.shape_property_atom))?;
-            if atom == l.atom_name {
+            if this == atom {
                 if l.shape_property_flags.of(word) & l.prop_tmask != l.prop_normal {
-                    return Some(0);
+                    return Some(None);
                 }
                 let values = u64::from(self.u32(object, l.object_prop)?);
-                let value = self
-                    .memory
-                    .u64_at(values + at * u64::from(l.property_size))?;
-                return Some(if (value >> 32) as i32 == l.tag_string {
-                    value as u32
-                } else {
-                    0
-                });
+                let value = values + at * u64::from(l.property_size);
+                return self.memory.u64_at(value).map(Some);
             }
             index = l.shape_property_hash_next.of(word);
         }
         None
+    }
+
+    /// Where the class of field initializer `object` starts, its constructor's first line and
+    /// column: QuickJS compiles a class's field initializers into one function with no
+    /// position (line 0), whose home object is the class's prototype, whose `constructor` is
+    /// the class. `None` for a function without a home object, or one that does not lead to a
+    /// function of bytecode.
+    fn class_position(&self, object: u32) -> Option<(u32, u32)> {
+        let l = self.code.layout;
+        let prototype = self.u32(object, l.object_home_object)?;
+        if prototype == 0 {
+            return None;
+        }
+        let class = self.own_property(prototype, l.atom_constructor)??;
+        if (class >> 32) as i32 != l.tag_object {
+            return None;
+        }
+        let mut id = [0; 2];
+        let class = class as u32;
+        self.memory
+            .read(u64::from(class) + u64::from(l.object_class_id), &mut id)?;
+        if !l.runs_bytecode(u32::from(u16::from_le_bytes(id))) {
+            return None;
+        }
+        let bytecode = self.u32(class, l.object_function_bytecode)?;
+        Some((
+            self.u32(bytecode, l.bytecode_line_num)?,
+            self.u32(bytecode, l.bytecode_col_num)?,
+        ))
     }
 
     /// The string of atom `atom`, 0 for none (`JS_ATOM_NULL`, a free slot, one beyond the
@@ -274,23 +319,37 @@ pub fn line_at(
     pc: u32,
 ) -> Option<u32> {
     let (mut at, mut line) = (0u32, first_line);
-    while let Some(op) = table.next() {
-        let next_line = if op == 0 {
-            at = at.wrapping_add(leb128(&mut table)?);
-            line.wrapping_add(zigzag(leb128(&mut table)?))
-        } else {
-            let op = u32::from(op).checked_sub(l.pc2line_op_first)?;
-            at = at.wrapping_add(op / l.pc2line_range);
-            line.wrapping_add((op % l.pc2line_range) as i32 + l.pc2line_base)
-        };
-        // The column.
-        leb128(&mut table)?;
-        if pc < at {
+    while let Some((next_at, next_line)) = next_entry(l, &mut table, at, line)? {
+        if pc < next_at {
             break;
         }
-        line = next_line;
+        (at, line) = (next_at, next_line);
     }
     u32::try_from(line).ok()
+}
+
+/// The bytecode offset and line of the line table's next entry, from those of the last
+/// (`at`, `line`); `Some(None)` at the table's end, `None` for an entry cut short.
+fn next_entry(
+    l: &QuickJsLayout,
+    table: &mut impl Iterator<Item = u8>,
+    at: u32,
+    line: i32,
+) -> Option<Option<(u32, i32)>> {
+    let Some(op) = table.next() else {
+        return Some(None);
+    };
+    let next = if op == 0 {
+        let at = at.wrapping_add(leb128(table)?);
+        (at, line.wrapping_add(zigzag(leb128(table)?)))
+    } else {
+        let op = u32::from(op).checked_sub(l.pc2line_op_first)?;
+        let line = line.wrapping_add((op % l.pc2line_range) as i32 + l.pc2line_base);
+        (at.wrapping_add(op / l.pc2line_range), line)
+    };
+    // The column.
+    leb128(table)?;
+    Some(Some(next))
 }
 
 /// An unsigned LEB128 of at most 5 bytes, as QuickJS writes them.
@@ -396,7 +455,7 @@ mod tests {
             let code = JsCode::new(layout());
             let mut m = running();
             m.0[(SHAPE as usize)..(VALUES as usize + 64)].fill(0);
-            m.js_properties(FUNCTION, properties);
+            m.js_properties(FUNCTION, (SHAPE, VALUES), properties);
             edit(&mut m);
             let frames = walked(&code, &m);
             assert_eq!(frames.len(), 4);
@@ -437,6 +496,42 @@ mod tests {
             named(&[length, name(l.tag_string, 0x1800)], &slice),
             "set size"
         );
+    }
+
+    /// A class's field initializer, which QuickJS compiles with no position (line 0), is where
+    /// its class's constructor is: its home object is the class's prototype, whose
+    /// `constructor` is the class.
+    #[test]
+    fn a_field_initializer_is_where_its_class_is() {
+        let l = layout();
+        let (prototype, class, class_bytecode) = (0x4400, 0x4600, 0x4700);
+        let start = |m: &Image| {
+            let code = JsCode::new(layout());
+            let mut out = vec![0; 8];
+            assert_eq!(code.walk(m, RT, &mut out), 4);
+            let Frame::Code { id, .. } = Frame::unpack(out[0]) else {
+                panic!("{out:?}");
+            };
+            let names = code.names().get(id).unwrap();
+            (names.first_line, names.first_column)
+        };
+        let mut m = running();
+        m.put(BYTECODE + l.bytecode_line_num, 0);
+        m.put(FUNCTION + l.object_home_object, prototype);
+        let constructor = [(l.atom_constructor, l.tag_object, class)];
+        m.js_properties(prototype, (0x4480, 0x4580), &constructor);
+        m.js_object(class, l.class_bytecode_function);
+        m.put(class + l.object_function_bytecode, class_bytecode);
+        m.put(class_bytecode + l.bytecode_line_num, 40);
+        m.put(class_bytecode + l.bytecode_col_num, 5);
+        assert_eq!(start(&m), (40, 5));
+        // Without a home object, or one whose `constructor` is no function: where the engine
+        // puts it.
+        let mut other = running();
+        other.put(BYTECODE + l.bytecode_line_num, 0);
+        assert_eq!(start(&other), (0, 3));
+        m.js_object(class, 12);
+        assert_eq!(start(&m), (0, 3));
     }
 
     /// A shape whose bucket's chain loops or leaves memory gives no stack.

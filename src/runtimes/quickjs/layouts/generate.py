@@ -34,14 +34,14 @@ SCALARS = [
     "rt_atom_size", "rt_atom_array", "rt_context_list", "rt_current_stack_frame",
     "ctx_rt", "ctx_link",
     "frame_prev", "frame_cur_func", "frame_cur_pc",
-    "object_class_id", "object_shape", "object_prop", "object_function_bytecode",
+    "object_class_id", "object_shape", "object_prop", "object_function_bytecode", "object_home_object",
     "shape_prop_hash_mask", "shape_hash_table", "shape_property_atom", "slice_parent", "slice_start",
     "bytecode_byte_code_buf", "bytecode_byte_code_len",
     "bytecode_filename", "bytecode_line_num", "bytecode_col_num", "bytecode_pc2line_len", "bytecode_pc2line_buf",
     "string_size", "value_size", "shape_property_size", "property_size",
     "class_bytecode_function", "class_generator_function", "class_async_function",
     "class_async_generator_function",
-    "atom_null", "atom_length", "atom_name",
+    "atom_null", "atom_length", "atom_name", "atom_constructor",
     "string_kind_normal", "string_kind_slice", "prop_tmask", "prop_normal", "pc2line_range", "pc2line_op_first",
 ]
 SIGNED = ["tag_object", "tag_string", "pc2line_base"]

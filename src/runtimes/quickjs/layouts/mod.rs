@@ -44,6 +44,8 @@ pub struct QuickJsLayout {
     pub object_shape: u32,
     pub object_prop: u32,
     pub object_function_bytecode: u32,
+    /// A method's home object (`super`'s): a class's prototype for its field initializer.
+    pub object_home_object: u32,
     pub shape_prop_hash_mask: u32,
     /// `JSShape.hash_table`: the buckets, then the shape's properties (`JSShapeProperty`).
     pub shape_hash_table: u32,
@@ -70,6 +72,7 @@ pub struct QuickJsLayout {
     pub atom_null: u32,
     pub atom_length: u32,
     pub atom_name: u32,
+    pub atom_constructor: u32,
     pub string_kind_normal: u32,
     pub string_kind_slice: u32,
     /// `JS_PROP_TMASK`: the bits of a property's flags that say its kind; `JS_PROP_NORMAL`

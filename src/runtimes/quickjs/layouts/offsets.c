@@ -19,6 +19,7 @@ FIELD(object_class_id, JSObject, class_id)
 FIELD(object_shape, JSObject, shape)
 FIELD(object_prop, JSObject, prop)
 FIELD(object_function_bytecode, JSObject, u.func.function_bytecode)
+FIELD(object_home_object, JSObject, u.func.home_object)
 FIELD(shape_prop_hash_mask, JSShape, prop_hash_mask)
 FIELD(shape_hash_table, JSShape, hash_table)
 FIELD(shape_property_atom, JSShapeProperty, atom)
@@ -45,6 +46,7 @@ const unsigned wasmspy_class_async_generator_function = JS_CLASS_ASYNC_GENERATOR
 const unsigned wasmspy_atom_null = JS_ATOM_null;
 const unsigned wasmspy_atom_length = JS_ATOM_length;
 const unsigned wasmspy_atom_name = JS_ATOM_name;
+const unsigned wasmspy_atom_constructor = JS_ATOM_constructor;
 const unsigned wasmspy_string_kind_normal = JS_STRING_KIND_NORMAL;
 const unsigned wasmspy_string_kind_slice = JS_STRING_KIND_SLICE;
 const unsigned wasmspy_prop_tmask = JS_PROP_TMASK;
