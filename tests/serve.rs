@@ -951,7 +951,7 @@ fn a_python_handlers_requests_show_their_python_frames_under_their_labels() {
         let Some(name) = loops.iter().find(|l| {
             names
                 .first()
-                .is_some_and(|f| f.0 == format!("{l} (http_handler.py)"))
+                .is_some_and(|f| f.0.starts_with(&format!("{l} (http_handler.py:")))
         }) else {
             continue;
         };
@@ -963,8 +963,8 @@ fn a_python_handlers_requests_show_their_python_frames_under_their_labels() {
         assert_eq!(
             rest,
             [
-                ("answer (http_handler.py)", 32),
-                ("IncomingHandler.handle (http_handler.py)", 37)
+                ("answer (http_handler.py:29)", 32),
+                ("IncomingHandler.handle (http_handler.py:36)", 37)
             ],
             "{names:?}"
         );
@@ -985,6 +985,243 @@ fn a_python_handlers_requests_show_their_python_frames_under_their_labels() {
     );
     // 30 ms of CPU each: a few requests may get no sample only on a very busy machine.
     assert!(requests.len() >= 20, "{requests:?}");
+}
+
+/// A componentize-qjs `wasi:http` handler (QuickJS inside the component, WASI 0.3: an instance
+/// answers several requests, one after the other or at once): 48 requests, 4 at a time, each
+/// running one of two JavaScript functions (`/fib/N` or `/build/N`). Every request's samples
+/// carry its own labels (its path names the function its stack shows), and their stacks are
+/// JavaScript's: `fib` (at its own lines) or `build` → `answer` (at the line that calls it) →
+/// `handle` (at the line that calls `answer`); no `fib` under a `/build` request, no `build`
+/// under a `/fib` one; and the requests ran on more than one of the runtime's threads.
+#[test]
+fn a_javascript_handlers_requests_show_their_javascript_frames_under_their_labels() {
+    let Some(component) = built_component("http-qjs.wasm") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("serve.pb.gz");
+    let firefox = dir.path().join("serve.json");
+    let mut command = wasmspy();
+    // componentize-qjs's engine (built for WASI 0.2) imports `wasi:cli`, which needs `-S cli`.
+    command.args([
+        "serve",
+        "--addr",
+        "127.0.0.1:0",
+        "-S",
+        "cli",
+        "--rate",
+        "1000",
+        "-o",
+    ]);
+    command.arg(&out).arg("-o").arg(&firefox).arg("--");
+    let server = Server::spawn(command, &component);
+    // About 20 ms (fib) and 30 ms (build) of CPU each.
+    let works = [("fib", "26", "121393"), ("build", "150000", "150000")];
+    let sent = 48;
+    std::thread::scope(|s| {
+        for worker in 0..4 {
+            let server = &server;
+            s.spawn(move || {
+                for i in (worker..sent).step_by(4) {
+                    let (name, n, result) = works[i % 2];
+                    let (status, body) = server.get(&format!("/{name}/{n}"));
+                    assert_eq!(status, 200, "{body}");
+                    assert_eq!(body, format!("{name}({n}) = {result}\n"));
+                }
+            });
+        }
+    });
+    let (code, err) = server.stop(libc::SIGINT);
+    assert_eq!(code, Some(130), "{err}");
+    let p = Decoded::load(&out);
+    let cpu = p.value_index("cpu");
+
+    let source = std::fs::read_to_string(fixture("interpreters/http_handler.js")).unwrap();
+    let line_of = |text: &str| {
+        source
+            .lines()
+            .position(|l| l.contains(text))
+            .unwrap_or_else(|| panic!("{text} is not in http_handler.js")) as i64
+            + 1
+    };
+    let fib_start = line_of("function fib(");
+    // Its closing brace: the first line after it that is one.
+    let fib_end = fib_start
+        + 1
+        + source
+            .lines()
+            .skip(fib_start as usize)
+            .position(|l| l == "}")
+            .unwrap() as i64;
+    let build_start = line_of("function build(");
+    let answer_call = line_of("work(Number(n))");
+    let handle_call = line_of("answer(request.getPathWithQuery()");
+    // A frame of http_handler.js's `function` (named with where it starts: `fib
+    // (http_handler.js:7:1)`).
+    let is = |frame: &(String, String, i64), function: &str| {
+        frame.0.starts_with(&format!("{function} (")) && frame.1.ends_with("http_handler.js")
+    };
+
+    let (mut in_works, mut labeled) = (0, 0);
+    let mut paths = BTreeMap::<String, String>::new();
+    for sample in &p.0.sample {
+        let label = |key: &str| {
+            let label = sample.label.iter().find(|l| p.str(l.key) == key)?;
+            Some(p.str(label.str).to_string())
+        };
+        if let (Some(request), Some(path)) = (label("request"), label("path")) {
+            let first = paths.entry(request.clone()).or_insert_with(|| path.clone());
+            assert_eq!(*first, path, "request {request} under two paths");
+        }
+        let frames = p.sample_frames(sample);
+        let Some((name, _, _)) = works
+            .iter()
+            .find(|(name, ..)| frames.iter().any(|f| is(f, name)))
+        else {
+            continue;
+        };
+        in_works += sample.value[cpu];
+        // Leaf first: the work function's frames (or the engine's own, `[wasmtime]`, above
+        // them), then `answer` and `handle` at their calls.
+        let answer = frames
+            .iter()
+            .position(|f| is(f, "answer"))
+            .unwrap_or_else(|| panic!("no answer frame: {frames:?}"));
+        for frame in &frames[..answer] {
+            assert!(
+                is(frame, name) || frame.0.starts_with('['),
+                "{name}'s sample: {frames:?}"
+            );
+        }
+        let work = frames[..answer]
+            .last()
+            .filter(|f| is(f, name))
+            .unwrap_or_else(|| panic!("{name} does not call answer: {frames:?}"));
+        if *name == "fib" {
+            for frame in frames[..answer].iter().filter(|f| is(f, "fib")) {
+                assert!(
+                    (fib_start..=fib_end).contains(&frame.2),
+                    "fib at line {}, not {fib_start}..={fib_end}: {frames:?}",
+                    frame.2
+                );
+            }
+        } else {
+            assert!(work.2 >= build_start, "{frames:?}");
+        }
+        assert_eq!(frames[answer].2, answer_call, "{frames:?}");
+        let handle = &frames[answer + 1];
+        assert!(is(handle, "handle"), "{frames:?}");
+        assert_eq!(handle.2, handle_call, "{frames:?}");
+        if let (Some(request), Some(path)) = (label("request"), label("path")) {
+            assert!(
+                path.starts_with(&format!("/{name}/")),
+                "{name} under request {request}, path {path}: {frames:?}"
+            );
+            labeled += sample.value[cpu];
+        }
+    }
+    let total = p.total("cpu");
+    let per_request = by_label(&p, "samples", "request");
+    eprintln!(
+        "{} samples, {total} ns of CPU; {in_works} ns in fib and build, {labeled} ns of them \
+         labeled; samples by path {:?}, by request {:?}",
+        p.total("samples"),
+        by_label(&p, "samples", "path"),
+        per_request
+            .iter()
+            .filter(|(r, _)| !r.is_empty())
+            .map(|(_, n)| n)
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        in_works as f64 >= 0.8 * total as f64,
+        "{in_works} of {total} ns in fib and build"
+    );
+    // The instance is made, its store attached and labeled, before the handler runs; a task
+    // entering Wasm relabels it.
+    assert!(
+        labeled as f64 >= 0.97 * in_works as f64,
+        "{labeled} of {in_works} ns in fib and build labeled"
+    );
+    // Every request labeled, each under its own path: 24 of each.
+    let numbers: Vec<u64> = paths.keys().map(|r| r.parse().unwrap()).collect();
+    assert_eq!(numbers.len(), sent, "{paths:?}");
+    assert!(
+        numbers.iter().all(|n| (1..=sent as u64).contains(n)),
+        "{paths:?}"
+    );
+    for (name, n, _) in works {
+        let requests = paths
+            .values()
+            .filter(|p| **p == format!("/{name}/{n}"))
+            .count();
+        assert_eq!(requests, sent / 2, "{paths:?}");
+    }
+    let under = |path: &str, function: &str| -> i64 {
+        p.0.sample
+            .iter()
+            .filter(|s| {
+                s.label
+                    .iter()
+                    .any(|l| p.str(l.key) == "path" && p.str(l.str) == path)
+            })
+            .filter(|s| p.sample_frames(s).iter().any(|f| is(f, function)))
+            .map(|s| s.value[cpu])
+            .sum()
+    };
+    assert!(under("/fib/26", "fib") > 0 && under("/build/150000", "build") > 0);
+    assert_eq!(under("/build/150000", "fib"), 0);
+    assert_eq!(under("/fib/26", "build"), 0);
+
+    // The samples in fib and build were taken on more than one thread (two cores, four
+    // requests at a time): the Firefox Profiler's file has a track per thread.
+    let fx: serde_json::Value = serde_json::from_slice(&std::fs::read(&firefox).unwrap()).unwrap();
+    let threads: Vec<usize> = fx["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|thread| javascript_samples(thread, &["fib (", "build ("]))
+        .collect();
+    eprintln!("samples in fib and build by thread: {threads:?}");
+    assert!(
+        threads.iter().filter(|&&n| n > 0).count() >= 2,
+        "{threads:?}"
+    );
+}
+
+/// The samples of one thread of a Firefox Profiler file whose stack holds a function whose
+/// name begins with one of `prefixes`.
+fn javascript_samples(thread: &serde_json::Value, prefixes: &[&str]) -> usize {
+    let column = |table: &str, key: &str| -> Vec<Option<usize>> {
+        thread[table][key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().map(|i| i as usize))
+            .collect()
+    };
+    let strings = thread["stringArray"].as_array().unwrap();
+    let (func_name, frame_func) = (column("funcTable", "name"), column("frameTable", "func"));
+    let (prefix, frame) = (
+        column("stackTable", "prefix"),
+        column("stackTable", "frame"),
+    );
+    let holds = |mut stack: Option<usize>| {
+        while let Some(s) = stack {
+            let func = frame_func[frame[s].unwrap()].unwrap();
+            let name = strings[func_name[func].unwrap()].as_str().unwrap();
+            if prefixes.iter().any(|p| name.starts_with(p)) {
+                return true;
+            }
+            stack = prefix[s];
+        }
+        false
+    };
+    column("samples", "stack")
+        .into_iter()
+        .filter(|&s| holds(s))
+        .count()
 }
 
 /// `wasmspy dump` (`/debug/pprof/goroutine?debug=2`): with one request spinning for minutes

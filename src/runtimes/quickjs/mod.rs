@@ -241,7 +241,8 @@ impl Runtime for QuickJs {
     }
 
     fn without_dwarf(&self) -> Option<&'static str> {
-        Some("its JavaScript frames come from the engine's state; its own functions are unnamed")
+        // Said after "is" (`NoDwarf`).
+        Some("QuickJS's engine, without DWARF: its JavaScript frames come from the engine's state, its own functions are unnamed")
     }
 }
 
