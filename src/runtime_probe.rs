@@ -10,20 +10,17 @@
 
 use std::sync::Arc;
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::ops::Range;
 
-use anyhow::{bail, Context, Result};
-use wasm_encoder::reencode::{Reencode, ReencodeComponent};
+use anyhow::{Context, Result};
 use wasm_encoder::{
     Alias, CanonicalFunctionSection, CanonicalOption, CodeSection, ComponentAliasSection,
     ComponentImportSection, ComponentTypeRef, ComponentTypeSection, ComponentValType, EntityType,
     ExportKind, Function, FunctionSection, ImportSection, InstanceSection, Instruction, ModuleArg,
     ModuleSection, PrimitiveValType, StartSection, TypeSection, ValType,
 };
-use wasm_encoder::{
-    ComponentExportKind, ComponentSectionId, CoreTypeSection, ModuleType, RawSection,
-};
+use wasm_encoder::{CoreTypeSection, ModuleType};
 use wasmparser::types::TypesRef;
 use wasmparser::{Instance, Parser, Payload, Validator, WasmFeatures};
 use wasmtime::component::__internal::{CanonicalAbiInfo, InstanceType, InterfaceType, LiftContext};
@@ -32,9 +29,10 @@ use wasmtime_environ::component::{CanonicalOptionsDataModel, LinearMemoryOptions
 
 use crate::resolve::symbolize::ModuleSymbolizer;
 use crate::wasm::component::{
-    append_sections, copy_section, core_modules, own_sections, validated, PROBE_MODULE,
+    append_sections, core_modules, own_sections, validated, PROBE_MODULE,
 };
 use crate::wasm::module_bytes::ModuleBytes;
+use crate::wasm::nested::{thread_import, NestedComponents, Rethreaded};
 
 /// The function a probed component imports: `func(module: u32)`, called once per instance
 /// of a runtime's module, with the index of the module among the component's, lowered with
@@ -113,14 +111,19 @@ fn import_probe(out: &mut wasm_encoder::Component, counts: TypesRef<'_>) -> u32 
 /// Appends to `out` [`PROBE`]'s type, which is to be component type `ty`, and its import.
 fn import_probe_typed(out: &mut wasm_encoder::Component, ty: u32) {
     let mut types = ComponentTypeSection::new();
-    types
-        .function()
-        .params([("module", ComponentValType::Primitive(PrimitiveValType::U32))])
-        .result(None);
+    probe_type(&mut types);
     out.section(&types);
     let mut import = ComponentImportSection::new();
     import.import(PROBE, ComponentTypeRef::Func(ty));
     out.section(&import);
+}
+
+/// Adds [`PROBE`]'s function type to `types`.
+fn probe_type(types: &mut ComponentTypeSection) {
+    types
+        .function()
+        .params([("module", ComponentValType::Primitive(PrimitiveValType::U32))])
+        .result(None);
 }
 
 /// Where the modules that call a probe are.
@@ -183,235 +186,34 @@ fn caller_import(j: usize) -> String {
 }
 
 /// `component` with [`PROBE`] passed to each nested component holding runtime modules
-/// (`nested`: their indices among the component's and where they are), which probes them:
-/// the probe's import, and the modules calling it, are put before the first instantiation of
-/// one (after every module of the component's, so that none moves), and every later
-/// reference to a component type or function moved past them. The new component and the
-/// probe's function index in it; `None` where the nesting is not one wasmspy rewrites (a
-/// component instantiated more or less than once, or whose runtime's memory is not found).
+/// (`nested`: their indices among the component's and where they are), which probes them
+/// (see [`thread_import`]), with the modules calling it. The new component and the probe's
+/// function index in it; `None` where the nesting is not one wasmspy rewrites (a component
+/// instantiated more or less than once, or whose runtime's memory is not found).
 fn thread_probe(
     component: &[u8],
     nested: &[(u32, Range<usize>)],
 ) -> Result<Option<(Vec<u8>, u32)>> {
-    let top = TopLevel::read(component)?;
-    let mut rewritten = HashMap::new();
-    for (c, range) in (0..).zip(&top.components) {
+    let top = NestedComponents::read(component)?;
+    let mut rethreaded = BTreeMap::new();
+    for (c, range) in (0..).zip(&top.ranges) {
         let inside: Vec<(u32, Range<usize>)> = nested
             .iter()
             .filter(|(_, r)| r.start >= range.start && r.end <= range.end)
             .cloned()
             .collect();
-        if inside.is_empty() || top.instantiations.iter().filter(|(_, i)| *i == c).count() != 1 {
+        if inside.is_empty() || !top.instantiated_once(c) {
             continue;
         }
-        if let Some(probed) = probe_nested(component, range.clone(), &inside)? {
-            rewritten.insert(c, probed);
+        if let Some((wasm, probed)) = probe_nested(component, range.clone(), &inside)? {
+            let modules = (0..)
+                .zip(probed)
+                .map(|(j, module)| (caller_import(j), caller(module)))
+                .collect();
+            rethreaded.insert(c, Rethreaded { wasm, modules });
         }
     }
-    // Before the first section that instantiates one.
-    let Some(at) = top
-        .instantiations
-        .iter()
-        .find(|(_, c)| rewritten.contains_key(c))
-        .map(|(at, _)| *at)
-    else {
-        return Ok(None);
-    };
-    let (types, functions, modules) = counts_before(component, at)?;
-    // Each nested component's callers, defined after every module of the parent.
-    let mut first_caller = HashMap::new();
-    let mut callers = Vec::new();
-    let mut order: Vec<&u32> = rewritten.keys().collect();
-    order.sort();
-    for c in order {
-        first_caller.insert(*c, modules + callers.len() as u32);
-        callers.extend(rewritten[c].1.iter().map(|&module| caller(module)));
-    }
-    let mut shift = Shift {
-        depth: 0,
-        types,
-        functions,
-    };
-    let reencoded = |e| anyhow::anyhow!("the component cannot be re-encoded: {e:?}");
-    let mut out = wasm_encoder::Component::new();
-    let mut component_index = 0;
-    for payload in own_sections(component, 0) {
-        let payload = payload?;
-        let start = payload.as_section().map(|(_, range)| range.start);
-        let before = start.is_none_or(|start| start < at);
-        if start == Some(at) {
-            import_probe_typed(&mut out, types);
-            for caller in &callers {
-                out.section(&ModuleSection(caller));
-            }
-        }
-        match payload {
-            Payload::Version { .. } => {}
-            Payload::End(_) => break,
-            // The callers would move its index.
-            Payload::ModuleSection { .. } if !before => return Ok(None),
-            Payload::ModuleSection {
-                unchecked_range, ..
-            } => {
-                out.section(&RawSection {
-                    id: ComponentSectionId::CoreModule as u8,
-                    data: &component[unchecked_range],
-                });
-            }
-            Payload::ComponentSection {
-                unchecked_range, ..
-            } => {
-                let data = match rewritten.get(&component_index) {
-                    Some((rewritten, _)) => &rewritten[..],
-                    // A component after the import could alias the types it moved.
-                    None if !before => return Ok(None),
-                    None => &component[unchecked_range.clone()],
-                };
-                out.section(&RawSection {
-                    id: ComponentSectionId::Component as u8,
-                    data,
-                });
-                component_index += 1;
-            }
-            Payload::ComponentInstanceSection(reader) if !before => {
-                let mut instances = wasm_encoder::ComponentInstanceSection::new();
-                for instance in reader {
-                    match instance? {
-                        wasmparser::ComponentInstance::Instantiate {
-                            component_index,
-                            args,
-                        } if rewritten.contains_key(&component_index) => {
-                            let mut with: Vec<(&str, ComponentExportKind, u32)> = args
-                                .iter()
-                                .map(|a| {
-                                    let index = shift.component_external_index(a.kind, a.index);
-                                    (a.name, a.kind.into(), index)
-                                })
-                                .collect();
-                            with.push((PROBE, ComponentExportKind::Func, functions));
-                            let names: Vec<String> = (0..rewritten[&component_index].1.len())
-                                .map(caller_import)
-                                .collect();
-                            let first = first_caller[&component_index];
-                            for (j, name) in (0..).zip(&names) {
-                                with.push((name, ComponentExportKind::Module, first + j));
-                            }
-                            instances.instantiate(component_index, with);
-                        }
-                        other => shift
-                            .parse_component_instance(&mut instances, other)
-                            .map_err(reencoded)?,
-                    }
-                }
-                out.section(&instances);
-            }
-            Payload::CustomSection(_) | Payload::UnknownSection { .. } => {
-                copy_section(&mut out, component, payload)?
-            }
-            payload if before => copy_section(&mut out, component, payload)?,
-            payload => shift
-                .parse_component_payload(&mut out, payload, component)
-                .map_err(reencoded)?,
-        }
-    }
-    Ok(Some((out.finish(), functions)))
-}
-
-/// What [`thread_probe`] needs of a component's top level.
-struct TopLevel {
-    /// Where each nested component is.
-    components: Vec<Range<usize>>,
-    /// Where the contents of each section of component instances start, with each component
-    /// it instantiates.
-    instantiations: Vec<(usize, u32)>,
-}
-
-impl TopLevel {
-    fn read(component: &[u8]) -> Result<Self> {
-        let mut top = TopLevel {
-            components: Vec::new(),
-            instantiations: Vec::new(),
-        };
-        for payload in own_sections(component, 0) {
-            match payload? {
-                Payload::ComponentSection {
-                    unchecked_range, ..
-                } => top.components.push(unchecked_range),
-                Payload::ComponentInstanceSection(reader) => {
-                    let start = reader.range().start;
-                    for instance in reader {
-                        if let wasmparser::ComponentInstance::Instantiate {
-                            component_index, ..
-                        } = instance?
-                        {
-                            top.instantiations.push((start, component_index));
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-        Ok(top)
-    }
-}
-
-/// The component types, component functions and core modules `component` defines before its
-/// top-level section whose contents start at `at`.
-fn counts_before(component: &[u8], at: usize) -> Result<(u32, u32, u32)> {
-    let mut validator = Validator::new_with_features(WasmFeatures::all());
-    let mut depth = 0usize;
-    for payload in Parser::new(0).parse_all(component) {
-        let payload = payload?;
-        if depth == 0 && payload.as_section().is_some_and(|(_, r)| r.start == at) {
-            let types = validator.types(0).context("no component being validated")?;
-            return Ok((
-                types.component_type_count(),
-                types.component_function_count(),
-                types.module_count(),
-            ));
-        }
-        match &payload {
-            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
-            Payload::End(_) => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-        validator.payload(&payload)?;
-    }
-    bail!("no section at {at}")
-}
-
-/// Moves references to the component types and functions from `types` and `functions` on
-/// (at the top level: in types nested deeper, through their outer aliases) one further.
-struct Shift {
-    depth: u32,
-    types: u32,
-    functions: u32,
-}
-
-impl Reencode for Shift {
-    type Error = std::convert::Infallible;
-}
-
-impl ReencodeComponent for Shift {
-    fn component_type_index(&mut self, ty: u32) -> u32 {
-        ty + u32::from(self.depth == 0 && ty >= self.types)
-    }
-
-    fn component_func_index(&mut self, f: u32) -> u32 {
-        f + u32::from(self.depth == 0 && f >= self.functions)
-    }
-
-    fn outer_component_type_index(&mut self, count: u32, ty: u32) -> u32 {
-        ty + u32::from(self.depth == count && ty >= self.types)
-    }
-
-    fn push_depth(&mut self) {
-        self.depth += 1;
-    }
-
-    fn pop_depth(&mut self) {
-        self.depth -= 1;
-    }
+    thread_import(component, PROBE, probe_type, &rethreaded)
 }
 
 /// The nested component at `range` of `component` probing the instances of its runtime

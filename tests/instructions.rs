@@ -218,7 +218,9 @@ fn every_stack_reader_names_the_frames_it_names_for_time() {
         let (_, p) = counted(dir.path(), "js", &flags, &js, &[]);
         let top = p.top_self("instructions");
         assert!(
-            top.iter().take(2).any(|(name, _)| name == "fib (timed.js:4:1)"),
+            top.iter()
+                .take(2)
+                .any(|(name, _)| name == "fib (timed.js:4:1)"),
             "{top:?}"
         );
     }

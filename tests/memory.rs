@@ -372,3 +372,86 @@ fn component_allocation_sites_with_exact_values() {
         );
     }
 }
+
+/// `tests/fixtures/interpreters/allocs.js` run by a componentize-qjs component, every
+/// allocation recorded: QuickJS's engine, a module without names inside a component nested in
+/// the one run, has its C allocator found from its `cabi_realloc`, and each JavaScript line
+/// gets what it asked that allocator for, under its JavaScript frames (`fill` at the line,
+/// `run` at its call of `fill`). An ArrayBuffer of N bytes is one block of N + 8: QuickJS's
+/// 8-byte block header (`JSMallocBlockHeader`, quickjs-ng 0.16) before its data. The
+/// buffer's 32-byte record comes from QuickJS's own arenas of 40-byte blocks, which the C
+/// allocator sees once per arena: 4064 bytes (24 of header, 101 blocks), at the line that
+/// found the last one full, once at most in 20 rounds.
+#[test]
+fn a_quickjs_component_allocates_by_javascript_line() {
+    const ROUNDS: i64 = 20;
+    const HEADER: i64 = 8;
+    const ARENA: i64 = 4064;
+    let Some(qjs) = built_component("allocs-qjs.wasm") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let heap = dir.path().join("heap.pb.gz");
+    let out = wasmspy()
+        .args(["record", "--mem-rate", "1", "--mem-profile"])
+        .arg(&heap)
+        .args(["--invoke", &format!("run({ROUNDS})"), "--"])
+        .arg(&qjs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "\"20000060 20\"");
+    assert!(!stderr(&out).contains("memory profile"), "{}", stderr(&out));
+    let p = Decoded::load(&heap);
+    // By line of `fill`: alloc_objects, alloc_space, inuse_objects, inuse_space.
+    let mut by_line: BTreeMap<i64, [i64; 4]> = BTreeMap::new();
+    for sample in &p.0.sample {
+        let frames = p.sample_frames(sample);
+        let Some((_, file, line)) = frames.first() else {
+            continue;
+        };
+        if !file.ends_with("allocs.js") {
+            continue;
+        }
+        let caller = frames.get(1).map(|(_, file, line)| (file.as_str(), *line));
+        assert!(
+            caller.is_some_and(|(file, line)| file.ends_with("allocs.js") && line == 17),
+            "{frames:?}"
+        );
+        let values = by_line.entry(*line).or_default();
+        for (total, v) in values.iter_mut().zip(&sample.value) {
+            *total += v;
+        }
+    }
+    assert_eq!(
+        by_line.keys().copied().collect::<Vec<_>>(),
+        [10, 11],
+        "{by_line:?}"
+    );
+    // (line, the buffer's size, how many of them are kept).
+    for (line, size, kept) in [(10, 1_000_003, 0), (11, 2_000_017, ROUNDS)] {
+        let [objects, space, inuse_objects, inuse_space] = by_line[&line];
+        let arenas = objects - ROUNDS;
+        assert!(
+            (0..=1).contains(&arenas),
+            "line {line}: {:?}",
+            by_line[&line]
+        );
+        assert_eq!(
+            space,
+            ROUNDS * (size + HEADER) + arenas * ARENA,
+            "line {line}"
+        );
+        let arenas_in_use = inuse_objects - kept;
+        assert!(
+            (0..=arenas).contains(&arenas_in_use),
+            "line {line}: {:?}",
+            by_line[&line]
+        );
+        assert_eq!(
+            inuse_space,
+            kept * (size + HEADER) + arenas_in_use * ARENA,
+            "line {line}"
+        );
+    }
+}

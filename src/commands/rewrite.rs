@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::memory::component::{rewrite_component, RewrittenComponent};
+use crate::memory::component::{rewrite_component_noting, RewrittenComponent};
 use crate::memory::rewrite::{rewrite, Rewritten};
 use crate::runtime_probe::probe_runtimes;
 use anyhow::{Context, Result};
@@ -64,12 +64,19 @@ pub enum Rewrite {
 impl Rewrite {
     /// The rewrite of `wasm`, the program named `name`; warns when it has nothing to rewrite.
     pub fn of(wasm: &[u8], name: &str) -> Result<Self> {
+        let mut unrecognised = Vec::new();
         let rewritten = if wasmparser::Parser::is_component(wasm) {
-            rewrite_component(wasm).map(|r| r.map(Rewrite::Component))
+            rewrite_component_noting(wasm, &mut unrecognised).map(|r| r.map(Rewrite::Component))
         } else {
             rewrite(wasm).map(|r| r.map(|r| Rewrite::Module(Arc::new(r))))
         }
         .with_context(|| format!("cannot instrument the allocators of `{name}`"))?;
+        // A module whose allocators have no names and whose code is not recognised.
+        for why in unrecognised {
+            eprintln!(
+                "wasmspy: warning: {name}/{why}: the memory profile leaves out its allocations"
+            );
+        }
         Ok(rewritten.unwrap_or_else(|| {
             eprintln!("wasmspy: warning: {name} has no allocator function wasmspy knows (malloc, free, __rust_alloc, ...): the memory profile will be empty");
             Rewrite::None

@@ -106,6 +106,10 @@ impl Resolver {
                 .get(index)
                 .map_or(core.range.start, |c| c.range.start) as u32;
             let rewrite = rewritten.and_then(|r| r.modules.get(index).cloned().flatten());
+            // Allocators found by their code's shape, where the module names none.
+            if let Some(rewrite) = &rewrite {
+                symbolizer.name_functions(&rewrite.c_names());
+            }
             // Registered in this order, after the whole component is read.
             owners.push(CodeOwner {
                 module: ModuleId::from_index(self.modules.len() + index),

@@ -4,13 +4,15 @@
 //! ([`demangle`]), where data segments put their bytes ([`data`]), and where a C program keeps
 //! its own data, from its DWARF
 //! ([`dwarf_layout`]): CPython's, to read its Python stack ([`crate::runtimes::cpython`]); a core
-//! module's bytes, shared with its component's ([`module_bytes`]).
+//! module's bytes, shared with its component's ([`module_bytes`]); a host function threaded
+//! into nested components ([`nested`]).
 
 pub mod component;
 pub mod data;
 pub mod demangle;
 pub mod dwarf_layout;
 pub mod module_bytes;
+pub mod nested;
 
 #[cfg(test)]
 pub(crate) mod tests {

@@ -90,6 +90,19 @@ impl Allocator {
         })
     }
 
+    /// C's name of a C allocator (`malloc`...), for a function found by its code's shape.
+    pub fn c_name(self) -> Option<&'static str> {
+        Some(match self {
+            Allocator::Malloc => "malloc",
+            Allocator::Calloc => "calloc",
+            Allocator::Realloc => "realloc",
+            Allocator::Free => "free",
+            Allocator::AlignedAlloc => "aligned_alloc",
+            Allocator::PosixMemalign => "posix_memalign",
+            _ => return None,
+        })
+    }
+
     /// The number the wrapper reports.
     pub fn code(self) -> i32 {
         ALL.iter().position(|&a| a == self).unwrap_or(0) as i32

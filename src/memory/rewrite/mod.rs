@@ -28,6 +28,7 @@ mod hook;
 mod rewritten;
 mod scan;
 mod sections;
+mod shape;
 mod wrappers;
 
 use anyhow::Result;
@@ -40,6 +41,7 @@ pub use hook::{
 };
 pub use rewritten::Rewritten;
 use scan::Scan;
+use shape::Shape;
 
 /// Rewrites `wasm`'s allocator functions; `None` when it has none with the expected signature.
 ///
@@ -74,7 +76,9 @@ use scan::Scan;
 /// assert!(rewrite(&plain).unwrap().is_none());
 /// ```
 pub fn rewrite(wasm: &[u8]) -> Result<Option<Rewritten>, crate::Error> {
-    rewrite_as(wasm, None).map_err(crate::Error::Malformed)
+    rewrite_as(wasm, None)
+        .map(|(rewritten, _)| rewritten)
+        .map_err(crate::Error::Malformed)
 }
 
 /// As [`rewrite`], for a core module of a component: the functions exported as `host_called`
@@ -84,20 +88,42 @@ pub fn rewrite(wasm: &[u8]) -> Result<Option<Rewritten>, crate::Error> {
 /// [`Rewritten::reports`]. In a module that does not define `malloc`, whose allocators may
 /// call another module's, the allocators' wrappers tell the hook they enter and leave as
 /// [`Allocator::HostCalled`]'s do, so that the component's gate nests the other modules'
-/// wrappers in them.
+/// wrappers in them. A module that names no allocator has C's found by their code's shape,
+/// from its `cabi_realloc`, if it is recognised (`shape.rs`).
 pub fn rewrite_in_component(
     wasm: &[u8],
     host_called: &[String],
 ) -> Result<Option<Rewritten>, crate::Error> {
-    rewrite_as(wasm, Some(host_called)).map_err(crate::Error::Malformed)
+    rewrite_as(wasm, Some(host_called))
+        .map(|(rewritten, _)| rewritten)
+        .map_err(crate::Error::Malformed)
 }
 
-/// [`rewrite`] (`host_called`: `None`) or [`rewrite_in_component`].
-pub(super) fn rewrite_as(wasm: &[u8], host_called: Option<&[String]>) -> Result<Option<Rewritten>> {
+/// [`rewrite`] (`host_called`: `None`) or [`rewrite_in_component`]; with why a module of a
+/// component whose allocators have no names was not recognised, if it was not (see
+/// [`shape`]).
+pub(super) fn rewrite_as(
+    wasm: &[u8],
+    host_called: Option<&[String]>,
+) -> Result<(Option<Rewritten>, Option<String>)> {
     let scan = Scan::of(wasm)?;
-    let defines_malloc = scan.names.iter().any(|(&index, name)| {
-        name == "malloc" && scan.allocator_params(index, Allocator::Malloc).is_some()
-    });
+    // A module of a component without allocators by name may have them by their code's shape.
+    let named = scan
+        .names
+        .values()
+        .any(|name| Allocator::by_name(name).is_some());
+    let (shaped, unrecognised) = match host_called.is_some() && !named {
+        true => match shape::from_canonical_realloc(&scan, wasm) {
+            Shape::Found(found) => (found, None),
+            Shape::Unrecognised(why) => (Vec::new(), Some(why)),
+            Shape::NoAnchor => (Vec::new(), None),
+        },
+        false => (Vec::new(), None),
+    };
+    let defines_malloc = shaped.iter().any(|&(_, a)| a == Allocator::Malloc)
+        || scan.names.iter().any(|(&index, name)| {
+            name == "malloc" && scan.allocator_params(index, Allocator::Malloc).is_some()
+        });
     let nests_across_modules = host_called.is_some() && !defines_malloc;
     let by_name = scan
         .names
@@ -109,23 +135,25 @@ pub(super) fn rewrite_as(wasm: &[u8], host_called: Option<&[String]>) -> Result<
         .iter()
         .filter_map(|name| Some((*scan.exports.get(name)?, Allocator::HostCalled)));
     let wrapped: Vec<(u32, Allocator)> = by_name
+        .chain(shaped)
         .chain(by_export)
         .filter(|&(index, allocator)| scan.allocator_params(index, allocator).is_some())
         .collect::<std::collections::BTreeMap<_, _>>()
         .into_iter()
         .collect();
     if wrapped.is_empty() {
-        return Ok(None);
+        return Ok((None, unrecognised));
     }
     let module = scan.encode(wasm, &wrapped, nests_across_modules)?;
     let moved = scan.offset_map(&module, &wrapped)?;
-    Ok(Some(Rewritten {
+    let rewritten = Rewritten {
         wasm: module,
         wrapped,
         first_moved: scan.imported_functions + scan.defined.len() as u32,
         moved,
         tells: nests_across_modules,
-    }))
+    };
+    Ok((Some(rewritten), unrecognised))
 }
 
 #[cfg(test)]

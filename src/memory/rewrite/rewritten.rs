@@ -64,6 +64,15 @@ impl Rewritten {
             .any(|&(_, a)| a != Allocator::HostCalled)
     }
 
+    /// C's names of the C allocators wrapped (`malloc`...), by their function index: the
+    /// names of the functions found by their code's shape, in a module without names.
+    pub fn c_names(&self) -> std::collections::HashMap<u32, String> {
+        self.wrapped
+            .iter()
+            .filter_map(|&(index, allocator)| Some((index, allocator.c_name()?.to_string())))
+            .collect()
+    }
+
     /// Whether function `func_index` of the rewritten module is an allocator's wrapper.
     pub fn is_wrapper(&self, func_index: u32) -> bool {
         self.wrapped.iter().any(|&(i, _)| i == func_index)
