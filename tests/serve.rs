@@ -900,6 +900,26 @@ fn pulley_requests_are_sampled_with_their_stacks() {
     );
 }
 
+/// `wasmspy serve` of an interpreter's `wasi:http` component, at 1 kHz with `-S cli` (the
+/// interpreters' runtimes import `wasi:cli`, not only the proxy world's part), writing `outs`.
+fn serve_interpreted(component: &Path, outs: &[&Path]) -> Server {
+    let mut command = wasmspy();
+    command.args([
+        "serve",
+        "--addr",
+        "127.0.0.1:0",
+        "-S",
+        "cli",
+        "--rate",
+        "1000",
+    ]);
+    for out in outs {
+        command.arg("-o").arg(out);
+    }
+    command.arg("--");
+    Server::spawn(command, component)
+}
+
 /// A componentize-py `wasi:http` handler (CPython 3.14 inside the component, a WASI 0.2
 /// instance per request): 24 requests, 4 at a time, each running one of two Python loops
 /// (`/squares/N` or `/remainders/N`). Each request's samples in a loop carry its own labels
@@ -912,20 +932,8 @@ fn a_python_handlers_requests_show_their_python_frames_under_their_labels() {
     };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("serve.pb.gz");
-    let mut command = wasmspy();
     // componentize-py's runtime imports all of `wasi:cli`, not only the proxy world's part.
-    command.args([
-        "serve",
-        "--addr",
-        "127.0.0.1:0",
-        "-S",
-        "cli",
-        "--rate",
-        "1000",
-        "-o",
-    ]);
-    command.arg(&out).arg("--");
-    let server = Server::spawn(command, &component);
+    let server = serve_interpreted(&component, &[&out]);
     let loops = ["squares", "remainders"];
     std::thread::scope(|s| {
         for worker in 0..4 {
@@ -1002,20 +1010,8 @@ fn a_javascript_handlers_requests_show_their_javascript_frames_under_their_label
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("serve.pb.gz");
     let firefox = dir.path().join("serve.json");
-    let mut command = wasmspy();
-    // componentize-qjs's engine (built for WASI 0.2) imports `wasi:cli`, which needs `-S cli`.
-    command.args([
-        "serve",
-        "--addr",
-        "127.0.0.1:0",
-        "-S",
-        "cli",
-        "--rate",
-        "1000",
-        "-o",
-    ]);
-    command.arg(&out).arg("-o").arg(&firefox).arg("--");
-    let server = Server::spawn(command, &component);
+    // componentize-qjs's engine (built for WASI 0.2) imports `wasi:cli`.
+    let server = serve_interpreted(&component, &[&out, &firefox]);
     // About 20 ms (fib) and 30 ms (build) of CPU each.
     let works = [("fib", "26", "121393"), ("build", "150000", "150000")];
     let sent = 48;

@@ -14,7 +14,7 @@
 //! rewritten too (componentize-qjs's QuickJS engine is in one), and a gate of its own, for its
 //! own modules: it imports the hook and the gate module, which the top level imports and
 //! defines after all of its own modules and passes in where it instantiates it
-//! ([`crate::wasm::nested`]); a gate module defined inside it would move the index of every
+//! (`wasm/nested.rs`); a gate module defined inside it would move the index of every
 //! module after it.
 //!
 //! The gate passes each report on to the host, and nests allocators across modules. A
@@ -56,7 +56,7 @@ use crate::wasm::nested::{self_contained, thread_import, NestedComponents, Rethr
 pub const ALLOCATOR_HOOK: &str = "wasmspy-allocator-hook";
 
 /// The name under which a nested component imports its gate module, which its parent defines
-/// (see [`crate::wasm::nested`]).
+/// (see `wasm/nested.rs`).
 pub const GATE_IMPORT: &str = "wasmspy-allocator-gate";
 
 /// A component whose core modules' allocators report to the host.
