@@ -16,6 +16,7 @@ pub mod go;
 mod instance;
 pub mod interpreted;
 pub mod quickjs;
+pub mod spidermonkey;
 mod walk_counts;
 
 use std::sync::Arc;

@@ -1,0 +1,118 @@
+//! The generator's checks, rerun on the npm package: what the rules derive from its three
+//! engines is `generated.rs`, text and all.
+
+use super::generate::{self, Checked, DEBUG, STRIPPED};
+use super::{SpiderMonkeyLayout, ENGINES, FIELDS, LAYOUT};
+
+/// The package's directory, or `None` (with a note; a failure under CI, where
+/// `scripts/test.sh` installs it) where it is missing, as `tests/common`'s `skip` does.
+fn package() -> Option<std::path::PathBuf> {
+    let dir = generate::package_dir();
+    if dir.join("lib").join(DEBUG).exists() {
+        return Some(dir);
+    }
+    let why = format!(
+        "{} is missing: tests/fixtures/interpreters/build.sh installs it",
+        dir.display()
+    );
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "spidermonkey layout: {why}, under CI"
+    );
+    eprintln!("skipped: spidermonkey layout: {why}");
+    None
+}
+
+impl SpiderMonkeyLayout {
+    /// Field `name`'s value.
+    fn field(&self, name: &str) -> Option<u32> {
+        Some(match name {
+            "cx_activation" => self.cx_activation,
+            "activation_prev" => self.activation_prev,
+            "activation_kind" => self.activation_kind,
+            "activation_kind_interpreter" => self.activation_kind_interpreter,
+            "activation_kind_jit" => self.activation_kind_jit,
+            "interpreter_regs_pc" => self.interpreter_regs_pc,
+            "interpreter_regs_fp" => self.interpreter_regs_fp,
+            "interpreter_entry_frame" => self.interpreter_entry_frame,
+            "frame_flags" => self.frame_flags,
+            "frame_script" => self.frame_script,
+            "frame_prev" => self.frame_prev,
+            "frame_prevpc" => self.frame_prevpc,
+            "script_function" => self.script_function,
+            "script_source_object" => self.script_source_object,
+            "script_lineno" => self.script_lineno,
+            "script_column" => self.script_column,
+            "script_shared_data" => self.script_shared_data,
+            "shared_data_isd" => self.shared_data_isd,
+            "isd_code_length" => self.isd_code_length,
+            "isd_code" => self.isd_code,
+            "source_object_source" => self.source_object_source,
+            "source_filename" => self.source_filename,
+            "filename_chars" => self.filename_chars,
+            "function_atom" => self.function_atom,
+            "string_flags" => self.string_flags,
+            "string_length" => self.string_length,
+            "string_chars" => self.string_chars,
+            "string_inline_bit" => self.string_inline_bit,
+            "string_latin1_bit" => self.string_latin1_bit,
+            _ => return None,
+        })
+    }
+}
+
+#[test]
+fn generated_is_derived() {
+    let Some(package) = package() else { return };
+    let derived = generate::derive(&package).unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(derived.version, LAYOUT.package_version);
+    for field in FIELDS {
+        assert_eq!(
+            LAYOUT.field(field).map(i64::from),
+            Some(derived.fields[field].0),
+            "{field}"
+        );
+    }
+    for ((file, at), engine) in derived.addresses.iter().zip(ENGINES) {
+        assert_eq!(
+            (*file, at.context, at.tls_context),
+            (engine.file, engine.context, engine.tls_context)
+        );
+    }
+    // Every rule ran on the debug engine; each stripped engine had most rules' functions.
+    for Checked { file, rules, .. } in &derived.checked {
+        assert_eq!(
+            rules.iter().map(|r| r.0).collect::<Vec<_>>(),
+            generate::rule_names()
+        );
+        let matched = rules.iter().filter(|(_, f)| f.func().is_some()).count();
+        assert!(
+            matched * 4 >= rules.len() * 3,
+            "{file}: {matched} of {} rules' functions found",
+            rules.len()
+        );
+    }
+    assert_eq!(
+        derived.checked.iter().map(|c| c.file).collect::<Vec<_>>(),
+        STRIPPED
+    );
+    let text = generate::text(&derived).unwrap();
+    assert!(
+        text == include_str!("generated.rs"),
+        "generated.rs is not what the rules derive now: `cargo test --features internals --lib \
+         spidermonkey::layouts -- --ignored write_generated` writes it again"
+    );
+}
+
+/// The generator: writes `generated.rs`.
+#[test]
+#[ignore = "writes generated.rs"]
+fn write_generated() {
+    let package = package().expect("the npm package");
+    let derived = generate::derive(&package).unwrap_or_else(|e| panic!("{e:?}"));
+    std::fs::write(
+        generate::generated_path(),
+        generate::text(&derived).unwrap(),
+    )
+    .unwrap();
+}
