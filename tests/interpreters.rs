@@ -402,7 +402,9 @@ fn quickjs_frames_are_named_as_quickjs_names_them() {
         assert!(functions.contains(&name), "{name}: {functions:?}");
     }
     for class in ["Lexer", "Parser"] {
-        let found = functions.iter().filter(|f| f.starts_with(&format!("{class} (")));
+        let found = functions
+            .iter()
+            .filter(|f| f.starts_with(&format!("{class} (")));
         assert_eq!(found.count(), 1, "{class}: {functions:?}");
     }
 }
