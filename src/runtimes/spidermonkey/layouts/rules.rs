@@ -72,6 +72,21 @@ fn stores(r: &Reading) -> impl Iterator<Item = (&Access, &Val)> {
         .filter_map(|a| Some((a, a.value.as_ref()?)))
 }
 
+/// The one 64-bit Value read from an object a field of the script (parameter `script`) points
+/// to: (the field's offset, the Value's offset in that object).
+fn value_of_a_field(r: &Reading, script: u32) -> Result<(i64, i64)> {
+    one(
+        "i64.load from a field of the script",
+        r.accesses
+            .iter()
+            .filter(|a| a.op == "i64.load")
+            .filter_map(|a| {
+                let (base, o) = load(&a.base)?;
+                (*base == Val::Param(script)).then_some((o, a.offset))
+            }),
+    )
+}
+
 /// `v` as a load: its address's base and offset.
 fn load(v: &Val) -> Option<(&Val, i64)> {
     match v {
@@ -302,16 +317,7 @@ pub const RULES: &[Rule] = &[
         name: "script source",
         function: PROFILER_ENTER,
         derive: |_, r| {
-            let (source_object, slot) = one(
-                "i64.load from a field of the script",
-                r.accesses
-                    .iter()
-                    .filter(|a| a.op == "i64.load")
-                    .filter_map(|a| {
-                        let (base, o) = load(&a.base)?;
-                        (*base == Val::Param(2)).then_some((o, a.offset))
-                    }),
-            )?;
+            let (source_object, slot) = value_of_a_field(r, 2)?;
             Ok(vec![
                 ("script_source_object", source_object),
                 ("source_object_source", slot),
@@ -472,16 +478,7 @@ pub const RULES: &[Rule] = &[
         name: "function name",
         function: ALLOC_PROFILE_STRING,
         derive: |_, r| {
-            let (function, atom) = one(
-                "i64.load from a field of the script",
-                r.accesses
-                    .iter()
-                    .filter(|a| a.op == "i64.load")
-                    .filter_map(|a| {
-                        let (base, o) = load(&a.base)?;
-                        (*base == Val::Param(1)).then_some((o, a.offset))
-                    }),
-            )?;
+            let (function, atom) = value_of_a_field(r, 1)?;
             Ok(vec![("script_function", function), ("function_atom", atom)])
         },
     },
