@@ -14,6 +14,8 @@
 //! not at every instruction: a caller's line is the call's, and the innermost frame's is that
 //! of the last call or throwing operation it began, its first line before any.
 
+use std::cell::Cell;
+
 use super::layouts::QuickJsLayout;
 use crate::runtimes::interpreted::{
     CodeKey, CodeNames, Frame, LineBudget, LoopCheck, RawStr, Text, MAX_STEPS,
@@ -60,6 +62,7 @@ impl JsCode {
             memory,
             rt,
             lines: LineBudget::default(),
+            atoms: Cell::new(None),
         };
         self.counts.count(walk.frames(out)).unwrap_or(0)
     }
@@ -75,6 +78,9 @@ struct Walk<'a, M> {
     memory: &'a M,
     rt: u32,
     lines: LineBudget,
+    /// The runtime's atom table (its size, its array), read once a walk, at the first frame
+    /// that needs it: every frame's file is an atom.
+    atoms: Cell<Option<Option<(u32, u32)>>>,
 }
 
 impl<M: Memory> Walk<'_, M> {
@@ -242,12 +248,22 @@ impl<M: Memory> Walk<'_, M> {
     /// table).
     fn atom_string(&self, atom: u32) -> u32 {
         let l = self.code.layout;
+        let table = self.atoms.get().unwrap_or_else(|| {
+            let read = || {
+                Some((
+                    self.u32(self.rt, l.rt_atom_size)?,
+                    self.u32(self.rt, l.rt_atom_array)?,
+                ))
+            };
+            let table = read();
+            self.atoms.set(Some(table));
+            table
+        });
         let string = (|| {
-            let size = self.u32(self.rt, l.rt_atom_size)?;
+            let (size, array) = table?;
             if atom == 0 || atom >= size {
                 return None;
             }
-            let array = self.u32(self.rt, l.rt_atom_array)?;
             self.u32(array, atom.checked_mul(4)?)
         })();
         // A free slot holds the next free one's index, tagged in its low bit.
