@@ -152,7 +152,7 @@ pub fn text(d: &Derivation) -> Result<String> {
     }
     writeln!(
         out,
-        "\nuse super::{{EngineAddresses, SpiderMonkeyLayout}};\n\n\
+        "\n#[cfg(test)]\nuse super::EngineAddresses;\nuse super::SpiderMonkeyLayout;\n\n\
          pub const LAYOUT: SpiderMonkeyLayout = SpiderMonkeyLayout {{\n    \
          package_version: \"{}\",",
         d.version
@@ -161,7 +161,10 @@ pub fn text(d: &Derivation) -> Result<String> {
         let (value, rule) = d.fields[field];
         writeln!(out, "    // Rule `{rule}`.\n    {field}: {value},")?;
     }
-    writeln!(out, "}};\n\npub const ENGINES: &[EngineAddresses] = &[")?;
+    writeln!(
+        out,
+        "}};\n\n#[cfg(test)]\npub const ENGINES: &[EngineAddresses] = &["
+    )?;
     for (file, a) in &d.addresses {
         let context = a
             .context

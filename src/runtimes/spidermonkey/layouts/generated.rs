@@ -29,7 +29,9 @@
 //   function name: function 11009, same shape
 //   display name: function 14799, 100 % alike
 
-use super::{EngineAddresses, SpiderMonkeyLayout};
+#[cfg(test)]
+use super::EngineAddresses;
+use super::SpiderMonkeyLayout;
 
 pub const LAYOUT: SpiderMonkeyLayout = SpiderMonkeyLayout {
     package_version: "0.23.0",
@@ -93,6 +95,7 @@ pub const LAYOUT: SpiderMonkeyLayout = SpiderMonkeyLayout {
     string_latin1_bit: 1024,
 };
 
+#[cfg(test)]
 pub const ENGINES: &[EngineAddresses] = &[
     // From `api::Engine::cx()` and `JSContext::init()`.
     EngineAddresses {

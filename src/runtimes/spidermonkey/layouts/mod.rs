@@ -10,16 +10,24 @@
 //! debug engine is found in the stripped release and weval engines, [`matching`]'s; where each
 //! engine keeps the `JSContext*`, [`addresses`]'.
 
+#[cfg(test)]
 mod addresses;
+#[cfg(test)]
 mod code;
+#[cfg(test)]
 mod generate;
 mod generated;
+#[cfg(test)]
 mod matching;
+#[cfg(test)]
 mod rules;
 
-pub use generated::{ENGINES, LAYOUT};
+#[cfg(test)]
+pub use generated::ENGINES;
+pub use generated::LAYOUT;
 
 /// Where an engine keeps the `JSContext*`, at addresses its linker chose.
+#[cfg(test)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EngineAddresses {
     /// The engine's file in the package's `lib/`.
@@ -97,6 +105,7 @@ pub struct SpiderMonkeyLayout {
 }
 
 /// The fields of [`SpiderMonkeyLayout`] the rules derive, in its order.
+#[cfg(test)]
 const FIELDS: &[&str] = &[
     "cx_activation",
     "activation_prev",
