@@ -66,6 +66,29 @@ fn go_module_corpus_reads_without_panic() {
 }
 
 #[test]
+fn spidermonkey_walk_corpus_walks_without_panic() {
+    for input in corpus("spidermonkey_walk") {
+        guest_readers::spidermonkey_walk(&input);
+    }
+}
+
+/// The committed seed is the walk's example as it is now: a change of the example or the
+/// layout is seen here, and the seed written again (`WRITE_SEED=1`).
+#[test]
+fn spidermonkey_walk_seed_is_the_example() {
+    let seed = guest_readers::spidermonkey_seed();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/spidermonkey_walk/example");
+    if std::env::var_os("WRITE_SEED").is_some() {
+        std::fs::write(&path, &seed).unwrap();
+    }
+    assert!(
+        std::fs::read(&path).unwrap() == seed,
+        "{}: WRITE_SEED=1 writes it",
+        path.display()
+    );
+}
+
+#[test]
 fn python_offsets_corpus_walks_without_panic() {
     for input in corpus("python_offsets") {
         guest_readers::python_offsets(&input);

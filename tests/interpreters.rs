@@ -54,30 +54,71 @@ fn inclusive_share(p: &Decoded, function: &str) -> f64 {
     with as f64 / p.total("samples") as f64
 }
 
+/// ComponentizeJS's debug engine (StarlingMonkey: SpiderMonkey 147, with a name section): the
+/// profile shows the script's JavaScript frames, `fib` (recursing, at its lines 4 and 5: the
+/// engine puts `fib`'s return on its closing line) under `run` at the line that calls it,
+/// under ComponentizeJS's generated bindings; with `--native`, the engine's own functions,
+/// each `js::Interpret` replaced by the JavaScript frames it runs.
 #[test]
-fn a_javascript_component_shows_spidermonkey() {
+fn a_javascript_component_shows_its_javascript_frames() {
     let Some(js) = built_component("fib-js.wasm") else {
         return;
     };
     // StarlingMonkey imports `wasi:http` for `fetch`.
-    let (p, _) = recorded(&js, &[], &["-S", "http"], &[], "fib(27) = 196418\n");
-    let interpret = "js::Interpret(JSContext*, js::RunState&)";
-    let share = inclusive_share(&p, interpret);
+    let (p, said) = recorded(&js, &[], &["-S", "http"], &[], "fib(27) = 196418\n");
     assert!(
-        share > 0.5,
-        "{interpret}: {share:.2}: {:?}",
+        !said.contains("not JavaScript frames"),
+        "recognised: {said}"
+    );
+    let fib = "fib (fib.js:3:13)";
+    let share = inclusive_share(&p, fib);
+    assert!(
+        share > 0.8,
+        "{fib}: {share:.2}: {:?}",
         p.top_self("samples")
     );
-    let top = p.top_self("samples");
-    assert!(
-        top.iter().take(5).any(|(n, _)| n.starts_with("js::")),
-        "the engine's own functions lead: {top:?}"
-    );
+    let mut in_fib = 0;
+    for s in &p.0.sample {
+        let frames = p.sample_frames(s);
+        let Some(first) = frames.iter().position(|(name, ..)| name == fib) else {
+            continue;
+        };
+        in_fib += 1;
+        let run = frames
+            .iter()
+            .position(|(name, ..)| name == "run (fib.js:8:6)");
+        assert!(
+            frames[first..run.unwrap_or(frames.len())]
+                .iter()
+                .all(|(name, file, line)| name == fib && file == "fib.js" && [4, 5].contains(line))
+                && run.is_some_and(|r| frames[r].2 == 9),
+            "{frames:?}"
+        );
+    }
+    // Distinct stacks: fib's depths and lines.
+    assert!(in_fib >= 5, "{:?}", p.top_self("samples"));
     let mappings = p.mapping_names();
     assert!(
         mappings.contains(&"fib-js.wasm/starling-raw.wasm"),
         "{mappings:?}"
     );
+    let dir = tempfile::tempdir().unwrap();
+    let (_, p) = record_ok(dir.path(), &["--native", "-S", "http"], &js, &[]);
+    let interpret = "js::Interpret(JSContext*, js::RunState&)";
+    let mut spliced = 0;
+    for (names, _) in p.stacks() {
+        // Leaf first: fib's frames, then the engine's frames that called the loop.
+        let Some(run) = names.iter().position(|n| n == "run (fib.js:8:6)") else {
+            continue;
+        };
+        assert!(!names.iter().any(|n| n == interpret), "{names:?}");
+        assert!(
+            names[run + 1..].iter().any(|n| n.starts_with("js::")),
+            "{names:?}"
+        );
+        spliced += usize::from(names[..run].iter().any(|n| n == fib));
+    }
+    assert!(spliced >= 5, "{:?}", p.top_self("samples"));
 }
 
 /// componentize-qjs's default output uses the component model's async ABI (`task.return`,
@@ -471,7 +512,7 @@ impl BundleShares {
 }
 
 /// Two real npm libraries (marked 15, htmlparser2 12; tests/fixtures/interpreters/realcode/),
-/// each bundled by esbuild with a script that renders generated input, profiled under QuickJS
+/// each bundled by esbuild with a script that renders generated input, profiled under QuickJS and StarlingMonkey
 /// by wasmspy and under Node by `node --cpu-prof` (converted by wasmspy: both are then keyed the
 /// same way). Every function Node finds holding 2 % of the time or more is in ours under the
 /// name Node gives it, starting on the same line (an implicit constructor: below it); the library holds at least 90 % of ours; and
@@ -481,18 +522,28 @@ impl BundleShares {
 /// one function differ; one entry holding 92 %, as before, has a spread of 1).
 #[test]
 fn real_libraries_are_named_as_node_names_them() {
-    for (lib, ours_rounds, node_rounds) in [("marked", "6", "300"), ("htmlparser2", "15", "150")] {
-        let Some(qjs) = built_component(&format!("{lib}-qjs.wasm")) else {
+    let engines = [
+        ("marked", "qjs", "6", "300"),
+        ("htmlparser2", "qjs", "15", "150"),
+        ("marked", "sm", "20", "300"),
+        ("htmlparser2", "sm", "8", "150"),
+    ];
+    for (lib, engine, ours_rounds, node_rounds) in engines {
+        let Some(component) = built_component(&format!("{lib}-{engine}.wasm")) else {
             continue;
         };
-        let bundle = qjs.with_file_name(format!("{lib}.bundle.js"));
+        // StarlingMonkey's bundle is Node's with marked's `\p{…}` classes written as ranges
+        // (its engine has no Unicode property data), line for line.
+        let bundle = component.with_file_name(format!("{lib}.bundle.js"));
         let text = std::fs::read_to_string(&bundle).unwrap();
         // esbuild marks where each module's code begins: the entry script's comes last.
         let entry = format!("// realcode/{lib}_run.js");
         let entry_line = 1 + text.lines().position(|l| l == entry).unwrap() as i64;
         let dir = tempfile::tempdir().unwrap();
         let invoke = format!("run({ours_rounds})");
-        let (out, ours) = record_ok(dir.path(), &["--invoke", &invoke], &qjs, &[]);
+        let http: &[&str] = if engine == "sm" { &["-S", "http"] } else { &[] };
+        let flags = [http, &["--invoke", &invoke]].concat();
+        let (out, ours) = record_ok(dir.path(), &flags, &component, &[]);
         let printed = stdout(&out);
         let node_dir = dir.path().join("node");
         let node = Command::new("node")
@@ -514,7 +565,11 @@ fn real_libraries_are_named_as_node_names_them() {
                 .unwrap()
                 .to_string()
         };
-        assert_eq!(hash(&printed), hash(&stdout(&node)), "{lib}: {printed}");
+        assert_eq!(
+            hash(&printed),
+            hash(&stdout(&node)),
+            "{lib} {engine}: {printed}"
+        );
         let cpuprofile = std::fs::read_dir(&node_dir)
             .unwrap()
             .next()
@@ -561,7 +616,7 @@ fn real_libraries_are_named_as_node_names_them() {
                 .collect::<Vec<_>>()
         };
         let what = format!(
-            "{lib}: ours {:?}, spread {}; Node's {:?}, spread {}",
+            "{lib} {engine}: ours {:?}, spread {}; Node's {:?}, spread {}",
             top(&ours),
             ours.spread(),
             top(&node),

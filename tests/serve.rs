@@ -1004,13 +1004,34 @@ fn a_python_handlers_requests_show_their_python_frames_under_their_labels() {
 /// under a `/fib` one; and the requests ran on more than one of the runtime's threads.
 #[test]
 fn a_javascript_handlers_requests_show_their_javascript_frames_under_their_labels() {
-    let Some(component) = built_component("http-qjs.wasm") else {
+    handler_requests_show_their_javascript_frames(
+        "http-qjs.wasm",
+        "http_handler.js",
+        "answer(request.getPathWithQuery()",
+    );
+}
+
+/// The same of a ComponentizeJS `wasi:http` handler (StarlingMonkey's fetch event, WASI 0.2:
+/// an instance per request), `http_handler.js`'s twin.
+#[test]
+fn a_starlingmonkey_handlers_requests_show_their_javascript_frames_under_their_labels() {
+    handler_requests_show_their_javascript_frames(
+        "http-sm.wasm",
+        "http_handler_sm.js",
+        "answer(new URL(request.url).pathname)",
+    );
+}
+
+/// The requests to `component` (built from `source`, whose handler calls `answer` at the line
+/// that holds `handle_call`), as the tests above say.
+fn handler_requests_show_their_javascript_frames(component: &str, source: &str, handle_call: &str) {
+    let Some(component) = built_component(component) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("serve.pb.gz");
     let firefox = dir.path().join("serve.json");
-    // componentize-qjs's engine (built for WASI 0.2) imports `wasi:cli`.
+    // The engines (built for WASI 0.2) import `wasi:cli`.
     let server = serve_interpreted(&component, &[&out, &firefox]);
     // About 20 ms (fib) and 30 ms (build) of CPU each.
     let works = [("fib", "26", "121393"), ("build", "150000", "150000")];
@@ -1033,12 +1054,13 @@ fn a_javascript_handlers_requests_show_their_javascript_frames_under_their_label
     let p = Decoded::load(&out);
     let cpu = p.value_index("cpu");
 
-    let source = std::fs::read_to_string(fixture("interpreters/http_handler.js")).unwrap();
+    let file = source;
+    let source = std::fs::read_to_string(fixture(&format!("interpreters/{file}"))).unwrap();
     let line_of = |text: &str| {
         source
             .lines()
             .position(|l| l.contains(text))
-            .unwrap_or_else(|| panic!("{text} is not in http_handler.js")) as i64
+            .unwrap_or_else(|| panic!("{text} is not in {file}")) as i64
             + 1
     };
     let fib_start = line_of("function fib(");
@@ -1052,11 +1074,11 @@ fn a_javascript_handlers_requests_show_their_javascript_frames_under_their_label
             .unwrap() as i64;
     let build_start = line_of("function build(");
     let answer_call = line_of("work(Number(n))");
-    let handle_call = line_of("answer(request.getPathWithQuery()");
-    // A frame of http_handler.js's `function` (named with where it starts: `fib
+    let handle_call = line_of(handle_call);
+    // A frame of the handler's `function` (named with where it starts: `fib
     // (http_handler.js:7:1)`).
     let is = |frame: &(String, String, i64), function: &str| {
-        frame.0.starts_with(&format!("{function} (")) && frame.1.ends_with("http_handler.js")
+        frame.0.starts_with(&format!("{function} (")) && frame.1.ends_with(file)
     };
 
     let (mut in_works, mut labeled) = (0, 0);
@@ -1078,15 +1100,16 @@ fn a_javascript_handlers_requests_show_their_javascript_frames_under_their_label
             continue;
         };
         in_works += sample.value[cpu];
-        // Leaf first: the work function's frames (or the engine's own, `[wasmtime]`, above
-        // them), then `answer` and `handle` at their calls.
+        // Leaf first: the work function's frames (or the engine's own, `[wasmtime]`, or a host
+        // call it makes, StarlingMonkey's clock, above them), then `answer` and `handle` at
+        // their calls.
         let answer = frames
             .iter()
             .position(|f| is(f, "answer"))
             .unwrap_or_else(|| panic!("no answer frame: {frames:?}"));
         for frame in &frames[..answer] {
             assert!(
-                is(frame, name) || frame.0.starts_with('['),
+                is(frame, name) || frame.0.starts_with('[') || frame.0.starts_with("wasi:"),
                 "{name}'s sample: {frames:?}"
             );
         }

@@ -169,9 +169,14 @@ pub fn detect(
     module: &ModuleFacts<'_>,
     warnings: &mut Vec<Warning>,
 ) -> Option<Arc<dyn Runtime>> {
-    [go::detect, quickjs::detect, cpython::detect]
-        .into_iter()
-        .find_map(|detect| detect(file_name, wasm, module, warnings))
+    [
+        go::detect,
+        quickjs::detect,
+        cpython::detect,
+        spidermonkey::detect,
+    ]
+    .into_iter()
+    .find_map(|detect| detect(file_name, wasm, module, warnings))
 }
 
 /// What the symbolizer read of a module that detection uses.

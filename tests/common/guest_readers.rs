@@ -1,7 +1,8 @@
 //! The readers of guest-supplied bytes that the fuzz targets of the same names drive
 //! (`fuzz/fuzz_targets/`), shared with `tests/fuzz_corpus.rs`, which replays their corpora on
 //! stable Rust: a Go symbol table (`pclntab`), CPython's `_Py_DebugOffsets` with the Python
-//! stack walked over made-up memory, and corrupted DWARF under the structure-layout reader.
+//! stack walked over made-up memory, SpiderMonkey's JavaScript stack walked over made-up memory,
+//! and corrupted DWARF under the structure-layout reader.
 
 use wasm_encoder::{
     CodeSection, ConstExpr, CustomSection, DataSection, Function, FunctionSection, Instruction,
@@ -11,6 +12,8 @@ use wasmspy::internals::runtimes::cpython::layout::{eval_loop, PythonLayout};
 use wasmspy::internals::runtimes::cpython::layout_without_dwarf;
 use wasmspy::internals::runtimes::go::{GoModule, BUILD_ID_SECTION, FIRST_PC_F};
 use wasmspy::internals::runtimes::interpreted::{CodeId, Frame};
+use wasmspy::internals::runtimes::spidermonkey::example as spidermonkey;
+use wasmspy::internals::runtimes::spidermonkey::ScriptCode;
 use wasmspy::internals::shared::Memory;
 use wasmspy::internals::shared::MAX_STACK_DEPTH;
 use wasmspy::internals::wasm::dwarf_layout;
@@ -131,6 +134,41 @@ pub fn python_offsets(data: &[u8]) {
             }
         }
     }
+}
+
+/// SpiderMonkey's memory as `data` says (two bytes place `js::TlsContext`, the rest is the
+/// memory): the JavaScript stack walked over it as the signal handler walks it, with the
+/// layout of ComponentizeJS 0.23's engines, the names decoded. The seeds are the walk's
+/// example (`src/runtimes/spidermonkey/example.rs`), whole and in parts.
+pub fn spidermonkey_walk(data: &[u8]) {
+    let Some((place, memory)) = data.split_first_chunk::<2>() else {
+        return;
+    };
+    let code = ScriptCode::new(spidermonkey::layout());
+    let mut out = vec![0; MAX_STACK_DEPTH];
+    let written = code.walk(
+        &Slice(memory),
+        u32::from(u16::from_le_bytes(*place)),
+        &mut out,
+    );
+    assert!(written <= out.len());
+    for &word in &out[..written] {
+        if let Frame::Code { id, .. } = Frame::unpack(word) {
+            if id != CodeId::UNKNOWN {
+                let _ = code.names().get(id);
+            }
+        }
+    }
+}
+
+/// The seed of [`spidermonkey_walk`]: the example engine's state, its `js::TlsContext`'s
+/// address first.
+pub fn spidermonkey_seed() -> Vec<u8> {
+    let image = spidermonkey::running().0;
+    let used = image.iter().rposition(|b| *b != 0).unwrap_or(0) + 1;
+    let mut seed = (spidermonkey::TLS_CONTEXT as u16).to_le_bytes().to_vec();
+    seed.extend_from_slice(&image[..used]);
+    seed
 }
 
 /// A module whose memory is `image` (one active data segment at address 0).

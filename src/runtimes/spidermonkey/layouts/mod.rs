@@ -1,19 +1,24 @@
 //! The layout of the SpiderMonkey that StarlingMonkey (ComponentizeJS) builds link:
-//! [`generated`], written by the rules of [`rules`] from the code of the npm package's debug
-//! engine, whose `name` section names its functions (it has no DWARF), never typed by hand.
+//! [`generated`], written by the rules of [`rules`] (and of [`rules_script`], for scripts'
+//! flags, notes and `Value` tags, and [`rules_pbl`], for the portable baseline interpreter's
+//! frames) from the code of the npm package's debug engine, whose `name` section names its
+//! functions (it has no DWARF), never typed by hand.
 //!
 //! The generator is this module's ignored test `write_generated` (`cargo test --features
 //! internals --lib spidermonkey::layouts -- --ignored write_generated`, with the package
 //! installed by `tests/fixtures/interpreters/build.sh`); the test `generated_is_derived` runs
 //! the same rules on the package's three engines and compares what they give with
-//! `generated.rs`, text and all. How the rules read code is [`code`]'s; how a function of the
-//! debug engine is found in the stripped release and weval engines, [`matching`]'s; where each
-//! engine keeps the `JSContext*`, [`addresses`]'.
+//! `generated.rs`, text and all. How the rules read code is [`code`]'s (and, for arithmetic it
+//! leaves out, [`straight`]'s); how a function of the debug engine is found in the stripped
+//! release and weval engines, [`matching`]'s; where each engine keeps the `JSContext*`,
+//! [`addresses`]'.
 
 #[cfg(test)]
 mod addresses;
 #[cfg(test)]
 mod code;
+#[cfg(test)]
+mod fingerprints;
 #[cfg(test)]
 mod generate;
 mod generated;
@@ -21,6 +26,12 @@ mod generated;
 mod matching;
 #[cfg(test)]
 mod rules;
+#[cfg(test)]
+mod rules_pbl;
+#[cfg(test)]
+mod rules_script;
+#[cfg(test)]
+mod straight;
 
 #[cfg(test)]
 pub use generated::ENGINES;
@@ -70,6 +81,12 @@ pub struct SpiderMonkeyLayout {
     /// `BaseScript::functionOrGlobal_` (`function()`): the script's `JSFunction`, or for a
     /// global script the global object.
     pub script_function: u32,
+    /// `BaseScript::immutableFlags_` (32 bits), and its bits `IsFunction` (the script is a
+    /// function's: `script_function` is its `JSFunction`) and `SelfHosted` (a self-hosted
+    /// builtin's, whose frames SpiderMonkey's stack traces leave out).
+    pub script_immutable_flags: u32,
+    pub script_flag_is_function: u32,
+    pub script_flag_self_hosted: u32,
     /// `BaseScript::sourceObject_`: its `ScriptSourceObject`.
     pub script_source_object: u32,
     /// `BaseScript::extent_.lineno`, `.column`: where the script starts (1-based).
@@ -84,6 +101,15 @@ pub struct SpiderMonkeyLayout {
     /// Where the bytecode starts in `ImmutableScriptData` (after its header and flags byte);
     /// the source notes follow it, at `isd_code + codeLength_`.
     pub isd_code: u32,
+    /// `ImmutableScriptData::optArrayOffset_`: the offset (from the `ImmutableScriptData`) of
+    /// its optional arrays, which the optional offsets (32 bits each) precede, and the notes
+    /// (then padding) these: the notes end (`notesEnd()`) at `isd + optArrayOffset_ -
+    /// ((flags >> isd_opt_offsets_shift) & isd_opt_offsets_mask)`, `flags` the byte at
+    /// `isd_flags` (just before the code), the mask giving the optional offsets' size in bytes.
+    pub isd_opt_array_offset: u32,
+    pub isd_flags: u32,
+    pub isd_opt_offsets_shift: u32,
+    pub isd_opt_offsets_mask: u32,
     /// `ScriptSourceObject`'s `SOURCE_SLOT`: a PrivateValue, the `ScriptSource`'s address in
     /// its low word.
     pub source_object_source: u32,
@@ -94,6 +120,10 @@ pub struct SpiderMonkeyLayout {
     /// `JSFunction`'s `AtomSlot`: a Value, the function's name (an atom: a `JSString`) in
     /// its low word, or undefined.
     pub function_atom: u32,
+    /// The high word (`JSVAL_TAG_CLEAR | JSVAL_TYPE_*`, 32-bit `Value`s) of an undefined
+    /// `Value` and of a string's.
+    pub value_tag_undefined: u32,
+    pub value_tag_string: u32,
     /// `JSString`'s flags word, `length`, and characters: inline at `string_chars` where
     /// the flags have `string_inline_bit`, else a pointer there; Latin-1 where they have
     /// `string_latin1_bit`, else UTF-16.
@@ -102,6 +132,38 @@ pub struct SpiderMonkeyLayout {
     pub string_chars: u32,
     pub string_inline_bit: u32,
     pub string_latin1_bit: u32,
+    /// `JitActivation::packedExitFP_`: the fp of the exit frame of the portable baseline
+    /// interpreter's (PBL's) latest call into the VM. PBL sets it at each such call and never
+    /// clears it: once the call returns, it is stale (frames below it may have returned,
+    /// frames above it are missing).
+    pub jit_activation_exit_fp: u32,
+    /// `JSContext::runtime_`, and in `JSRuntime` its `PortableBaselineStack`'s `top`: PBL sets
+    /// it to `pbl_stack_top_below_exit_fp` bytes below the exit frame's fp at each call into
+    /// the VM (a scripted call through an IC is one) and restores it when the call returns, so
+    /// that (unlike `packedExitFP_`) it always gives the innermost call in progress, if any.
+    pub cx_runtime: u32,
+    pub runtime_pbl_stack_top: u32,
+    pub pbl_stack_top_below_exit_fp: u32,
+    /// Where a JIT (PBL) frame, from its fp, keeps its caller's fp (`CommonFrameLayout::
+    /// callerFramePtr_`), and its descriptor, whose bits `jit_frame_type_mask` are the
+    /// caller's `FrameType` (`BaselineJS` for a PBL script's frame, `CppToJSJit` above the
+    /// activation's first frame) and whose bits from `jit_frame_descriptor_argc_shift` up
+    /// the number of actual arguments.
+    pub jit_frame_caller_fp: u32,
+    pub jit_frame_descriptor: u32,
+    pub jit_frame_type_mask: u32,
+    pub jit_frame_type_baseline_js: u32,
+    pub jit_frame_type_cpp_to_js_jit: u32,
+    pub jit_frame_descriptor_argc_shift: u32,
+    /// `BaselineFrame::Size()`: a PBL script's `BaselineFrame` lies right below its fp
+    /// (`fp - Size()`); its `interpreterScript_` (the `JSScript`), `interpreterPC_` (the
+    /// bytecode, stored at the frame's entry, at each IC and at each call into the VM only),
+    /// and `flags_`, with `RUNNING_IN_INTERPRETER` (always, in PBL), as offsets in the frame.
+    pub baseline_frame_size: u32,
+    pub baseline_frame_script: u32,
+    pub baseline_frame_pc: u32,
+    pub baseline_frame_flags: u32,
+    pub baseline_flag_running_in_interpreter: u32,
 }
 
 /// The fields of [`SpiderMonkeyLayout`] the rules derive, in its order.
@@ -120,6 +182,9 @@ const FIELDS: &[&str] = &[
     "frame_prev",
     "frame_prevpc",
     "script_function",
+    "script_immutable_flags",
+    "script_flag_is_function",
+    "script_flag_self_hosted",
     "script_source_object",
     "script_lineno",
     "script_column",
@@ -127,15 +192,36 @@ const FIELDS: &[&str] = &[
     "shared_data_isd",
     "isd_code_length",
     "isd_code",
+    "isd_opt_array_offset",
+    "isd_flags",
+    "isd_opt_offsets_shift",
+    "isd_opt_offsets_mask",
     "source_object_source",
     "source_filename",
     "filename_chars",
     "function_atom",
+    "value_tag_undefined",
+    "value_tag_string",
     "string_flags",
     "string_length",
     "string_chars",
     "string_inline_bit",
     "string_latin1_bit",
+    "jit_activation_exit_fp",
+    "cx_runtime",
+    "runtime_pbl_stack_top",
+    "pbl_stack_top_below_exit_fp",
+    "jit_frame_caller_fp",
+    "jit_frame_descriptor",
+    "jit_frame_type_mask",
+    "jit_frame_type_baseline_js",
+    "jit_frame_type_cpp_to_js_jit",
+    "jit_frame_descriptor_argc_shift",
+    "baseline_frame_size",
+    "baseline_frame_script",
+    "baseline_frame_pc",
+    "baseline_frame_flags",
+    "baseline_flag_running_in_interpreter",
 ];
 
 #[cfg(test)]

@@ -15,31 +15,46 @@ use anyhow::{bail, Context, Result};
 
 use super::code::{Access, Engine, Reading, Val};
 use super::matching::{Counterparts, Found};
+use super::straight::{self, Straight};
+use super::{rules_pbl, rules_script};
 
 /// The fields derived so far, with the rule that derived each first.
 pub type Fields = BTreeMap<&'static str, (i64, &'static str)>;
 
 /// What a rule derives: fields and their values.
-type Derived = Vec<(&'static str, i64)>;
+pub(super) type Derived = Vec<(&'static str, i64)>;
 
 /// A rule: the function it reads, and how.
 pub struct Rule {
     pub name: &'static str,
     pub function: &'static str,
-    derive: fn(&Cx<'_>, &Reading) -> Result<Derived>,
+    pub(super) derive: fn(&Cx<'_, '_>, &Reading) -> Result<Derived>,
 }
 
 /// What a rule may ask beyond its function's code.
-pub struct Cx<'a> {
+pub struct Cx<'a, 'e> {
     fields: &'a Fields,
     /// The named engine's fields, for a rule whose input another rule (not checked in this
     /// engine) derives.
     reference: Option<&'a Fields>,
     callee: &'a dyn Fn(&str) -> Result<Option<u32>>,
+    /// The engine, and the rule's function in it.
+    engine: &'a Engine<'e>,
+    func: u32,
 }
 
-impl Cx<'_> {
-    fn known(&self, field: &str) -> Result<i64> {
+impl Cx<'_, '_> {
+    /// The function called `name` (in the named engine's `name` section), if found here.
+    pub(super) fn callee(&self, name: &str) -> Result<Option<u32>> {
+        (self.callee)(name)
+    }
+
+    /// The rule's function read straight ([`straight`]).
+    pub(super) fn straight(&self) -> Result<Straight> {
+        straight::read(self.engine, self.func)
+    }
+
+    pub(super) fn known(&self, field: &str) -> Result<i64> {
         self.fields
             .get(field)
             .or_else(|| self.reference?.get(field))
@@ -49,7 +64,7 @@ impl Cx<'_> {
 }
 
 /// The one value of `items`, or an error saying how many there were.
-fn one<T: PartialEq + std::fmt::Debug>(
+pub(super) fn one<T: PartialEq + std::fmt::Debug>(
     what: &str,
     items: impl IntoIterator<Item = T>,
 ) -> Result<T> {
@@ -66,7 +81,7 @@ fn one<T: PartialEq + std::fmt::Debug>(
     }
 }
 
-fn stores(r: &Reading) -> impl Iterator<Item = (&Access, &Val)> {
+pub(super) fn stores(r: &Reading) -> impl Iterator<Item = (&Access, &Val)> {
     r.accesses
         .iter()
         .filter_map(|a| Some((a, a.value.as_ref()?)))
@@ -88,7 +103,7 @@ fn value_of_a_field(r: &Reading, script: u32) -> Result<(i64, i64)> {
 }
 
 /// `v` as a load: its address's base and offset.
-fn load(v: &Val) -> Option<(&Val, i64)> {
+pub(super) fn load(v: &Val) -> Option<(&Val, i64)> {
     match v {
         Val::Load(base, offset) => Some((base, *offset)),
         _ => None,
@@ -96,7 +111,7 @@ fn load(v: &Val) -> Option<(&Val, i64)> {
 }
 
 /// `v` as `base + offset`.
-fn add(v: &Val) -> Option<(&Val, i64)> {
+pub(super) fn add(v: &Val) -> Option<(&Val, i64)> {
     match v {
         Val::Add(base, offset) => Some((base, *offset)),
         _ => None,
@@ -373,12 +388,15 @@ pub const RULES: &[Rule] = &[
     // 1 are loads from the script (`lineno`, `column` of `BaseScript::extent_`), argument 4
     // is `isd + code` (isd = `script->sharedData_->isd_`), and argument 2, the notes, which
     // follow the code, is `isd + codeLength_ + code`: `codeLength_` is the load from isd
-    // added there.
+    // added there. Argument 3, `notesEnd()`, gives where the notes end
+    // ([`rules_script::notes_end`]).
     Rule {
         name: "line numbers",
         function: COMPUTE_LINE,
         derive: |cx, r| {
-            let callee = (cx.callee)(PC_TO_LINE_NUMBER)?.context("js::PCToLineNumber not found")?;
+            let callee = cx
+                .callee(PC_TO_LINE_NUMBER)?
+                .context("js::PCToLineNumber not found")?;
             let args = one(
                 "call of js::PCToLineNumber",
                 r.calls.iter().filter(|c| c.func == callee).map(|c| &c.args),
@@ -404,7 +422,7 @@ pub const RULES: &[Rule] = &[
                 },
                 _ => None,
             };
-            Ok(vec![
+            let mut derived = vec![
                 ("script_lineno", lineno),
                 ("script_column", column),
                 ("script_shared_data", d),
@@ -414,7 +432,9 @@ pub const RULES: &[Rule] = &[
                     "isd_code_length",
                     code_length.context("argument 2 is not isd + codeLength_ + code")?,
                 ),
-            ])
+            ];
+            derived.extend(rules_script::notes_end(cx, callee, (lineno, d, i, code))?);
+            Ok(derived)
         },
     },
     // `JS_CopyStringCharsZ` copies a linear string's chars: `latin1Chars()`/`twoByteChars()`
@@ -505,6 +525,14 @@ pub const RULES: &[Rule] = &[
     },
 ];
 
+/// Every rule, in the order they run: these, then [`rules_script`]'s, then [`rules_pbl`]'s.
+pub fn all() -> impl Iterator<Item = &'static Rule> {
+    RULES
+        .iter()
+        .chain(rules_script::RULES)
+        .chain(rules_pbl::RULES)
+}
+
 /// What the rules found in one engine: the fields, and for each rule how its function was
 /// found (in the named engine, by name: [`Found::Exact`] of itself).
 pub struct Outcome {
@@ -528,7 +556,7 @@ pub fn run(
     let callee = |name: &str| Ok(lookup(name)?.func());
     let mut fields = Fields::new();
     let mut rules = Vec::new();
-    for rule in RULES {
+    for rule in all() {
         let found = lookup(rule.function).with_context(|| format!("rule `{}`", rule.name))?;
         rules.push((rule.name, found));
         let Some(func) = found.func() else { continue };
@@ -537,6 +565,8 @@ pub fn run(
             fields: &fields,
             reference,
             callee: &callee,
+            engine,
+            func,
         };
         let derived = (rule.derive)(&cx, &reading)
             .with_context(|| format!("rule `{}` (in `{}`)", rule.name, rule.function))?;

@@ -40,6 +40,9 @@ impl SpiderMonkeyLayout {
             "frame_prev" => self.frame_prev,
             "frame_prevpc" => self.frame_prevpc,
             "script_function" => self.script_function,
+            "script_immutable_flags" => self.script_immutable_flags,
+            "script_flag_is_function" => self.script_flag_is_function,
+            "script_flag_self_hosted" => self.script_flag_self_hosted,
             "script_source_object" => self.script_source_object,
             "script_lineno" => self.script_lineno,
             "script_column" => self.script_column,
@@ -47,10 +50,31 @@ impl SpiderMonkeyLayout {
             "shared_data_isd" => self.shared_data_isd,
             "isd_code_length" => self.isd_code_length,
             "isd_code" => self.isd_code,
+            "isd_opt_array_offset" => self.isd_opt_array_offset,
+            "isd_flags" => self.isd_flags,
+            "isd_opt_offsets_shift" => self.isd_opt_offsets_shift,
+            "isd_opt_offsets_mask" => self.isd_opt_offsets_mask,
             "source_object_source" => self.source_object_source,
             "source_filename" => self.source_filename,
             "filename_chars" => self.filename_chars,
+            "jit_activation_exit_fp" => self.jit_activation_exit_fp,
+            "cx_runtime" => self.cx_runtime,
+            "runtime_pbl_stack_top" => self.runtime_pbl_stack_top,
+            "pbl_stack_top_below_exit_fp" => self.pbl_stack_top_below_exit_fp,
+            "jit_frame_caller_fp" => self.jit_frame_caller_fp,
+            "jit_frame_descriptor" => self.jit_frame_descriptor,
+            "jit_frame_type_mask" => self.jit_frame_type_mask,
+            "jit_frame_type_baseline_js" => self.jit_frame_type_baseline_js,
+            "jit_frame_type_cpp_to_js_jit" => self.jit_frame_type_cpp_to_js_jit,
+            "jit_frame_descriptor_argc_shift" => self.jit_frame_descriptor_argc_shift,
+            "baseline_frame_size" => self.baseline_frame_size,
+            "baseline_frame_script" => self.baseline_frame_script,
+            "baseline_frame_pc" => self.baseline_frame_pc,
+            "baseline_frame_flags" => self.baseline_frame_flags,
+            "baseline_flag_running_in_interpreter" => self.baseline_flag_running_in_interpreter,
             "function_atom" => self.function_atom,
+            "value_tag_undefined" => self.value_tag_undefined,
+            "value_tag_string" => self.value_tag_string,
             "string_flags" => self.string_flags,
             "string_length" => self.string_length,
             "string_chars" => self.string_chars,
@@ -79,7 +103,9 @@ fn generated_is_derived() {
             (engine.file, engine.context, engine.tls_context)
         );
     }
-    // Every rule ran on the debug engine; each stripped engine had most rules' functions.
+    // Every rule ran on the debug engine; each stripped engine had most rules' functions (the
+    // release engine links the portable baseline interpreter's differently: most of its rules
+    // are not checked there).
     for Checked { file, rules, .. } in &derived.checked {
         assert_eq!(
             rules.iter().map(|r| r.0).collect::<Vec<_>>(),
@@ -87,7 +113,7 @@ fn generated_is_derived() {
         );
         let matched = rules.iter().filter(|(_, f)| f.func().is_some()).count();
         assert!(
-            matched * 4 >= rules.len() * 3,
+            matched * 2 > rules.len(),
             "{file}: {matched} of {} rules' functions found",
             rules.len()
         );

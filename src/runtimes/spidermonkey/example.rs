@@ -1,0 +1,148 @@
+//! A SpiderMonkey engine's state as the walk reads it, laid out as ComponentizeJS 0.23.0's:
+//! for the walk's tests, its fuzz target and guests that look like SpiderMonkey
+//! (`tests/hostile.rs`).
+
+// A test fixture, never run in the signal handler: a layout missing here is a broken test.
+#![allow(clippy::unwrap_used)]
+
+use super::layouts::{SpiderMonkeyLayout, LAYOUT};
+use crate::runtimes::interpreted::image::Image;
+
+/// Where the example's `js::TlsContext` is: the walk's root.
+pub const TLS_CONTEXT: u32 = 0x100;
+pub const CX: u32 = 0x200;
+pub const ACTIVATION: u32 = 0x400;
+/// The interpreter's frames, innermost first: `fib` at its `Return`, `fib` at its first call,
+/// a self-hosted `forEach`, `run` at its call.
+pub const FRAMES: [u32; 4] = [0x800, 0x880, 0x900, 0x980];
+/// The scripts of `fib`, `run` and the self-hosted `forEach`, and where each one's
+/// `SharedImmutableScriptData` and `ImmutableScriptData` are.
+pub const FIB: u32 = 0x1000;
+pub const RUN: u32 = 0x1100;
+pub const FOR_EACH: u32 = 0x1200;
+const SHARED: u32 = 0x2000;
+const ISD: u32 = 0x3000;
+pub const FUNCTIONS: u32 = 0x4000;
+pub const STRINGS: u32 = 0x5000;
+const SOURCE_OBJECT: u32 = 0x6000;
+const SOURCE: u32 = 0x6100;
+const FILENAME_BOX: u32 = 0x6200;
+pub const FILENAME: u32 = 0x6300;
+
+/// fib's notes as the debug engine compiled it (see `notes`' tests): line 4 from bytecode
+/// 0, line 5 from 66.
+const FIB_NOTES: &[u8] = &[
+    0x20, 0x03, 0x60, 0xa4, 0x00, 0x17, 0x05, 0xff, 0xff, 0xff, 0xfc, 0x50, 0x03, 0x0d, 0x07, 0x04,
+    0x06, 0xff, 0xff, 0xff, 0xfc, 0x50, 0x19, 0x51, 0x80,
+];
+/// run's: a `NewLine` at bytecode 10 (line 9).
+const RUN_NOTES: &[u8] = &[0x1a, 0x80];
+const CODE_LENGTH: u32 = 70;
+
+pub fn layout() -> &'static SpiderMonkeyLayout {
+    &LAYOUT
+}
+
+/// The address of the bytecode of the script at `script`.
+pub fn code_of(script: u32) -> u32 {
+    ISD + (script - FIB) + LAYOUT.isd_code
+}
+
+/// An engine running `fib` (file `fib.js`, from line 3, column 13) recursing once, called by
+/// the self-hosted `forEach`, called by `run` (line 8, column 6) at line 9: one interpreter
+/// activation.
+pub fn running() -> Image {
+    let l = layout();
+    let mut m = Image(vec![0; 1 << 16]);
+    m.put(TLS_CONTEXT, CX);
+    m.put(CX + l.cx_activation, ACTIVATION);
+    m.put(
+        ACTIVATION + l.activation_kind,
+        l.activation_kind_interpreter,
+    );
+    m.put(ACTIVATION + l.activation_prev, 0);
+    m.put(ACTIVATION + l.interpreter_regs_fp, FRAMES[0]);
+    m.put(ACTIVATION + l.interpreter_regs_pc, code_of(FIB) + 66);
+    m.put(ACTIVATION + l.interpreter_entry_frame, FRAMES[3]);
+    let called = [
+        (FRAMES[0], FIB, code_of(FIB) + 41),
+        (FRAMES[1], FIB, code_of(FOR_EACH) + 2),
+        (FRAMES[2], FOR_EACH, code_of(RUN) + 12),
+        (FRAMES[3], RUN, 0),
+    ];
+    for (i, (frame, script, caller_pc)) in called.into_iter().enumerate() {
+        m.put(frame + l.frame_script, script);
+        m.put(frame + l.frame_prevpc, caller_pc);
+        m.put(
+            frame + l.frame_prev,
+            FRAMES.get(i + 1).copied().unwrap_or(0),
+        );
+    }
+    m.put(SOURCE_OBJECT + l.source_object_source, SOURCE);
+    m.put(SOURCE + l.source_filename, FILENAME_BOX);
+    m.put(FILENAME_BOX + l.filename_chars, FILENAME);
+    m.put_bytes(FILENAME, b"fib.js\0");
+    let function = l.script_flag_is_function;
+    for (script, name, line, column, flags, notes) in [
+        (FIB, "fib", 3, 13, function, FIB_NOTES),
+        (RUN, "run", 8, 6, function, RUN_NOTES),
+        (
+            FOR_EACH,
+            "forEach",
+            145,
+            22,
+            function | l.script_flag_self_hosted,
+            RUN_NOTES,
+        ),
+    ] {
+        m.sm_script(script, (name, line, column, flags), notes);
+    }
+    m
+}
+
+impl Image {
+    pub fn put_bytes(&mut self, address: u32, bytes: &[u8]) {
+        let a = address as usize;
+        self.0[a..a + bytes.len()].copy_from_slice(bytes);
+    }
+
+    /// A function's script at `script` (one of [`FIB`], [`RUN`], [`FOR_EACH`]), named `name`
+    /// (a Latin-1 inline string), starting at (`line`, `column`), of [`CODE_LENGTH`] bytes of
+    /// bytecode followed by `notes`.
+    fn sm_script(
+        &mut self,
+        script: u32,
+        (name, line, column, flags): (&str, u32, u32, u32),
+        notes: &[u8],
+    ) {
+        let l = layout();
+        let n = script - FIB;
+        let (shared, isd) = (SHARED + n, ISD + n);
+        let (function, string) = (FUNCTIONS + n, STRINGS + n);
+        self.put(script + l.script_immutable_flags, flags);
+        self.put(script + l.script_function, function);
+        self.put(script + l.script_source_object, SOURCE_OBJECT);
+        self.put(script + l.script_lineno, line);
+        self.put(script + l.script_column, column);
+        self.put(script + l.script_shared_data, shared);
+        self.put(shared + l.shared_data_isd, isd);
+        self.put(isd + l.isd_code_length, CODE_LENGTH);
+        let notes_at = l.isd_code + CODE_LENGTH;
+        self.put_bytes(isd + notes_at, notes);
+        self.put(isd + l.isd_opt_array_offset, notes_at + notes.len() as u32);
+        self.put(function + l.function_atom, string);
+        self.put(function + l.function_atom + 4, l.value_tag_string);
+        self.sm_string(string, name);
+    }
+
+    /// A linear, inline, Latin-1 `JSString` of `text` at `string`.
+    pub fn sm_string(&mut self, string: u32, text: &str) {
+        let l = layout();
+        self.put(
+            string + l.string_flags,
+            l.string_inline_bit | l.string_latin1_bit,
+        );
+        self.put(string + l.string_length, text.len() as u32);
+        self.put_bytes(string + l.string_chars, text.as_bytes());
+    }
+}
