@@ -70,9 +70,11 @@ pub fn detect(
 
 impl Runtime for SpiderMonkey {
     fn walks_warning(&self) -> Option<String> {
-        self.code
-            .counts()
-            .warning("SpiderMonkey's JavaScript frames")
+        self.code.baseline_warning().or_else(|| {
+            self.code
+                .counts()
+                .warning("SpiderMonkey's JavaScript frames")
+        })
     }
 
     unsafe fn walk(

@@ -23,6 +23,8 @@ use super::notes;
 use crate::runtimes::interpreted::{
     Bytes, CodeKey, CodeNames, Frame, LineBudget, LoopCheck, RawStr, Text, MAX_STEPS, RAW_STR_BYTES,
 };
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use crate::runtimes::walk_counts::WalkCounts;
 use crate::shared::Memory;
 
@@ -35,6 +37,10 @@ pub struct ScriptCode {
     layout: &'static SpiderMonkeyLayout,
     names: CodeNames,
     counts: WalkCounts,
+    /// Whether a walk met a JIT activation (the portable baseline interpreter's, which the
+    /// weval engine runs the script in), whose frames are not read yet; said once.
+    met_baseline: AtomicBool,
+    baseline_said: AtomicBool,
 }
 
 impl ScriptCode {
@@ -43,6 +49,8 @@ impl ScriptCode {
             layout,
             names: CodeNames::new(),
             counts: WalkCounts::default(),
+            met_baseline: AtomicBool::new(false),
+            baseline_said: AtomicBool::new(false),
         }
     }
 
@@ -53,6 +61,17 @@ impl ScriptCode {
     /// How the walks went.
     pub fn counts(&self) -> &WalkCounts {
         &self.counts
+    }
+
+    /// Once a run, where walks met the portable baseline interpreter's frames: why those
+    /// samples keep their Wasm frames.
+    pub fn baseline_warning(&self) -> Option<String> {
+        let met = self.met_baseline.load(Ordering::Relaxed);
+        (met && !self.baseline_said.swap(true, Ordering::Relaxed)).then(|| {
+            "SpiderMonkey ran JavaScript in its portable baseline interpreter (the weval engine \
+             does), whose frames wasmspy does not read yet: those samples show its Wasm functions"
+                .to_string()
+        })
     }
 
     /// Writes the JavaScript stack of the `JSContext` that `js::TlsContext` (at `tls_context`)
@@ -113,9 +132,14 @@ impl<M: Memory> Walk<'_, M> {
                 return None;
             }
             let kind = self.u32(activation, l.activation_kind)?;
+            if kind == l.activation_kind_jit {
+                // The portable baseline interpreter's frames (the weval engine's), not read
+                // yet: no frames rather than the outer activations' alone (a stack without its
+                // innermost frames), and said once.
+                self.code.met_baseline.store(true, Ordering::Relaxed);
+                return Some(0);
+            }
             if kind != l.activation_kind_interpreter {
-                // A JIT activation: the portable baseline interpreter's frames (the weval
-                // engine's), not read yet.
                 return None;
             }
             self.interpreter_frames(activation, &mut steps, &mut out)?;
@@ -356,6 +380,14 @@ mod tests {
             assert_eq!(walked(&code, &m), vec![], "case {i}");
             assert!(code.counts().warning("x").is_some(), "case {i}");
         }
+        // A JIT activation: nothing, not counted as unreadable, said once.
+        let mut m = running();
+        m.put(ACTIVATION + l.activation_kind, l.activation_kind_jit);
+        let code = ScriptCode::new(layout());
+        assert_eq!(walked(&code, &m), vec![]);
+        assert_eq!(code.counts().warning("x"), None);
+        assert!(code.baseline_warning().is_some());
+        assert_eq!(code.baseline_warning(), None);
         // No context yet, or no activation (outside JavaScript): nothing, and all is well.
         for (at, value) in [(TLS_CONTEXT, 0), (CX + l.cx_activation, 0)] {
             let mut m = running();
