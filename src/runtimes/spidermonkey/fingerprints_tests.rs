@@ -2,7 +2,7 @@
 //! built from the debug one, recognised as the generator found them; modules built here that
 //! are not SpiderMonkey, or say they are but have other code.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use wasm_encoder::{
@@ -10,28 +10,9 @@ use wasm_encoder::{
     MemorySection, MemoryType, Module, TypeSection,
 };
 
+use super::super::layouts::generate::package;
 use super::super::layouts::ENGINES;
 use super::*;
-
-/// The package's `lib/`, or `None` (with a note; a failure under CI, where
-/// `scripts/test.sh` installs it) where it is missing, as the layout's tests do.
-fn package_lib() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/interpreters/node_modules/@bytecodealliance/componentize-js/lib");
-    if dir.join(FOUND[0].0).exists() {
-        return Some(dir);
-    }
-    let why = format!(
-        "{} is missing: tests/fixtures/interpreters/build.sh installs it",
-        dir.display()
-    );
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "spidermonkey recognition: {why}, under CI"
-    );
-    eprintln!("skipped: spidermonkey recognition: {why}");
-    None
-}
 
 /// `recognize(wasm)`, and the least time it took of a few runs.
 fn timed(wasm: &[u8]) -> (Recognition, Duration) {
@@ -79,7 +60,9 @@ fn core_modules(component: &[u8]) -> Vec<&[u8]> {
 /// `fingerprints_are_derived` checks) and, in the debug engine, where its name section says.
 #[test]
 fn the_packages_engines_are_recognized() {
-    let Some(lib) = package_lib() else { return };
+    let Some(lib) = package("spidermonkey recognition").map(|p| p.join("lib")) else {
+        return;
+    };
     for &(file, tls_context, interpreter) in FOUND {
         let wasm = std::fs::read(lib.join(file)).unwrap();
         let (recognition, took) = timed(&wasm);

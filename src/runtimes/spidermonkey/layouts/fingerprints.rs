@@ -30,7 +30,7 @@ use wasmparser::ValType;
 
 use super::addresses;
 use super::code::{Engine, Val};
-use super::generate::{package_dir, DEBUG, STRIPPED};
+use super::generate::{package, DEBUG, STRIPPED};
 use super::matching::{Counterparts, Found};
 use super::ENGINES;
 use crate::runtimes::spidermonkey::recognize::{
@@ -382,24 +382,6 @@ fn generated_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src/runtimes/spidermonkey/fingerprints.rs")
 }
 
-/// The package, or `None` with a note (a failure under CI), as the layout's tests do.
-fn package() -> Option<PathBuf> {
-    let dir = package_dir();
-    if dir.join("lib").join(DEBUG).exists() {
-        return Some(dir);
-    }
-    let why = format!(
-        "{} is missing: tests/fixtures/interpreters/build.sh installs it",
-        dir.display()
-    );
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "spidermonkey fingerprints: {why}, under CI"
-    );
-    eprintln!("skipped: spidermonkey fingerprints: {why}");
-    None
-}
-
 /// Recognition, with the fingerprints in `../fingerprints.rs`, finds in each engine what the
 /// generator found there.
 fn check_recognition(package: &Path, d: &Derived) -> Result<()> {
@@ -422,7 +404,9 @@ fn check_recognition(package: &Path, d: &Derived) -> Result<()> {
 
 #[test]
 fn fingerprints_are_derived() {
-    let Some(package) = package() else { return };
+    let Some(package) = package("spidermonkey fingerprints") else {
+        return;
+    };
     let derived = derive(&package).unwrap_or_else(|e| panic!("{e:?}"));
     let text = text(&derived).unwrap();
     assert!(
@@ -437,7 +421,7 @@ fn fingerprints_are_derived() {
 #[test]
 #[ignore = "writes fingerprints.rs"]
 fn write_fingerprints() {
-    let package = package().expect("the npm package");
+    let package = package("spidermonkey fingerprints").expect("the npm package");
     let derived = derive(&package).unwrap_or_else(|e| panic!("{e:?}"));
     std::fs::write(generated_path(), text(&derived).unwrap()).unwrap();
 }

@@ -20,7 +20,7 @@ mod code;
 #[cfg(test)]
 mod fingerprints;
 #[cfg(test)]
-mod generate;
+pub(super) mod generate;
 mod generated;
 #[cfg(test)]
 mod matching;

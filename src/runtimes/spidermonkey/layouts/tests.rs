@@ -1,27 +1,8 @@
 //! The generator's checks, rerun on the npm package: what the rules derive from its three
 //! engines is `generated.rs`, text and all.
 
-use super::generate::{self, Checked, DEBUG, STRIPPED};
+use super::generate::{self, Checked, STRIPPED};
 use super::{SpiderMonkeyLayout, ENGINES, FIELDS, LAYOUT};
-
-/// The package's directory, or `None` (with a note; a failure under CI, where
-/// `scripts/test.sh` installs it) where it is missing, as `tests/common`'s `skip` does.
-fn package() -> Option<std::path::PathBuf> {
-    let dir = generate::package_dir();
-    if dir.join("lib").join(DEBUG).exists() {
-        return Some(dir);
-    }
-    let why = format!(
-        "{} is missing: tests/fixtures/interpreters/build.sh installs it",
-        dir.display()
-    );
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "spidermonkey layout: {why}, under CI"
-    );
-    eprintln!("skipped: spidermonkey layout: {why}");
-    None
-}
 
 impl SpiderMonkeyLayout {
     /// Field `name`'s value.
@@ -87,7 +68,9 @@ impl SpiderMonkeyLayout {
 
 #[test]
 fn generated_is_derived() {
-    let Some(package) = package() else { return };
+    let Some(package) = generate::package("spidermonkey layout") else {
+        return;
+    };
     let derived = generate::derive(&package).unwrap_or_else(|e| panic!("{e:?}"));
     assert_eq!(derived.version, LAYOUT.package_version);
     for field in FIELDS {
@@ -134,7 +117,7 @@ fn generated_is_derived() {
 #[test]
 #[ignore = "writes generated.rs"]
 fn write_generated() {
-    let package = package().expect("the npm package");
+    let package = generate::package("spidermonkey layout").expect("the npm package");
     let derived = generate::derive(&package).unwrap_or_else(|e| panic!("{e:?}"));
     std::fs::write(
         generate::generated_path(),
