@@ -181,8 +181,8 @@ fn diff_of_a_run_whose_function_does_twice_the_work_fails_and_the_same_run_passe
     }
 }
 
-/// Go's goroutine stacks, a component's modules, CPython's and QuickJS's frames: read at the
-/// instructions clock's samples as at the other samplers'.
+/// Go's goroutine stacks, a component's modules, CPython's, QuickJS's and SpiderMonkey's frames:
+/// read at the instructions clock's samples as at the other samplers'.
 #[test]
 fn every_stack_reader_names_the_frames_it_names_for_time() {
     let dir = tempfile::tempdir().unwrap();
@@ -223,6 +223,21 @@ fn every_stack_reader_names_the_frames_it_names_for_time() {
                 .any(|(name, _)| name == "fib (timed.js:4:1)"),
             "{top:?}"
         );
+    }
+    // StarlingMonkey: the C++ interpreter's frames (release engine) and the portable baseline
+    // interpreter's (weval engine), each walked on the guest's thread at the clock's samples.
+    for build in ["timed-sm.wasm", "timed-sm-weval.wasm"] {
+        let Some(js) = built_component(build) else {
+            continue;
+        };
+        let (_, p) = counted(dir.path(), build, &["-S", "http"], &js, &["100"]);
+        let top = p.top_self("instructions");
+        for function in ["fib (timed_sm.js:16:13)", "build (timed_sm.js:23:15)"] {
+            assert!(
+                top.iter().take(3).any(|(name, _)| name == function),
+                "{build}: {function} in {top:?}"
+            );
+        }
     }
 }
 

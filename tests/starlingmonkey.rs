@@ -143,3 +143,13 @@ fn functions_are_named_as_spidermonkey_names_them() {
         );
     }
 }
+
+/// The weval (AOT) engine runs the script's functions in the portable baseline interpreter
+/// (PBL): its frames are read from the JIT activation. It runs `fib` faster and `build` slower
+/// than the others, hence the arguments (build.sh's) that even the split out.
+#[test]
+fn the_weval_engine_splits_as_the_script_timed_itself() {
+    if let Some(component) = built_component("timed-sm-weval.wasm") {
+        splits_as_the_script_timed_itself(&component, &["2000", "4200"]);
+    }
+}

@@ -463,6 +463,24 @@ mod tests {
         assert_eq!(warnings[0].kind, WarningKind::NoDwarf { why: None });
     }
 
+    /// weval names its engine's functions "" and their specialized copies " (specialized)":
+    /// neither may be a frame's whole name.
+    #[test]
+    fn blank_names_and_bare_qualifiers_keep_the_index() {
+        let mut wasm = wat::parse_str("(module (func) (func) (func))").unwrap();
+        let mut names = wasm_encoder::NameMap::new();
+        names.append(0, "");
+        names.append(1, " (specialized)");
+        names.append(2, "f");
+        let mut section = wasm_encoder::NameSection::new();
+        section.functions(&names);
+        wasm_encoder::Section::append_to(&section, &mut wasm);
+        let mut s = symbolizer(wasm);
+        assert_eq!(s.function_name(0).name, "wasm-function[0]");
+        assert_eq!(s.function_name(1).name, "wasm-function[1] (specialized)");
+        assert_eq!(s.function_name(2).name, "f");
+    }
+
     #[test]
     fn without_dwarf_an_address_is_its_function() {
         let wasm = wat::parse_str("(module (func $f (nop)))").unwrap();

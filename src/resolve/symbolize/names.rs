@@ -47,7 +47,11 @@ impl Names {
                 if let Name::Function(map) = subsection? {
                     for naming in map {
                         let naming = naming?;
-                        names.insert(naming.index, naming.name.to_string());
+                        // A blank name names nothing (weval's engine names many functions
+                        // ""): such a function keeps its index.
+                        if !naming.name.trim().is_empty() {
+                            names.insert(naming.index, naming.name.to_string());
+                        }
                     }
                 }
             }
@@ -76,6 +80,11 @@ impl Names {
         let raw = match self.imports.get(index as usize) {
             Some(import) => import.clone(),
             None => match self.names.get(&index) {
+                // A name that only qualifies one (weval's " (specialized)", for a copy of
+                // a nameless function) qualifies its index.
+                Some(name) if name.starts_with(char::is_whitespace) => {
+                    format!("{}wasm-function[{index}]{name}", self.unnamed_prefix)
+                }
                 Some(name) => name.clone(),
                 None => format!("{}wasm-function[{index}]", self.unnamed_prefix),
             },

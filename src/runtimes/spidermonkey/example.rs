@@ -146,3 +146,79 @@ impl Image {
         self.put_bytes(string + l.string_chars, text.as_bytes());
     }
 }
+
+/// The example's JIT activation (the portable baseline interpreter's, PBL's), the runtime
+/// holding PBL's stack's `top`, where the trampoline's `Stack` is (`fp`, `base`, `top`), and
+/// the PBL stack's frames: `run`'s (the entry frame, linked to [`PBL_ENTRY_TOP`]), the stub
+/// frame of its IC call (the innermost exit in progress), `fib`'s, the stub frame of its
+/// fast-path call, `fib`'s again (the innermost: the `Stack`'s `fp`).
+pub const JIT_ACTIVATION: u32 = 0x7000;
+pub const RUNTIME: u32 = 0x7800;
+pub const PBL_STACK: u32 = JIT_ACTIVATION - 256;
+pub const PBL_BASE: u32 = 0x9000;
+pub const PBL_ENTRY_TOP: u32 = 0xC000;
+pub const PBL_FRAMES: [u32; 5] = [0xBEDC, 0xBF00, 0xBF5C, 0xBF80, 0xBFE8];
+const FRAME_TYPE_BASELINE_STUB: u32 = 2;
+
+/// [`running`], called into (by a native) from `fib` running in PBL: a JIT activation inside
+/// the interpreter's, running `fib` (at its `Return`, its pc as PBL last stored it) called by
+/// `fib` (at its first call) called by `run` (at its call), the entry frame.
+pub fn running_pbl() -> Image {
+    let l = layout();
+    let mut m = running();
+    m.put(CX + l.cx_activation, JIT_ACTIVATION);
+    m.put(JIT_ACTIVATION + l.activation_kind, l.activation_kind_jit);
+    m.put(JIT_ACTIVATION + l.activation_prev, ACTIVATION);
+    m.put(CX + l.cx_runtime, RUNTIME);
+    let [inner, fast_stub, fib, ic_stub, entry] = PBL_FRAMES;
+    // The IC call from run is the innermost call into the VM in progress.
+    m.put(
+        RUNTIME + l.runtime_pbl_stack_top,
+        ic_stub - l.pbl_stack_top_below_exit_fp,
+    );
+    m.put(JIT_ACTIVATION + l.jit_activation_exit_fp, ic_stub);
+    m.put(PBL_STACK + l.pbl_stack_fp, inner);
+    m.put(PBL_STACK + l.pbl_stack_base, PBL_BASE);
+    m.put(PBL_STACK + l.pbl_stack_top, PBL_ENTRY_TOP);
+    for script in [FIB, RUN] {
+        m.put(FUNCTIONS + (script - FIB) + l.function_script, script);
+    }
+    let scripted = FRAME_TYPE_BASELINE_STUB | 1 << l.jit_frame_descriptor_argc_shift;
+    for (fp, link, descriptor, script, pc) in [
+        (inner, fast_stub, scripted, FIB, code_of(FIB) + 66),
+        (fib, ic_stub, scripted, FIB, code_of(FIB) + 41),
+        (
+            entry,
+            PBL_ENTRY_TOP,
+            l.jit_frame_type_cpp_to_js_jit,
+            RUN,
+            code_of(RUN) + 12,
+        ),
+    ] {
+        m.pbl_frame(fp, link, descriptor, script, pc);
+    }
+    for (stub, caller, word) in [(fast_stub, fib, 0), (ic_stub, entry, 0x7f00)] {
+        m.put(stub + l.jit_frame_caller_fp, caller);
+        m.put(stub + l.jit_frame_descriptor, l.jit_frame_type_baseline_js);
+        m.put(stub - l.pbl_stack_top_below_exit_fp, word);
+    }
+    m
+}
+
+impl Image {
+    /// A PBL script's frame at `fp`: its header (its link, its descriptor, its callee token:
+    /// `script`'s function) and its `BaselineFrame` (`script` at `pc`).
+    pub fn pbl_frame(&mut self, fp: u32, link: u32, descriptor: u32, script: u32, pc: u32) {
+        let l = layout();
+        self.put(fp + l.jit_frame_caller_fp, link);
+        self.put(fp + l.jit_frame_descriptor, descriptor);
+        self.put(fp + l.jit_frame_callee_token, FUNCTIONS + (script - FIB));
+        let frame = fp - l.baseline_frame_size;
+        self.put(frame + l.baseline_frame_script, script);
+        self.put(frame + l.baseline_frame_pc, pc);
+        self.put(
+            frame + l.baseline_frame_flags,
+            l.baseline_flag_running_in_interpreter,
+        );
+    }
+}

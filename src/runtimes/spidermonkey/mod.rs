@@ -70,11 +70,9 @@ pub fn detect(
 
 impl Runtime for SpiderMonkey {
     fn walks_warning(&self) -> Option<String> {
-        self.code.baseline_warning().or_else(|| {
-            self.code
-                .counts()
-                .warning("SpiderMonkey's JavaScript frames")
-        })
+        self.code
+            .counts()
+            .warning("SpiderMonkey's JavaScript frames")
     }
 
     unsafe fn walk(

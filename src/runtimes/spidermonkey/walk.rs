@@ -18,15 +18,17 @@
 //! up (its fields not yet written), a chain that leaves memory, loops or does not end, gives
 //! no stack, so the sample keeps its Wasm frames.
 
+/// The portable baseline interpreter's frames (JIT activations): a part of the walk.
+mod pbl;
+
 use super::layouts::SpiderMonkeyLayout;
 use super::notes;
 use crate::runtimes::interpreted::{
     Bytes, CodeKey, CodeNames, Frame, LineBudget, LoopCheck, RawStr, Text, MAX_STEPS, RAW_STR_BYTES,
 };
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use crate::runtimes::walk_counts::WalkCounts;
 use crate::shared::Memory;
+use std::sync::atomic::AtomicU32;
 
 /// Marks a script that is no function (a global, eval or module script) in its names' key,
 /// beside its column (1-based, and far below 2³¹ in any source).
@@ -37,10 +39,9 @@ pub struct ScriptCode {
     layout: &'static SpiderMonkeyLayout,
     names: CodeNames,
     counts: WalkCounts,
-    /// Whether a walk met a JIT activation (the portable baseline interpreter's, which the
-    /// weval engine runs the script in), whose frames are not read yet; said once.
-    met_baseline: AtomicBool,
-    baseline_said: AtomicBool,
+    /// How far below a JIT activation the last walk found the trampoline's `Stack` (0: none
+    /// yet): see [`pbl`].
+    pbl_stack_below: AtomicU32,
 }
 
 impl ScriptCode {
@@ -49,8 +50,7 @@ impl ScriptCode {
             layout,
             names: CodeNames::new(),
             counts: WalkCounts::default(),
-            met_baseline: AtomicBool::new(false),
-            baseline_said: AtomicBool::new(false),
+            pbl_stack_below: AtomicU32::new(0),
         }
     }
 
@@ -61,17 +61,6 @@ impl ScriptCode {
     /// How the walks went.
     pub fn counts(&self) -> &WalkCounts {
         &self.counts
-    }
-
-    /// Once a run, where walks met the portable baseline interpreter's frames: why those
-    /// samples keep their Wasm frames.
-    pub fn baseline_warning(&self) -> Option<String> {
-        let met = self.met_baseline.load(Ordering::Relaxed);
-        (met && !self.baseline_said.swap(true, Ordering::Relaxed)).then(|| {
-            "SpiderMonkey ran JavaScript in its portable baseline interpreter (the weval engine \
-             does), whose frames wasmspy does not read yet: those samples show its Wasm functions"
-                .to_string()
-        })
     }
 
     /// Writes the JavaScript stack of the `JSContext` that `js::TlsContext` (at `tls_context`)
@@ -127,22 +116,20 @@ impl<M: Memory> Walk<'_, M> {
         let mut activation = self.u32(cx, l.cx_activation)?;
         let mut activations = LoopCheck::default();
         let mut steps = 0;
+        // The PBL stack's top for the next JIT activation out (`None`: the runtime's).
+        let mut pbl_top = None;
         while activation != 0 {
             if activations.looped(activation) {
                 return None;
             }
             let kind = self.u32(activation, l.activation_kind)?;
             if kind == l.activation_kind_jit {
-                // The portable baseline interpreter's frames (the weval engine's), not read
-                // yet: no frames rather than the outer activations' alone (a stack without its
-                // innermost frames), and said once.
-                self.code.met_baseline.store(true, Ordering::Relaxed);
-                return Some(0);
-            }
-            if kind != l.activation_kind_interpreter {
+                pbl_top = Some(self.jit_frames(cx, activation, pbl_top, &mut steps, &mut out)?);
+            } else if kind == l.activation_kind_interpreter {
+                self.interpreter_frames(activation, &mut steps, &mut out)?;
+            } else {
                 return None;
             }
-            self.interpreter_frames(activation, &mut steps, &mut out)?;
             out.push(Frame::Activation);
             activation = self.u32(activation, l.activation_prev)?;
         }
@@ -380,14 +367,6 @@ mod tests {
             assert_eq!(walked(&code, &m), vec![], "case {i}");
             assert!(code.counts().warning("x").is_some(), "case {i}");
         }
-        // A JIT activation: nothing, not counted as unreadable, said once.
-        let mut m = running();
-        m.put(ACTIVATION + l.activation_kind, l.activation_kind_jit);
-        let code = ScriptCode::new(layout());
-        assert_eq!(walked(&code, &m), vec![]);
-        assert_eq!(code.counts().warning("x"), None);
-        assert!(code.baseline_warning().is_some());
-        assert_eq!(code.baseline_warning(), None);
         // No context yet, or no activation (outside JavaScript): nothing, and all is well.
         for (at, value) in [(TLS_CONTEXT, 0), (CX + l.cx_activation, 0)] {
             let mut m = running();

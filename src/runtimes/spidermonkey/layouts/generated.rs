@@ -5,7 +5,7 @@
 // Every field from starlingmonkey_embedding.debug.wasm, by the rule named above it. Checked in the
 // stripped engines, each rule on its function's counterpart there:
 //
-// starlingmonkey_embedding.wasm: 13 of 20 rules, 46 of 53 fields checked.
+// starlingmonkey_embedding.wasm: 13 of 21 rules, 46 of 59 fields checked.
 //   activation: function 7714, same shape
 //   interpreter: function 6202, 88 % alike
 //   frame flags: no counterpart
@@ -26,8 +26,9 @@
 //   IC exit frames: function 11451, 78 % alike
 //   baseline frames: no counterpart
 //   baseline pc: no counterpart
+//   the trampoline's stack: no counterpart
 //
-// starlingmonkey_embedding_weval.wasm: 19 of 20 rules, 52 of 53 fields checked.
+// starlingmonkey_embedding_weval.wasm: 20 of 21 rules, 57 of 59 fields checked.
 //   activation: function 11956, same shape
 //   interpreter: function 9777, 97 % alike
 //   frame flags: function 12777, same shape
@@ -48,6 +49,7 @@
 //   IC exit frames: function 11866, 96 % alike
 //   baseline frames: no counterpart
 //   baseline pc: function 18919, same shape
+//   the trampoline's stack: function 11869, 99 % alike
 
 #[cfg(test)]
 use super::EngineAddresses;
@@ -151,6 +153,12 @@ pub const LAYOUT: SpiderMonkeyLayout = SpiderMonkeyLayout {
     jit_frame_type_cpp_to_js_jit: 3,
     // Rule `entry frames`.
     jit_frame_descriptor_argc_shift: 6,
+    // Rule `entry frames`.
+    jit_frame_callee_token: 12,
+    // Rule `entry frames`.
+    callee_token_tag_mask: 3,
+    // Rule `entry frames`.
+    function_script: 32,
     // Rule `exit frames`.
     baseline_frame_size: 48,
     // Rule `baseline frames`.
@@ -161,6 +169,12 @@ pub const LAYOUT: SpiderMonkeyLayout = SpiderMonkeyLayout {
     baseline_frame_flags: 32,
     // Rule `baseline frames`.
     baseline_flag_running_in_interpreter: 2,
+    // Rule `baseline frames`.
+    pbl_stack_fp: 0,
+    // Rule `the trampoline's stack`.
+    pbl_stack_base: 4,
+    // Rule `the trampoline's stack`.
+    pbl_stack_top: 8,
 };
 
 #[cfg(test)]

@@ -155,6 +155,13 @@ pub struct SpiderMonkeyLayout {
     pub jit_frame_type_baseline_js: u32,
     pub jit_frame_type_cpp_to_js_jit: u32,
     pub jit_frame_descriptor_argc_shift: u32,
+    /// `JitFrameLayout::calleeToken_`, from a frame's fp (the arguments follow it): a
+    /// `JSFunction*` or a `JSScript*` (a global or eval script's entry frame) with its kind in
+    /// the bits `callee_token_tag_mask`; a function's script is its slot at
+    /// `function_script` (the `BaseScript*`, a `PrivateValue`'s low word).
+    pub jit_frame_callee_token: u32,
+    pub callee_token_tag_mask: u32,
+    pub function_script: u32,
     /// `BaselineFrame::Size()`: a PBL script's `BaselineFrame` lies right below its fp
     /// (`fp - Size()`); its `interpreterScript_` (the `JSScript`), `interpreterPC_` (the
     /// bytecode, stored at the frame's entry, at each IC and at each call into the VM only),
@@ -164,6 +171,12 @@ pub struct SpiderMonkeyLayout {
     pub baseline_frame_pc: u32,
     pub baseline_frame_flags: u32,
     pub baseline_flag_running_in_interpreter: u32,
+    /// `js::pbl::Stack`'s `fp` (the innermost frame's, which PBL keeps current at every push
+    /// and pop, unlike anything in the heap), `base` and `top` (the runtime's stack's top when
+    /// the trampoline began), as offsets in the `Stack`, a local of the trampoline.
+    pub pbl_stack_fp: u32,
+    pub pbl_stack_base: u32,
+    pub pbl_stack_top: u32,
 }
 
 /// The fields of [`SpiderMonkeyLayout`] the rules derive, in its order.
@@ -217,11 +230,17 @@ const FIELDS: &[&str] = &[
     "jit_frame_type_baseline_js",
     "jit_frame_type_cpp_to_js_jit",
     "jit_frame_descriptor_argc_shift",
+    "jit_frame_callee_token",
+    "callee_token_tag_mask",
+    "function_script",
     "baseline_frame_size",
     "baseline_frame_script",
     "baseline_frame_pc",
     "baseline_frame_flags",
     "baseline_flag_running_in_interpreter",
+    "pbl_stack_fp",
+    "pbl_stack_base",
+    "pbl_stack_top",
 ];
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! `VMFrame`), jit/BaselineFrame.h, jit/JitFrames.h, jit/JSJitFrameIter.cpp,
 //! vm/JitActivation.h.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use super::code::Val;
 use super::rules::{add, load, one, stores, Cx, Derived, Rule};
@@ -87,15 +87,21 @@ pub const RULES: &[Rule] = &[
     // token and `MakeFrameDescriptorForJitCall(FrameType::CppToJSJit, numActuals)`, that is
     // `numActuals << NUMACTUALARGS_SHIFT | CppToJSJit` (jit/JitFrames.h): read straight, the
     // one value stored that is a shifted value or'ed with a constant. The frame whose
-    // caller's type is `CppToJSJit` is the first of its activation.
+    // caller's type is `CppToJSJit` is the first of its activation. The callee token (a
+    // parameter, `JitFrameLayout::calleeToken_`) is stored beside it, the distance between the
+    // two stores its place from the descriptor's; the trampoline then reads the function's
+    // script through the token with its tag bits masked off (`CalleeTokenToFunction`, then
+    // `nonLazyScript()`): the mask's complement is the tag bits, the load's offset the
+    // function's script slot (the `BaseScript`, a `PrivateValue`'s low word).
     Rule {
         name: "entry frames",
         function: TRAMPOLINE,
         derive: |cx, _| {
             let mask = cx.known("jit_frame_type_mask")?;
-            let (shift, entry) = one(
+            let s = cx.straight()?;
+            let (shift, entry, descriptor) = one(
                 "store of a shifted value or'ed with a constant",
-                cx.straight()?.accesses.iter().filter_map(|a| {
+                s.accesses.iter().filter_map(|a| {
                     let Some(Expr::Op("i32.or", o)) = &a.value else {
                         return None;
                     };
@@ -103,12 +109,39 @@ pub const RULES: &[Rule] = &[
                         return None;
                     };
                     let shift = constant(p.get(1)?)?;
-                    (entry & !mask == 0).then_some((shift, *entry))
+                    (entry & !mask == 0).then_some((shift, *entry, a))
+                }),
+            )?;
+            let (token, from_descriptor) = one(
+                "parameter stored beside the descriptor",
+                s.accesses.iter().filter_map(|a| match &a.value {
+                    Some(Expr::Param(n)) if a.base == descriptor.base => {
+                        Some((*n, a.offset - descriptor.offset))
+                    }
+                    _ => None,
+                }),
+            )?;
+            let (tag_mask, script) = one(
+                "load through the callee token with its tag bits masked off",
+                s.accesses.iter().filter_map(|a| {
+                    let Expr::Op("i32.and", o) = &a.base else {
+                        return None;
+                    };
+                    let [Expr::Param(n), Expr::Const(m)] = &o[..] else {
+                        return None;
+                    };
+                    (*n == token && a.value.is_none()).then_some((!*m & 0xffff_ffff, a.offset))
                 }),
             )?;
             Ok(vec![
                 ("jit_frame_descriptor_argc_shift", shift),
                 ("jit_frame_type_cpp_to_js_jit", entry),
+                (
+                    "jit_frame_callee_token",
+                    cx.known("jit_frame_descriptor")? + from_descriptor,
+                ),
+                ("callee_token_tag_mask", tag_mask),
+                ("function_script", script),
             ])
         },
     },
@@ -210,6 +243,7 @@ pub const RULES: &[Rule] = &[
                 }),
             )?;
             Ok(vec![
+                ("pbl_stack_fp", field),
                 ("jit_frame_caller_fp", saved - fp),
                 ("baseline_frame_size", size),
                 ("baseline_frame_script", script),
@@ -260,6 +294,46 @@ pub const RULES: &[Rule] = &[
                 ("baseline_frame_flags", from_frame(flags)?),
                 ("baseline_flag_running_in_interpreter", running),
             ])
+        },
+    },
+    // The trampoline's `Stack stack(cx->portableBaselineStack())` (a local, in its frame of
+    // the shadow stack) is what PBL keeps its `fp` in: its constructor copies the runtime's
+    // stack's `base` and `top` into its `base` and `top`, and `top` into `fp` (SpiderMonkey
+    // 140 and 153's `Stack`). The stores into the trampoline's frame of the runtime's `top`
+    // are `fp`'s and `top`'s; where `fp` is (the field the interpreter sets, rule `baseline
+    // frames`) places the `Stack`, the one placing that leaves no field before it.
+    Rule {
+        name: "the trampoline's stack",
+        function: TRAMPOLINE,
+        derive: |cx, r| {
+            let (runtime, top, fp) = (
+                cx.known("cx_runtime")?,
+                cx.known("runtime_pbl_stack_top")?,
+                cx.known("pbl_stack_fp")?,
+            );
+            let copies: Vec<(i64, bool)> = stores(r)
+                .filter(|(a, _)| a.base == Val::Global(0))
+                .filter_map(|(a, v)| {
+                    let (from, o) = load(v)?;
+                    (*from == Val::Param(0).load(runtime)).then_some((a.offset, o == top))
+                })
+                .collect();
+            let base = one(
+                "copy of the runtime's stack's base",
+                copies.iter().filter(|c| !c.1).map(|c| c.0),
+            )?;
+            let tops: Vec<i64> = copies.iter().filter(|c| c.1).map(|c| c.0).collect();
+            let [a, b] = tops[..] else {
+                bail!("{} copies of the runtime's stack's top, not 2", tops.len());
+            };
+            let (base, top) = one(
+                "placing of the stack with no field before fp",
+                [(a, b), (b, a)].into_iter().filter_map(|(at_fp, at_top)| {
+                    let start = at_fp - fp;
+                    (base >= start && at_top >= start).then_some((base - start, at_top - start))
+                }),
+            )?;
+            Ok(vec![("pbl_stack_base", base), ("pbl_stack_top", top)])
         },
     },
 ];

@@ -101,7 +101,7 @@ pub fn linear(e: &Expr) -> (BTreeMap<Expr, i64>, i64) {
 }
 
 /// A load or store, in code order.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Access {
     pub op: &'static str,
     pub base: Expr,
