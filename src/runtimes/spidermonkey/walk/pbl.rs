@@ -23,7 +23,7 @@
 //! is the build's, so the walk looks for it: the nearest words below the activation that
 //! read as a `Stack` (`base` < `fp` < `top`, `top` at or above the current top) and from
 //! whose `fp` a chain of frames checks out all the way to an entry frame linked to that
-//! `top`, through the innermost exit in progress (current `top` + 4) where one is.
+//! `top`, through the innermost exit in progress (just above the current `top`) where one is.
 //!
 //! A chain checks out when every frame is where its header says: an exit or stub frame's
 //! descriptor is `BaselineJS` with no arguments (and its link above it); a script's frame's
@@ -115,8 +115,8 @@ impl<M: Memory> Walk<'_, M> {
     }
 
     /// The frames from `fp` (the `Stack`'s) out to the entry frame, which must link to
-    /// `entry_top`, passing the innermost exit in progress (`top` + 4) unless `top` is
-    /// `entry_top` (none in progress).
+    /// `entry_top`, passing the innermost exit in progress (`pbl_stack_top_below_exit_fp`
+    /// above `top`) unless `top` is `entry_top` (none in progress).
     fn chain(
         &self,
         mut fp: u32,
