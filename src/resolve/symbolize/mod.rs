@@ -475,7 +475,7 @@ mod tests {
         let mut section = wasm_encoder::NameSection::new();
         section.functions(&names);
         wasm_encoder::Section::append_to(&section, &mut wasm);
-        let mut s = symbolizer(wasm);
+        let s = symbolizer(wasm);
         assert_eq!(s.function_name(0).name, "wasm-function[0]");
         assert_eq!(s.function_name(1).name, "wasm-function[1] (specialized)");
         assert_eq!(s.function_name(2).name, "f");
