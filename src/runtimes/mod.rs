@@ -43,10 +43,21 @@ pub trait Runtime: Send + Sync + 'static {
         &[]
     }
 
+    /// An interpreter's walk over its memory alone (QuickJS's, CPython's, SpiderMonkey's):
+    /// writes its frames ([`interpreted::Frame`] words, each activation's ended by its marker)
+    /// read from `memory`, from its state at `root` ([`Self::root`]), into `out`; how many, 0
+    /// without frames or with some that do not check out. The default [`walk`](Self::walk) and
+    /// [`at_guest_thread`](Self::at_guest_thread) run it. Async-signal-safe.
+    fn walk_memory(&self, _memory: &LinearMemory, _root: u32, _out: &mut [usize]) -> usize {
+        0
+    }
+
     /// Reads the runtime's stack in `instance` into `pcs`, whose first `*depth` words are the
     /// sample's native frames, leaf first; `leaf_at` is the innermost Wasm frame's, where the
     /// sampler found one. Returns where the runtime's words start (`pcs[at..*depth]`, the
     /// native frames kept before them), or `None`, the sample left as it was. Async-signal-safe.
+    /// By default, an interpreter's [`walk_memory`](Self::walk_memory), its frames after
+    /// (some of) the native ones.
     ///
     /// # Safety
     /// `instance` must be an instance of this runtime's module that is alive.
@@ -55,8 +66,15 @@ pub trait Runtime: Send + Sync + 'static {
         instance: &InstanceView,
         pcs: &mut [usize],
         depth: &mut usize,
-        leaf_at: Option<usize>,
-    ) -> Option<usize>;
+        _leaf_at: Option<usize>,
+    ) -> Option<usize> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            interpreted::after_native(instance, pcs, depth, |memory, root, out| {
+                self.walk_memory(memory, root, out)
+            })
+        }
+    }
 
     /// As [`walk`](Self::walk), on the guest thread from Wasmtime's `backtrace` (`at`, where
     /// the guest stopped): how many of its frames stay, and the runtime's words after them.
@@ -67,8 +85,15 @@ pub trait Runtime: Send + Sync + 'static {
         &self,
         instance: &InstanceView,
         backtrace: &WasmBacktrace,
-        at: GuestPoint,
-    ) -> Option<(usize, Vec<usize>)>;
+        _at: GuestPoint,
+    ) -> Option<(usize, Vec<usize>)> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            interpreted::on_guest_thread(instance, backtrace, |memory, root, out| {
+                self.walk_memory(memory, root, out)
+            })
+        }
+    }
 
     /// Where in `memory` the runtime's state its walks start from is (QuickJS's
     /// `JSRuntime`), found once as an instance is shown ([`InstanceView::root`]): 0 for a

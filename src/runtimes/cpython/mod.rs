@@ -9,12 +9,10 @@ pub(crate) mod walk;
 
 use std::sync::{Arc, OnceLock};
 
-use wasmtime::WasmBacktrace;
-
-use super::interpreted::{after_native, is_function, on_guest_thread, splice_frames, CodeId};
-use super::{GuestPoint, InstanceView, ModuleFacts, Runtime, SpliceContext};
+use super::interpreted::{is_function, splice_frames, CodeId};
+use super::{ModuleFacts, Runtime, SpliceContext};
 use crate::profile::Function;
-use crate::shared::{ModuleId, RawFrame};
+use crate::shared::{LinearMemory, ModuleId, RawFrame};
 use crate::warning::{Warning, WarningKind};
 use layout::PythonLayout;
 use walk::PythonCode;
@@ -93,33 +91,8 @@ impl CPython {
 }
 
 impl Runtime for CPython {
-    unsafe fn walk(
-        &self,
-        instance: &InstanceView,
-        pcs: &mut [usize],
-        depth: &mut usize,
-        _leaf_at: Option<usize>,
-    ) -> Option<usize> {
-        // SAFETY: the caller's contract.
-        unsafe {
-            after_native(instance, pcs, depth, |memory, _, out| {
-                self.code.walk(memory, out)
-            })
-        }
-    }
-
-    unsafe fn at_guest_thread(
-        &self,
-        instance: &InstanceView,
-        backtrace: &WasmBacktrace,
-        _at: GuestPoint,
-    ) -> Option<(usize, Vec<usize>)> {
-        // SAFETY: the caller's contract.
-        unsafe {
-            on_guest_thread(instance, backtrace, |memory, _, out| {
-                self.code.walk(memory, out)
-            })
-        }
+    fn walk_memory(&self, memory: &LinearMemory, _root: u32, out: &mut [usize]) -> usize {
+        self.code.walk(memory, out)
     }
 
     /// As [`splice_frames`] says, the eval loop's frames being the loop's.

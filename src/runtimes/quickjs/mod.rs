@@ -22,10 +22,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use wasmparser::{Operator, Parser, Payload};
-use wasmtime::WasmBacktrace;
 
-use super::interpreted::{after_native, is_function, on_guest_thread, splice_frames, CodeId};
-use super::{GuestPoint, InstanceView, ModuleFacts, Runtime, SpliceContext};
+use super::interpreted::{is_function, splice_frames, CodeId};
+use super::{ModuleFacts, Runtime, SpliceContext};
 use crate::profile::Function;
 use crate::shared::LinearMemory;
 use crate::shared::RawFrame;
@@ -171,33 +170,8 @@ impl Runtime for QuickJs {
             .warning("the JavaScript interpreter's frames")
     }
 
-    unsafe fn walk(
-        &self,
-        instance: &InstanceView,
-        pcs: &mut [usize],
-        depth: &mut usize,
-        _leaf_at: Option<usize>,
-    ) -> Option<usize> {
-        // SAFETY: the caller's contract.
-        unsafe {
-            after_native(instance, pcs, depth, |memory, root, out| {
-                self.code.walk(memory, root, out)
-            })
-        }
-    }
-
-    unsafe fn at_guest_thread(
-        &self,
-        instance: &InstanceView,
-        backtrace: &WasmBacktrace,
-        _at: GuestPoint,
-    ) -> Option<(usize, Vec<usize>)> {
-        // SAFETY: the caller's contract.
-        unsafe {
-            on_guest_thread(instance, backtrace, |memory, root, out| {
-                self.code.walk(memory, root, out)
-            })
-        }
+    fn walk_memory(&self, memory: &LinearMemory, root: u32, out: &mut [usize]) -> usize {
+        self.code.walk(memory, root, out)
     }
 
     fn root(&self, memory: &LinearMemory) -> Result<u32, String> {

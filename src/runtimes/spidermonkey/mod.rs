@@ -20,10 +20,8 @@ mod walk;
 
 use std::sync::Arc;
 
-use wasmtime::WasmBacktrace;
-
-use super::interpreted::{after_native, is_function, on_guest_thread, splice_frames, CodeId};
-use super::{GuestPoint, InstanceView, ModuleFacts, Runtime, SpliceContext};
+use super::interpreted::{is_function, splice_frames, CodeId};
+use super::{ModuleFacts, Runtime, SpliceContext};
 use crate::profile::Function;
 use crate::shared::{LinearMemory, Memory, RawFrame};
 use crate::warning::{Warning, WarningKind};
@@ -75,33 +73,8 @@ impl Runtime for SpiderMonkey {
             .warning("SpiderMonkey's JavaScript frames")
     }
 
-    unsafe fn walk(
-        &self,
-        instance: &InstanceView,
-        pcs: &mut [usize],
-        depth: &mut usize,
-        _leaf_at: Option<usize>,
-    ) -> Option<usize> {
-        // SAFETY: the caller's contract.
-        unsafe {
-            after_native(instance, pcs, depth, |memory, root, out| {
-                self.code.walk(memory, root, out)
-            })
-        }
-    }
-
-    unsafe fn at_guest_thread(
-        &self,
-        instance: &InstanceView,
-        backtrace: &WasmBacktrace,
-        _at: GuestPoint,
-    ) -> Option<(usize, Vec<usize>)> {
-        // SAFETY: the caller's contract.
-        unsafe {
-            on_guest_thread(instance, backtrace, |memory, root, out| {
-                self.code.walk(memory, root, out)
-            })
-        }
+    fn walk_memory(&self, memory: &LinearMemory, root: u32, out: &mut [usize]) -> usize {
+        self.code.walk(memory, root, out)
     }
 
     /// `js::TlsContext`'s address: the walks read the `JSContext*` there each time (it is set
