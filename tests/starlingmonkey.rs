@@ -153,3 +153,435 @@ fn the_weval_engine_splits_as_the_script_timed_itself() {
         splits_as_the_script_timed_itself(&component, &["2000", "4200"]);
     }
 }
+
+/// A child process killed when the test ends, however it ends (a guest spinning for minutes
+/// would slow every test after a failed one).
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `wasmspy dump` of a StarlingMonkey component (the release engine, whose functions have no
+/// names) running `timed_sm.js` for minutes: each dump shows the guest's JavaScript stack as
+/// the profile names it, leaf first, each frame at its line, and none of the engine's Wasm
+/// functions: `fib` (recursing, at its lines 16–21) under `measure` at its call (35), or
+/// `build` (23–29) under `measure` at 37, or `measure` itself; maybe under a host call they
+/// made (`performance.now()`, the garbage collector's clock); then `run` at 56 and the
+/// export's own JavaScript. Of 30 dumps, with half the time in each function, both show as the
+/// leaf (each is missed with odds of 2^-30).
+#[test]
+fn a_dump_shows_a_starlingmonkey_components_javascript_stack() {
+    use std::process::Stdio;
+    let Some(component) = built_component("timed-sm.wasm") else {
+        return;
+    };
+    let mut guest = wasmspy()
+        .args(["record", "-S", "http", "--pprof-addr", "127.0.0.1:0", "--"])
+        .arg(&component)
+        .arg("100000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut guest_err = child::StderrLines::of(&mut guest);
+    let _guest = Killed(guest);
+    let line = guest_err.wait_for("serving profiles at ");
+    let url = line.split("serving profiles at ").nth(1).unwrap();
+    let dump = || {
+        let out = wasmspy().arg("dump").arg(url).output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    // The server answers before the guest runs: dumps from once the script's loop shows
+    // (polled, a minute at most, so that a dump that never shows it fails rather than hangs).
+    let started = (0..600).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        dump().contains("\nmeasure (timed_sm.js:31:17)\n")
+    });
+    assert!(started, "no dump showed the script's loop: {}", dump());
+    let mut leaves = std::collections::BTreeSet::new();
+    for _ in 0..30 {
+        let text = dump();
+        let blocks: Vec<&str> = text
+            .split("\n\n")
+            .filter(|b| b.starts_with("guest "))
+            .collect();
+        assert_eq!(blocks.len(), 1, "{text}");
+        let lines: Vec<&str> = blocks[0].lines().collect();
+        assert!(
+            lines[0].starts_with("guest 1 [running, ")
+                || lines[0].starts_with("guest 1 [host call, "),
+            "{text}"
+        );
+        // (function, place): `fib (timed_sm.js:16:13)`, `timed_sm.js:20`.
+        let frames: Vec<(&str, &str)> = lines[1..]
+            .chunks(2)
+            .map(|c| (c[0], c.get(1).map_or("", |place| place.trim())))
+            .collect();
+        let script: Vec<(&str, &str)> = frames
+            .iter()
+            .copied()
+            .skip_while(|(_, place)| ["[host]", "[wasmtime]"].contains(place))
+            .collect();
+        let n = script.len();
+        assert!(n >= 3, "{text}");
+        assert!(
+            script[n - 1]
+                .0
+                .starts_with("export_run_0_2_12$run (initializer.js:"),
+            "{text}"
+        );
+        assert_eq!(
+            script[n - 2],
+            ("run (timed_sm.js:46:6)", "timed_sm.js:56"),
+            "{text}"
+        );
+        let line_of = |place: &str| -> i64 {
+            let line = place.strip_prefix("timed_sm.js:");
+            line.and_then(|l| l.parse().ok())
+                .unwrap_or_else(|| panic!("{place}: {text}"))
+        };
+        let (measure, at) = script[n - 3];
+        assert_eq!(measure, "measure (timed_sm.js:31:17)", "{text}");
+        let callees = &script[..n - 3];
+        let (call, lines) = match callees.first().map(|(name, _)| *name) {
+            Some("fib (timed_sm.js:16:13)") => (35, 16..=21),
+            Some("build (timed_sm.js:23:15)") => (37, 23..=29),
+            None => (line_of(at), 31..=44),
+            Some(other) => panic!("{other}: {text}"),
+        };
+        assert_eq!(line_of(at), call, "{text}");
+        for (name, place) in callees {
+            assert!(
+                *name == callees[0].0 && lines.contains(&line_of(place)),
+                "{text}"
+            );
+        }
+        leaves.insert(
+            callees
+                .first()
+                .map_or(measure, |(name, _)| *name)
+                .to_string(),
+        );
+    }
+    assert!(
+        leaves.contains("fib (timed_sm.js:16:13)") && leaves.contains("build (timed_sm.js:23:15)"),
+        "{leaves:?}"
+    );
+}
+
+/// An embedder's own Wasmtime host running a StarlingMonkey component (the release engine)
+/// through the library: wasmtime-wasi's WASI 0.2 and wasmtime-wasi-http's `wasi:http` (which
+/// the engine imports: `wasmtime run -S http` links it) in its linker, the component probed
+/// (`probe_runtimes`, `define_runtime_probe`) so that the profiler is shown the engine's
+/// instance. The profile has the script's JavaScript frames as `record`'s has them: `fib` and
+/// `build`, about half the samples each (the script's split: 200 rounds, some 600 samples, a
+/// share's standard deviation 2 points), at their lines, under `measure` at its calls of them
+/// and `run`; nearly all the samples in them.
+#[test]
+fn an_embedders_starlingmonkey_component_shows_its_javascript_frames() {
+    use wasmspy::{probe_runtimes, Profiler, ProfilerOptions, SamplerKind};
+    use wasmtime::component::{Component, Linker, ResourceTable};
+    use wasmtime_wasi::p2::bindings::sync::Command;
+    use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+    use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+    struct Host {
+        ctx: WasiCtx,
+        http: WasiHttpCtx,
+        table: ResourceTable,
+    }
+    impl WasiView for Host {
+        fn ctx(&mut self) -> WasiCtxView<'_> {
+            WasiCtxView {
+                ctx: &mut self.ctx,
+                table: &mut self.table,
+            }
+        }
+    }
+    impl WasiHttpView for Host {
+        fn http(&mut self) -> WasiHttpCtxView<'_> {
+            WasiHttpCtxView {
+                ctx: &mut self.http,
+                table: &mut self.table,
+                hooks: Default::default(),
+            }
+        }
+    }
+
+    let Some(path) = built_component("timed-sm.wasm") else {
+        return;
+    };
+    let wasm = std::fs::read(&path).unwrap();
+    let probed = probe_runtimes(&wasm)
+        .unwrap()
+        .expect("SpiderMonkey's engine is probed");
+    let options = ProfilerOptions {
+        sampler: SamplerKind::Signal,
+        ..Default::default()
+    };
+    let mut config = wasmtime::Config::new();
+    Profiler::configure(&mut config, &options);
+    let engine = wasmtime::Engine::new(&config).unwrap();
+    let component = Component::new(&engine, &probed).unwrap();
+    let mut profiler = Profiler::new(&engine, options).unwrap();
+    profiler
+        .add_component("timed-sm.wasm", &component, probed)
+        .unwrap();
+    let mut linker = Linker::<Host>::new(&engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker).unwrap();
+    wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker).unwrap();
+    profiler
+        .define_runtime_probe(&mut linker, &component)
+        .unwrap();
+    let ctx = WasiCtxBuilder::new()
+        .args(&["timed-sm.wasm", "200"])
+        .build();
+    let host = Host {
+        ctx,
+        http: WasiHttpCtx::new(),
+        table: ResourceTable::new(),
+    };
+    let mut store = wasmtime::Store::new(&engine, host);
+    profiler.attach(&mut store).unwrap();
+    profiler.start().unwrap();
+    let command = Command::instantiate(&mut store, &component, &linker).unwrap();
+    command
+        .wasi_cli_run()
+        .call_run(&mut store)
+        .unwrap()
+        .unwrap();
+    let profile = profiler.stop();
+    let warnings: Vec<String> = profiler
+        .handle()
+        .take_warnings()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        !warnings.iter().any(|w| w.contains("not JavaScript frames")),
+        "{warnings:?}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cpu.pb.gz");
+    std::fs::write(&out, wasmspy::export::pprof::encode(&profile).unwrap()).unwrap();
+    let p = Decoded::load(&out);
+    let total = p.total("samples");
+    let mut in_functions = [0i64; 2];
+    for s in &p.0.sample {
+        let frames = p.sample_frames(s);
+        let script: Vec<_> = frames
+            .iter()
+            .filter(|(_, file, _)| file == "timed_sm.js")
+            .collect();
+        let (i, call, lines) = match script.first().map(|(name, ..)| name.as_str()) {
+            Some("fib (timed_sm.js:16:13)") => (0, 35, 16..=21),
+            Some("build (timed_sm.js:23:15)") => (1, 37, 23..=29),
+            _ => continue,
+        };
+        in_functions[i] += s.value[0];
+        let (callees, callers) = script.split_at(script.len() - 2);
+        assert!(
+            callees
+                .iter()
+                .all(|(name, _, line)| *name == script[0].0 && lines.contains(line))
+                && (callers[0].0.as_str(), callers[0].2) == ("measure (timed_sm.js:31:17)", call)
+                && (callers[1].0.as_str(), callers[1].2) == ("run (timed_sm.js:46:6)", 56),
+            "{frames:?}"
+        );
+    }
+    let [fib, build] = in_functions;
+    assert!(
+        (fib + build) * 10 >= total * 9,
+        "fib {fib}, build {build} of {total} samples: {:?}",
+        p.top_self("samples")
+    );
+    for (name, samples) in [("fib", fib), ("build", build)] {
+        let share = samples as f64 / (fib + build) as f64;
+        assert!(
+            (0.3..=0.7).contains(&share),
+            "{name}: {share:.3}: {:?}",
+            p.top_self("samples")
+        );
+    }
+}
+
+/// A real engine whose code no longer matches SpiderMonkey's as wasmspy knows it: the debug
+/// and release engines (`fib-js.wasm`, `timed-sm.wasm`) with each function that has the first
+/// fingerprint recognition finds `js::TlsContext` by given one more load before its own, of
+/// address 0, its value dropped. The engine runs as before (a load of memory that is there,
+/// its value unused), but that function's loads and stores are no longer the fingerprint's,
+/// as after a change of SpiderMonkey or of the compiler that built it. The run's output
+/// (`fib-js.wasm`'s exactly; `timed-sm.wasm`'s two shares, which are timed, line by line by
+/// their names) and exit code are `wasmtime run`'s; one warning says the engine's frames
+/// cannot be read, naming the fingerprint's function (the others, that the engine has no
+/// DWARF, recognition's "is SpiderMonkey's engine" says instead); the profile keeps the
+/// engine's Wasm frames, `js::Interpret` (named in the debug engine, `wasm-function[N]` in
+/// the release one, N as recognition found it before the change) under most samples, and
+/// none is JavaScript.
+#[test]
+fn an_engine_whose_code_no_longer_matches_keeps_its_wasm_frames() {
+    use wasmspy::internals::runtimes::spidermonkey::recognize::TLS_CONTEXT;
+    let print = &TLS_CONTEXT[0];
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args) in [("fib-js.wasm", &[][..]), ("timed-sm.wasm", &["50"][..])] {
+        let Some(component) = built_component(name) else {
+            continue;
+        };
+        let (altered, changed, interpreter) =
+            with_one_more_load(&std::fs::read(&component).unwrap(), print);
+        assert!(changed >= 1, "{name}: none like `{}`", print.function);
+        let interpreter = format!("wasm-function[{interpreter}]");
+        let guest = dir.path().join(name);
+        std::fs::write(&guest, altered).unwrap();
+        let plain = std::process::Command::new(wasmtime_cli())
+            .args(["run", "-S", "http"])
+            .arg(&guest)
+            .args(args)
+            .output()
+            .unwrap();
+        let (out, path) = record(dir.path(), &HTTP, &guest, args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{name}: {err}");
+        assert_eq!(plain.status.code(), Some(0), "{name}: {}", stderr(&plain));
+        // A line, or (the timed shares) its first word.
+        let names = |o: &std::process::Output| -> Vec<String> {
+            let line = |l: &str| match name {
+                "timed-sm.wasm" => l.split(' ').next().unwrap_or_default().to_string(),
+                _ => l.to_string(),
+            };
+            stdout(o).lines().map(line).collect()
+        };
+        assert_eq!(names(&out), names(&plain), "{name}: {err}");
+        assert!(!names(&out).is_empty(), "{name}: {err}");
+        let (warned, others): (Vec<&str>, Vec<&str>) = err
+            .lines()
+            .filter(|l| l.contains("warning"))
+            .partition(|l| l.contains("SpiderMonkey"));
+        assert_eq!(warned.len(), 1, "{name}: {err}");
+        assert!(
+            others.iter().all(|l| l.contains("has no DWARF debug info")),
+            "{name}: {err}"
+        );
+        assert!(
+            warned[0].contains("SpiderMonkey, but its code does not match")
+                && warned[0].contains(&format!("no function is `{}`", TLS_CONTEXT[1].function))
+                && warned[0].ends_with("not JavaScript frames"),
+            "{name}: {err}"
+        );
+        eprintln!("{name}: {err}");
+        let p = Decoded::load(&path);
+        let functions: Vec<(&str, &str)> =
+            p.0.function
+                .iter()
+                .map(|f| (p.str(f.name), p.str(f.filename)))
+                .collect();
+        assert!(
+            functions
+                .iter()
+                .all(|(f, file)| !file.ends_with(".js") && !f.contains(".js:")),
+            "{name}: {functions:?}"
+        );
+        let total = p.total("samples");
+        let interpret: i64 =
+            p.0.sample
+                .iter()
+                .filter(|s| {
+                    let frames = p.sample_frames(s);
+                    frames.iter().any(|(f, ..)| {
+                        f.starts_with("js::Interpret(JSContext*") || f.ends_with(&interpreter)
+                    })
+                })
+                .map(|s| s.value[p.value_index("samples")])
+                .sum();
+        eprintln!("{name}: {interpret} of {total} samples in js::Interpret: {functions:?}");
+        assert!(interpret * 2 >= total, "{name}: {functions:?}");
+    }
+}
+
+/// `component` with each function of its SpiderMonkey engine (the core module recognised as
+/// one) that has `print`'s type and loads and stores given one more load before them (of
+/// address 0, dropped), every other byte as it was; how many functions it changed, and which
+/// function is `js::Interpret` (as recognition found it before).
+fn with_one_more_load(
+    component: &[u8],
+    print: &wasmspy::internals::runtimes::spidermonkey::recognize::Fingerprint,
+) -> (Vec<u8>, usize, u32) {
+    use wasmspy::internals::runtimes::spidermonkey::recognize::*;
+    let (mut changed, mut interpreter) = (0, u32::MAX);
+    let altered = sections(component, |id, module| {
+        // Core modules are section 1 of a component.
+        match recognize(module) {
+            Recognition::Engine(engine) if id == 1 => interpreter = engine.interpreter,
+            _ => return None,
+        }
+        let code = Code::parse(module).unwrap();
+        let mut scratch = Scratch::default();
+        let mut like = |f: u32| {
+            let ty = code.func_type(f).unwrap();
+            let mut n = 0;
+            let read = code.accesses(&mut scratch, f, |access, _| {
+                n += 1;
+                match print.accesses.get(n - 1) == Some(&access) {
+                    true => std::ops::ControlFlow::Continue(()),
+                    false => std::ops::ControlFlow::Break(()),
+                }
+            });
+            ty.params() == print.params
+                && ty.results() == print.results
+                && read.is_ok()
+                && n == print.accesses.len()
+        };
+        let first = code.defined().start;
+        let targets: Vec<u32> = code.defined().filter(|&f| like(f)).collect();
+        changed += targets.len();
+        // `i32.const 0`, `i32.load` (aligned to 4, offset 0), `drop`.
+        const LOAD: [u8; 6] = [0x41, 0x00, 0x28, 0x02, 0x00, 0x1a];
+        Some(sections(module, |id, payload| {
+            // The code section (10): its bodies, each after its locals the new load or not.
+            if id != 10 {
+                return None;
+            }
+            let bodies =
+                wasmparser::CodeSectionReader::new(wasmparser::BinaryReader::new(payload, 0))
+                    .unwrap();
+            let mut section = Vec::new();
+            wasm_encoder::Encode::encode(&bodies.count(), &mut section);
+            for (i, body) in bodies.into_iter().enumerate() {
+                let body = body.unwrap();
+                let (range, ops) = (
+                    body.range(),
+                    body.get_operators_reader().unwrap().original_position(),
+                );
+                let mut bytes = payload[range.start..ops].to_vec();
+                if targets.contains(&(first + i as u32)) {
+                    bytes.extend(LOAD);
+                }
+                bytes.extend(&payload[ops..range.end]);
+                wasm_encoder::Encode::encode(bytes.as_slice(), &mut section);
+            }
+            Some(section)
+        }))
+    });
+    (altered, changed, interpreter)
+}
+
+/// A module or component (`wasm`) with each section whose id and contents `change` gives new
+/// contents for replaced by them (its size said again); every other byte as it was.
+fn sections(wasm: &[u8], mut change: impl FnMut(u8, &[u8]) -> Option<Vec<u8>>) -> Vec<u8> {
+    let mut out = wasm[..8].to_vec();
+    let mut reader = wasmparser::BinaryReader::new(&wasm[8..], 8);
+    while !reader.eof() {
+        let id = reader.read_u8().unwrap();
+        let size = reader.read_var_u32().unwrap();
+        let payload = reader.read_bytes(size as usize).unwrap();
+        out.push(id);
+        let payload = change(id, payload).unwrap_or_else(|| payload.to_vec());
+        wasm_encoder::Encode::encode(payload.as_slice(), &mut out);
+    }
+    out
+}

@@ -282,3 +282,95 @@ impl WithoutTerminal for Command {
         self.output().unwrap()
     }
 }
+
+/// A child process killed when the test ends, however it ends (a guest spinning for minutes
+/// would slow every test after a failed one).
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The function rows of the last view in `text`, whole names (a JavaScript function's has
+/// spaces: `fib (timed_sm.js:16:13) (timed_sm.js:16)`): (name, own %, total %).
+fn named_rows(text: &str) -> Vec<(String, f64, f64)> {
+    let last = text.rsplit("%Own").next().unwrap();
+    last.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let own = words.next()?.strip_suffix('%')?.parse().ok()?;
+            let total = words.next()?.strip_suffix('%')?.parse().ok()?;
+            let name = words.skip(2).collect::<Vec<_>>().join(" ");
+            Some((name, own, total))
+        })
+        .collect()
+}
+
+/// `wasmspy top` of a StarlingMonkey component (ComponentizeJS's release engine, whose
+/// functions have no names): `timed_sm.js` spinning for minutes, its `fib` and `build` in
+/// alternation, about half the time each (the script's own measure). The view's rows are the
+/// script's JavaScript functions, each named with where it starts, then its first line, as
+/// the profile names them: `fib` and `build` hold nearly all the own time, each about half
+/// (a second's view, some 900 samples: a share's standard deviation under 2 points),
+/// `measure` and `run`, which call them, nearly all the total; no engine function shows.
+#[test]
+fn top_shows_a_starlingmonkey_components_javascript_functions() {
+    let Some(component) = built_component("timed-sm.wasm") else {
+        return;
+    };
+    let mut guest = wasmspy()
+        .args(["record", "-S", "http", "--pprof-addr", "127.0.0.1:0", "--"])
+        .arg(&component)
+        .arg("100000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut guest_err = StderrLines::of(&mut guest);
+    let _guest = Killed(guest);
+    let line = guest_err.wait_for("serving profiles at ");
+    let url = line.split("serving profiles at ").nth(1).unwrap();
+    let mut top = Killed(
+        wasmspy()
+            .arg("top")
+            .arg(url)
+            .env("TERM", "xterm")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(top.0.stdout.take().unwrap());
+    let mut text = String::new();
+    while refresh(&text) < 4 {
+        let n = lines.read_line(&mut text).unwrap();
+        assert!(n > 0, "top ended: {text}");
+    }
+    // The fourth view has begun: the third is whole, of a second while the guest ran.
+    let third = text.rsplit_once("wasmspy top").unwrap().0;
+    let third = third.rsplit_once("wasmspy top").unwrap().1;
+    assert!(!third.contains("wasm-function["), "{third}");
+    let rows = named_rows(third);
+    let row = |name: &str| {
+        rows.iter()
+            .find(|(n, ..)| n == name)
+            .unwrap_or_else(|| panic!("no {name}: {third}"))
+    };
+    let fib = row("fib (timed_sm.js:16:13) (timed_sm.js:16)");
+    let build = row("build (timed_sm.js:23:15) (timed_sm.js:23)");
+    assert!(fib.1 + build.1 >= 90.0, "{third}");
+    for (name, own, _) in [fib, build] {
+        assert!((30.0..=70.0).contains(own), "{name}: {third}");
+    }
+    for caller in [
+        "measure (timed_sm.js:31:17) (timed_sm.js:31)",
+        "run (timed_sm.js:46:6) (timed_sm.js:46)",
+    ] {
+        assert!(row(caller).2 >= 90.0, "{caller}: {third}");
+    }
+    // Both killed as they go out of scope, the view first.
+}
