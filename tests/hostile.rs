@@ -12,18 +12,28 @@
 //! samplers, in both stack views: the samples whose walk found a broken chain keep their Wasm
 //! frames and are counted, in one warning.
 //!
-//! The same guest shape looks like QuickJS (a `JSRuntime` and its frames, the build record
-//! that names the engine's release, an interpreter loop); a Go program lies about its own
-//! goroutine stacks (`tests/fixtures/go/hostile/`); and the CPython look-alike's state is
-//! rewritten by another thread while the guest's is walked, through the library.
+//! The same guest shape (`hostile/guest.rs`) looks like QuickJS (a `JSRuntime` and its
+//! frames, the build record that names the engine's release, an interpreter loop) and like
+//! SpiderMonkey (`hostile/spidermonkey.rs`: its marks, code recognition's fingerprints find it
+//! by, a `JSContext`, its activations and frames, the C++ interpreter's and the portable
+//! baseline interpreter's; and, with code unlike the fingerprints, not recognised); a Go
+//! program lies about its own goroutine stacks (`tests/fixtures/go/hostile/`); and the CPython
+//! look-alike's state is rewritten by another thread while the guest's is walked, through the
+//! library.
 
 mod common;
+#[path = "hostile/guest.rs"]
+mod guest;
+#[path = "hostile/spidermonkey.rs"]
+mod spidermonkey;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use common::{stderr, wasmspy, wasmtime_cli, Decoded};
+use guest::{hex, write_guest, LookAlike, ENTER, HEAL_EVERY};
+use spidermonkey::{spidermonkey_look_alike, SpiderMonkeyCode};
 use wasmspy::SamplerKind;
 use wasmspy::{Profiler, ProfilerOptions};
 
@@ -34,9 +44,6 @@ const ARENA: u32 = 4096;
 const ARENA_BYTES: u32 = 12288;
 /// A pristine copy of the arena, copied back over it every [`HEAL_EVERY`] rewrites.
 const TEMPLATE: u32 = 32768;
-const HEAL_EVERY: u32 = 256;
-/// Rewrites in one run: 0.3 s of `wasmtime run`.
-const REWRITES: u32 = 1 << 23;
 
 const INTERP: u32 = ARENA + 256;
 const TSTATE: u32 = ARENA + 512;
@@ -124,29 +131,6 @@ fn arena() -> Vec<u8> {
     a
 }
 
-/// Bytes as a WAT string.
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("\\{b:02x}")).collect()
-}
-
-/// What a look-alike holds and rewrites.
-struct LookAlike {
-    /// Data segments its runtime is recognised by.
-    data: Vec<(u32, Vec<u8>)>,
-    /// Custom sections its runtime is recognised by.
-    custom: Vec<(&'static str, Vec<u8>)>,
-    /// The runtime's state, well-formed, at `arena` (and a pristine copy at `template`).
-    arena: u32,
-    state: Vec<u8>,
-    template: u32,
-    /// The frames: the first, log2 of the distance between two, how many.
-    frames: (u32, u32, u32),
-    /// Initial pages of memory (it grows to 16).
-    pages: u32,
-    /// WAT at the start of `_start`.
-    prologue: String,
-}
-
 /// The CPython look-alike.
 fn python_look_alike() -> LookAlike {
     LookAlike {
@@ -156,115 +140,15 @@ fn python_look_alike() -> LookAlike {
         state: arena(),
         template: TEMPLATE,
         frames: (FRAMES, 5, FRAME_COUNT),
+        more_frames: Vec::new(),
         pages: 1,
         prologue: String::new(),
+        words: Vec::new(),
+        heal_every: HEAL_EVERY,
+        quiet: 0,
+        functions: String::new(),
+        enter: ENTER.to_string(),
     }
-}
-
-/// A guest, in WAT: `$rewrite` picks an arena word and a value, `$heal` restores the arena,
-/// `_start` loops, prints `checksum XXXXXXXX` and exits with 3.
-fn guest(g: &LookAlike) -> String {
-    let LookAlike {
-        arena,
-        template,
-        pages,
-        ..
-    } = *g;
-    let arena_bytes = g.state.len() as u32;
-    let arena_words = arena_bytes / 4;
-    let (frames, frame_shift, frame_count) = g.frames;
-    let data: String = g
-        .data
-        .iter()
-        .chain([&(arena, g.state.clone()), &(template, g.state.clone())])
-        .map(|(at, bytes)| format!("(data (i32.const {at}) \"{}\")\n", hex(bytes)))
-        .collect();
-    let custom: String = g
-        .custom
-        .iter()
-        .map(|(name, bytes)| format!("(@custom \"{name}\" \"{}\")\n", hex(bytes)))
-        .collect();
-    let prologue = &g.prologue;
-    format!(
-        r#"(module
-  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
-  (import "wasi_snapshot_preview1" "proc_exit" (func $proc_exit (param i32)))
-  (memory (export "memory") {pages} 16)
-  (global $seed (mut i32) (i32.const 0x2545f491))
-  {custom}
-  {data}
-  (data (i32.const 64) "checksum ")
-  (func $next (result i32)
-    (local $x i32)
-    (local.set $x (global.get $seed))
-    (local.set $x (i32.xor (local.get $x) (i32.shl (local.get $x) (i32.const 13))))
-    (local.set $x (i32.xor (local.get $x) (i32.shr_u (local.get $x) (i32.const 17))))
-    (local.set $x (i32.xor (local.get $x) (i32.shl (local.get $x) (i32.const 5))))
-    (global.set $seed (local.get $x))
-    (local.get $x))
-  (func $heal
-    (memory.copy (i32.const {arena}) (i32.const {template}) (i32.const {arena_bytes})))
-  ;; Writes an adversarial value at a random word of the arena; returns it.
-  (func $rewrite (result i32)
-    (local $at i32) (local $value i32) (local $end i32) (local $r i32)
-    (local.set $at (i32.add (i32.const {arena})
-      (i32.shl (i32.rem_u (call $next) (i32.const {arena_words})) (i32.const 2))))
-    (local.set $end (i32.shl (memory.size) (i32.const 16)))
-    (local.set $r (call $next))
-    (local.set $value
-      (block $chosen (result i32)
-        (block $b9 (block $b8 (block $b7 (block $b6 (block $b5 (block $b4 (block $b3 (block $b2 (block $b1 (block $b0
-          (br_table $b0 $b1 $b2 $b3 $b4 $b5 $b6 $b7 $b8 $b9 (i32.rem_u (local.get $r) (i32.const 10))))
-          (br $chosen (call $next)))
-          ;; an aligned pointer into the arena
-          (br $chosen (i32.add (i32.const {arena}) (i32.shl (i32.rem_u (call $next) (i32.const {arena_words})) (i32.const 2)))))
-          (br $chosen (i32.const 0)))
-          ;; the last byte of memory, the last word, just past the end
-          (br $chosen (i32.sub (local.get $end) (i32.const 1))))
-          (br $chosen (i32.sub (local.get $end) (i32.const 4))))
-          (br $chosen (local.get $end)))
-          (br $chosen (i32.const -1)))
-          ;; itself: a cycle of one
-          (br $chosen (local.get $at)))
-          ;; an unaligned pointer into the arena
-          (br $chosen (i32.add (i32.const {arena}) (i32.rem_u (call $next) (i32.const {arena_bytes})))))
-        ;; one of the frames: cycles through the chain
-        (i32.add (i32.const {frames}) (i32.shl (i32.rem_u (call $next) (i32.const {frame_count})) (i32.const {frame_shift})))))
-    (i32.store (local.get $at) (local.get $value))
-    (local.get $value))
-  (func $hex (param $at i32) (param $value i32)
-    (local $i i32) (local $digit i32)
-    (loop $digits
-      (local.set $digit (i32.and (i32.shr_u (local.get $value) (i32.sub (i32.const 28) (i32.shl (local.get $i) (i32.const 2)))) (i32.const 15)))
-      (i32.store8 (i32.add (local.get $at) (local.get $i))
-        (i32.add (local.get $digit) (select (i32.const 48) (i32.const 87) (i32.lt_u (local.get $digit) (i32.const 10)))))
-      (local.set $i (i32.add (local.get $i) (i32.const 1)))
-      (br_if $digits (i32.lt_u (local.get $i) (i32.const 8)))))
-  (func (export "_start")
-    (local $n i32) (local $sum i32)
-    {prologue}
-    (call $heal)
-    (loop $rewrites
-      (local.set $sum (i32.add (i32.mul (local.get $sum) (i32.const 31)) (call $rewrite)))
-      (if (i32.eqz (i32.rem_u (local.get $n) (i32.const {HEAL_EVERY}))) (then (call $heal)))
-      ;; Memory grows under the walks, to 16 pages.
-      (if (i32.eqz (i32.rem_u (local.get $n) (i32.const 0x200000)))
-        (then (drop (memory.grow (i32.const 1)))))
-      (local.set $n (i32.add (local.get $n) (i32.const 1)))
-      (br_if $rewrites (i32.lt_u (local.get $n) (i32.const {REWRITES}))))
-    (call $hex (i32.const 73) (local.get $sum))
-    (i32.store8 (i32.const 81) (i32.const 10))
-    (i32.store (i32.const 0) (i32.const 64))
-    (i32.store (i32.const 4) (i32.const 18))
-    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))
-    (call $proc_exit (i32.const 3))))"#
-    )
-}
-
-fn write_guest(dir: &Path, name: &str, look_alike: &LookAlike) -> std::path::PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, wat::parse_str(guest(look_alike)).unwrap()).unwrap();
-    path
 }
 
 fn run(command: &mut Command) -> Output {
@@ -274,12 +158,12 @@ fn run(command: &mut Command) -> Output {
 /// Runs `guest` (with `args`) under `wasmtime run`, then under `wasmspy record --rate 10000`
 /// with both samplers, with and without `--native`: the same output and exit code (3) each
 /// time, `warning` (what the walks read, e.g. "Python interpreter's frames") said once, and
-/// `check` given each profile's function names.
+/// `check` given each profile, its function names, wasmspy's stderr and what ran.
 fn sampled_like_wasmtime_run(
     guest: &Path,
     args: &[&str],
     warning: &str,
-    check: impl Fn(&[&str], &str),
+    check: impl Fn(&Decoded, &[&str], &str, &str),
 ) {
     let dir = tempfile::tempdir().unwrap();
     let plain = run(Command::new(wasmtime_cli())
@@ -313,7 +197,7 @@ fn sampled_like_wasmtime_run(
             eprintln!("{}", said[0]);
             let p = Decoded::load(&out);
             let names: Vec<&str> = p.0.function.iter().map(|f| p.str(f.name)).collect();
-            check(&names, &what);
+            check(&p, &names, &err, &what);
             eprintln!(
                 "--sampler {sampler}, native {native}: {} samples, {names:?}",
                 p.total("samples")
@@ -326,9 +210,12 @@ fn sampled_like_wasmtime_run(
 fn a_cpython_look_alike_rewriting_its_frames_cannot_hurt_the_host() {
     let dir = tempfile::tempdir().unwrap();
     let guest = write_guest(dir.path(), "hostile_python.wasm", &python_look_alike());
-    sampled_like_wasmtime_run(&guest, &[], "Python interpreter's frames", |names, what| {
-        python_and_wasm_frames(names, &["rewrite", "heal", "next"], what)
-    });
+    sampled_like_wasmtime_run(
+        &guest,
+        &[],
+        "Python interpreter's frames",
+        |_, names, _, what| python_and_wasm_frames(names, &["rewrite", "heal", "next"], what),
+    );
 }
 
 /// The QuickJS look-alike: a module whose build record (cargo-auditable's `.dep-v0`) names
@@ -356,11 +243,17 @@ fn a_quickjs_look_alike_rewriting_its_frames_cannot_hurt_the_host() {
         state: state.image[start as usize..end as usize].to_vec(),
         template: 0x10000,
         frames: (inner, state.frame_shift, state.frames.len() as u32),
+        more_frames: Vec::new(),
         pages: 2,
         prologue: format!(
             "(i32.store offset={offset} (i32.const {runtime}) (i32.const {inner}))\n"
         )
         .repeat(3),
+        words: Vec::new(),
+        heal_every: HEAL_EVERY,
+        quiet: 0,
+        functions: String::new(),
+        enter: ENTER.to_string(),
     };
     let dir = tempfile::tempdir().unwrap();
     let guest = write_guest(dir.path(), "hostile_js.wasm", &look_alike);
@@ -368,7 +261,7 @@ fn a_quickjs_look_alike_rewriting_its_frames_cannot_hurt_the_host() {
         &guest,
         &[],
         "JavaScript interpreter's frames",
-        |names, what| {
+        |_, names, _, what| {
             interpreted_and_wasm_frames(
                 names,
                 |n| n == "fib (app.js:10:3)",
@@ -377,6 +270,189 @@ fn a_quickjs_look_alike_rewriting_its_frames_cannot_hurt_the_host() {
             )
         },
     );
+}
+
+/// The SpiderMonkey look-alike ([`spidermonkey_look_alike`]), recognised: no warning says
+/// otherwise, and its JavaScript frames are named. From both activations: walks that found the
+/// state whole give the three PBL frames (`fib` at lines 5 and 4, `run` at 9) on the
+/// interpreter's three (the same, the self-hosted `forEach` left out) on the outer `run` (at
+/// 8); a `run` called by a `fib` is PBL's entry frame on the interpreter's innermost, which
+/// no rewrite of the interpreter's state alone can make. None invented: the names' characters
+/// and where their functions start are never rewritten (rewritten, they read as what memory
+/// then said, which no check tells from a name: the QuickJS look-alike's `<anonymous>
+/// (appÿÿÿ)`), so every frame is `fib`'s or `run`'s (`<anonymous>` if first read while its
+/// name's length was 0: an empty name), a function of the module, a host call or Wasmtime's
+/// own code.
+#[test]
+fn a_spidermonkey_look_alike_rewriting_its_frames_cannot_hurt_the_host() {
+    let (wasm, native) = spidermonkey_look_alike(SpiderMonkeyCode::Alike);
+    let dir = tempfile::tempdir().unwrap();
+    let guest = dir.path().join("hostile_sm.wasm");
+    std::fs::write(&guest, &wasm).unwrap();
+    let (fib, run) = ("(fib.js:3:13)", "(fib.js:8:6)");
+    let javascript = [
+        "fib (fib.js:3:13)",
+        "run (fib.js:8:6)",
+        "<anonymous> (fib.js:3:13)",
+        "<anonymous> (fib.js:8:6)",
+    ];
+    // Leaf first: PBL's frames, the interpreter's, the outer activation's.
+    let whole_stack = [
+        (fib, 5),
+        (fib, 4),
+        (run, 9),
+        (fib, 5),
+        (fib, 4),
+        (run, 9),
+        (run, 8),
+    ];
+    sampled_like_wasmtime_run(
+        &guest,
+        &[],
+        "SpiderMonkey's JavaScript frames",
+        |p, names, err, what| {
+            // Recognised, said once; the walks' warning the only other.
+            let recognised = "hostile_sm.wasm is SpiderMonkey's engine (StarlingMonkey)";
+            for line in err.lines().filter(|l| l.contains("warning")) {
+                assert!(
+                    line.contains(recognised)
+                        || line.contains("SpiderMonkey's JavaScript frames unreadable"),
+                    "{what}"
+                );
+            }
+            assert_eq!(err.matches(recognised).count(), 1, "{what}");
+            interpreted_and_wasm_frames(
+                names,
+                |n| javascript.contains(&n),
+                &["rewrite", "heal", "next"],
+                what,
+            );
+            for name in names {
+                assert!(
+                    javascript.contains(name) || native.iter().any(|n| n == name),
+                    "an invented frame: {name:?} in {names:?} ({what})"
+                );
+            }
+            // Each stack's JavaScript frames, as (where the function starts, line), and its
+            // samples.
+            let samples = p.value_index("samples");
+            let stacks: Vec<(Vec<(&str, i64)>, i64)> = p
+                .0
+                .sample
+                .iter()
+                .map(|s| {
+                    let frames = p.sample_frames(s).into_iter();
+                    let frames = frames.filter(|(name, ..)| javascript.contains(&name.as_str()));
+                    let start = |name: &str| if name.ends_with(fib) { fib } else { run };
+                    let js = frames.map(|(name, _, line)| (start(&name), line));
+                    (js.collect(), s.value[samples])
+                })
+                .collect();
+            let (mut pbl, mut whole) = (0, 0);
+            for (stack, n) in &stacks {
+                // A `run` called by a `fib`: PBL's entry frame on the interpreter's.
+                if stack.windows(2).any(|w| w[0].0 == run && w[1].0 == fib) {
+                    pbl += n;
+                }
+                if stack[..] == whole_stack {
+                    whole += n;
+                }
+            }
+            let total = p.total("samples");
+            let ran = what.split(':').next().unwrap_or_default();
+            eprintln!("{ran}: {pbl} of {total} samples with PBL's frames, {whole} whole");
+            // About 30 % in our runs: 2 % leaves room for a loaded machine's slower walks.
+            assert!(
+                whole * 50 >= total,
+                "{whole} of {total}: {stacks:?} ({what})"
+            );
+        },
+    );
+}
+
+/// SpiderMonkey's marks with code that does not match the fingerprints, as an engine of
+/// another release or build would have: the look-alike with one of its readers of
+/// `js::TlsContext` reading another address, and without its `js::Interpret`. Each runs as
+/// `wasmtime run` runs it, under both samplers; one warning says SpiderMonkey's frames cannot
+/// be read, and why; no walk is tried (no warning of walks); every sample keeps its Wasm
+/// frames (the rewrites' loop), none is JavaScript.
+#[test]
+fn spidermonkey_look_alikes_whose_code_does_not_match_keep_their_wasm_frames() {
+    let dir = tempfile::tempdir().unwrap();
+    for (code, why) in [
+        (SpiderMonkeyCode::ReadersDisagree, "disagree on its address"),
+        (
+            SpiderMonkeyCode::NoInterpreter,
+            "no function is `js::Interpret",
+        ),
+    ] {
+        let (wasm, native) = spidermonkey_look_alike(code);
+        let guest = dir.path().join(format!("{code:?}.wasm"));
+        std::fs::write(&guest, &wasm).unwrap();
+        let plain = run(Command::new(wasmtime_cli()).arg("run").arg(&guest));
+        assert_eq!(plain.status.code(), Some(3), "{}", stderr(&plain));
+        for sampler in ["signal", "epoch"] {
+            let what = format!("{code:?}, --sampler {sampler}");
+            let out = dir.path().join(format!("{code:?}-{sampler}.pb.gz"));
+            let result = run(wasmspy()
+                .args(["record", "--rate", "10000", "--sampler", sampler, "-o"])
+                .arg(&out)
+                .arg("--")
+                .arg(&guest));
+            let err = stderr(&result);
+            assert_eq!(result.status.code(), Some(3), "{what}: {err}");
+            assert_eq!(result.stdout, plain.stdout, "{what}: {err}");
+            // Said once; the other warning, of a module without DWARF, is not SpiderMonkey's
+            // (which says "is SpiderMonkey's engine" instead).
+            let (warned, others): (Vec<&str>, Vec<&str>) = err
+                .lines()
+                .filter(|l| l.contains("warning"))
+                .partition(|l| l.contains("SpiderMonkey"));
+            assert_eq!(warned.len(), 1, "{what}: {err}");
+            assert!(
+                others.iter().all(|l| l.contains("has no DWARF debug info")),
+                "{what}: {err}"
+            );
+            assert!(
+                warned[0].contains("SpiderMonkey, but its code does not match")
+                    && warned[0].contains(why)
+                    && warned[0].ends_with("not JavaScript frames"),
+                "{what}: {err}"
+            );
+            eprintln!("{}", warned[0]);
+            let p = Decoded::load(&out);
+            let (total, samples) = (p.total("samples"), p.value_index("samples"));
+            let in_rewrites: i64 =
+                p.0.sample
+                    .iter()
+                    .filter(|s| p.sample_frames(s).iter().any(|(f, ..)| f == "rewrites"))
+                    .map(|s| s.value[samples])
+                    .sum();
+            let names: Vec<&str> = p.0.function.iter().map(|f| p.str(f.name)).collect();
+            eprintln!("{what}: {in_rewrites} of {total} samples in `rewrites`: {names:?}");
+            // The loop is where the time goes: nearly all of it, and a hundred samples at
+            // least (0.3 s at 10 kHz), each under its Wasm callers down to `_start` (but
+            // Wasmtime's own code before or after it runs).
+            assert!(
+                total >= 100 && in_rewrites * 10 >= total * 9,
+                "{what}: {names:?}"
+            );
+            for s in &p.0.sample {
+                let frames = p.sample_frames(s);
+                let names: Vec<&str> = frames.iter().map(|(f, ..)| f.as_str()).collect();
+                assert!(
+                    names.last() == Some(&"start") || names == ["[wasmtime]"],
+                    "{what}: {frames:?}"
+                );
+            }
+            for name in &names {
+                assert!(
+                    native.iter().any(|n| n == name),
+                    "{what}: {name:?} in {names:?}"
+                );
+            }
+        }
+    }
 }
 
 /// Walks that found the look-alike's state well-formed named its Python frames; the others
@@ -417,7 +493,7 @@ fn interpreted_and_wasm_frames(
 #[test]
 fn a_go_program_lying_about_its_stacks_cannot_hurt_the_host() {
     let guest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/go/hostile.wasm");
-    sampled_like_wasmtime_run(&guest, &[], "Go's goroutine stacks", |names, what| {
+    sampled_like_wasmtime_run(&guest, &[], "Go's goroutine stacks", |_, names, _, what| {
         // Walks of a stack told the truth reach main through the chain of `deep` calls.
         for name in ["main.lie", "main.deep", "main.main"] {
             assert!(names.contains(&name), "no {name}: {names:?} ({what})");

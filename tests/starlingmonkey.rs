@@ -469,7 +469,7 @@ fn an_engine_whose_code_no_longer_matches_keeps_its_wasm_frames() {
         );
         assert!(
             warned[0].contains("SpiderMonkey, but its code does not match")
-                && warned[0].contains(&format!("no function is `{}`", TLS_CONTEXT[1].function))
+                && warned[0].contains(&format!("no function is `{}`", print.function))
                 && warned[0].ends_with("not JavaScript frames"),
             "{name}: {err}"
         );

@@ -1,17 +1,16 @@
 //! Recognition's tests: ComponentizeJS's three engines (from the npm package) and a component
-//! built from the debug one, recognised as the generator found them; modules built here that
-//! are not SpiderMonkey, or say they are but have other code.
+//! built from the debug one, recognised as the generator found them; modules built from the
+//! fingerprints (`look_alike.rs`) recognised, and modules that are not SpiderMonkey, or say
+//! they are but have other code, not; the look-alike's code put in a module's placeholders.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use wasm_encoder::{
-    CodeSection, ConstExpr, DataSection, Function, FunctionSection, Instruction, MemArg,
-    MemorySection, MemoryType, Module, TypeSection,
-};
+use wasm_encoder::Instruction;
 
 use super::super::layouts::generate::package;
 use super::super::layouts::ENGINES;
+use super::look_alike::{engine_like, marked_data, module, MadeFunction};
 use super::*;
 
 /// `recognize(wasm)`, and the least time it took of a few runs.
@@ -141,176 +140,19 @@ fn other_runtimes_are_not_spidermonkey() {
     }
 }
 
-/// A module with `functions` (each a type and a body's instructions) and a data segment of
-/// `data`.
-fn module(
-    functions: &[(&[ValType], &[ValType], Vec<Instruction<'static>>)],
-    data: &[u8],
-) -> Vec<u8> {
-    let mut types = TypeSection::new();
-    let mut funcs = FunctionSection::new();
-    let mut code = CodeSection::new();
-    let encoded = |types: &[ValType]| -> Vec<wasm_encoder::ValType> {
-        types
-            .iter()
-            .map(|t| wasm_encoder::ValType::try_from(*t).unwrap())
-            .collect()
+/// A module of one function `(i32) -> i32` and `data`.
+fn one_function(data: &[u8]) -> Vec<u8> {
+    let function = MadeFunction {
+        params: vec![ValType::I32],
+        results: vec![ValType::I32],
+        body: vec![Instruction::LocalGet(0)],
     };
-    for (i, (params, results, body)) in functions.iter().enumerate() {
-        types.ty().function(encoded(params), encoded(results));
-        funcs.function(i as u32);
-        // One i32 local besides the parameters: what accesses not at a fixed address use.
-        let mut f = Function::new([(1, wasm_encoder::ValType::I32)]);
-        for instruction in body {
-            f.instruction(instruction);
-        }
-        f.instruction(&Instruction::End);
-        code.function(&f);
-    }
-    let mut memories = MemorySection::new();
-    memories.memory(MemoryType {
-        minimum: 1,
-        maximum: None,
-        memory64: false,
-        shared: false,
-        page_size_log2: None,
-    });
-    let mut segments = DataSection::new();
-    segments.active(0, &ConstExpr::i32_const(16), data.iter().copied());
-    let mut wasm = Module::new();
-    wasm.section(&types)
-        .section(&funcs)
-        .section(&memories)
-        .section(&code)
-        .section(&segments);
-    wasm.finish()
-}
-
-/// Both of SpiderMonkey's marks, among other strings.
-fn spidermonkey_data() -> Vec<u8> {
-    let mut data = b"hello\0".to_vec();
-    for mark in MARKS {
-        data.extend_from_slice(mark);
-    }
-    data
-}
-
-/// The load or store `op` (its name in the text format) with `arg`: the instruction, and
-/// whether it stores.
-fn memory_instruction(op: &str, arg: MemArg) -> (Instruction<'static>, bool) {
-    use Instruction as I;
-    match op {
-        "i32.load" => (I::I32Load(arg), false),
-        "i64.load" => (I::I64Load(arg), false),
-        "f32.load" => (I::F32Load(arg), false),
-        "f64.load" => (I::F64Load(arg), false),
-        "i32.load8_s" => (I::I32Load8S(arg), false),
-        "i32.load8_u" => (I::I32Load8U(arg), false),
-        "i32.load16_s" => (I::I32Load16S(arg), false),
-        "i32.load16_u" => (I::I32Load16U(arg), false),
-        "i64.load8_s" => (I::I64Load8S(arg), false),
-        "i64.load8_u" => (I::I64Load8U(arg), false),
-        "i64.load16_s" => (I::I64Load16S(arg), false),
-        "i64.load16_u" => (I::I64Load16U(arg), false),
-        "i64.load32_s" => (I::I64Load32S(arg), false),
-        "i64.load32_u" => (I::I64Load32U(arg), false),
-        "i32.store" => (I::I32Store(arg), true),
-        "i64.store" => (I::I64Store(arg), true),
-        "f32.store" => (I::F32Store(arg), true),
-        "f64.store" => (I::F64Store(arg), true),
-        "i32.store8" => (I::I32Store8(arg), true),
-        "i32.store16" => (I::I32Store16(arg), true),
-        "i64.store8" => (I::I64Store8(arg), true),
-        "i64.store16" => (I::I64Store16(arg), true),
-        "i64.store32" => (I::I64Store32(arg), true),
-        other => panic!("no instruction for {other}"),
-    }
-}
-
-/// Instructions making `accesses`, in order: a fixed address's at `fixed`, others from the
-/// local after `params` (an offset beyond 32 bits, a negative one, added to it).
-fn accessing(accesses: &[(&str, u64)], params: usize, fixed: u32) -> Vec<Instruction<'static>> {
-    let mut out = Vec::new();
-    for &(op, offset) in accesses {
-        let offset = match offset {
-            FIXED => {
-                out.push(Instruction::I32Const(fixed as i32));
-                0
-            }
-            o if o > u64::from(u32::MAX) => {
-                out.extend([
-                    Instruction::LocalGet(params as u32),
-                    Instruction::I32Const(o as i64 as i32),
-                    Instruction::I32Add,
-                ]);
-                0
-            }
-            o => {
-                out.push(Instruction::LocalGet(params as u32));
-                o
-            }
-        };
-        let arg = MemArg {
-            offset,
-            align: 0,
-            memory_index: 0,
-        };
-        let (instruction, store) = memory_instruction(op, arg);
-        if store {
-            out.push(match op.split('.').next() {
-                Some("i64") => Instruction::I64Const(0),
-                Some("f32") => Instruction::F32Const(0.0.into()),
-                Some("f64") => Instruction::F64Const(0.0.into()),
-                _ => Instruction::I32Const(0),
-            });
-            out.push(instruction);
-        } else {
-            out.extend([instruction, Instruction::Drop]);
-        }
-    }
-    out
-}
-
-/// A body returning zeros of `results`.
-fn returning(
-    mut body: Vec<Instruction<'static>>,
-    results: &[ValType],
-) -> Vec<Instruction<'static>> {
-    body.extend(results.iter().map(|t| match t {
-        ValType::I64 => Instruction::I64Const(0),
-        _ => Instruction::I32Const(0),
-    }));
-    body
-}
-
-/// A module with SpiderMonkey's marks, the fingerprints' functions (fixed addresses at
-/// `tls[i]` for the `i`th), and `interpreters` functions with the interpreter's accesses.
-fn engine_like(tls: &[u32], interpreters: usize) -> Vec<u8> {
-    let mut functions = Vec::new();
-    for (print, &at) in TLS_CONTEXT.iter().zip(tls) {
-        let body = accessing(print.accesses, print.params.len(), at);
-        functions.push((print.params, print.results, returning(body, print.results)));
-    }
-    let bag: Vec<(&str, u64)> = INTERPRETER
-        .bag
-        .iter()
-        .flat_map(|&(op, offset, n)| std::iter::repeat_n((op, offset), n as usize))
-        .collect();
-    for _ in 0..interpreters {
-        let body = accessing(&bag, INTERPRETER.params.len(), 0x1000);
-        functions.push((
-            INTERPRETER.params,
-            INTERPRETER.results,
-            returning(body, INTERPRETER.results),
-        ));
-    }
-    module(&functions, &spidermonkey_data())
+    module(&[function], data)
 }
 
 #[test]
 fn modules_without_spidermonkeys_marks_are_not_spidermonkey() {
-    let i32s: &[ValType] = &[ValType::I32];
-    let small = module(&[(i32s, i32s, vec![Instruction::LocalGet(0)])], b"hello\0");
+    let small = one_function(b"hello\0");
     let (recognition, took) = timed(&small);
     eprintln!("recognize(a small module): {took:?}");
     assert_eq!(recognition, Recognition::NotSpiderMonkey);
@@ -359,11 +201,7 @@ fn spidermonkey_with_other_code_is_unreadable() {
         }
         other => panic!("{other:?}"),
     };
-    let i32s: &[ValType] = &[ValType::I32];
-    let other = module(
-        &[(i32s, i32s, vec![Instruction::LocalGet(0)])],
-        &spidermonkey_data(),
-    );
+    let other = one_function(&marked_data());
     unreadable(&other, "no function is");
     let mut tls = vec![0x2000; TLS_CONTEXT.len()];
     tls[1] = 0x3000;
@@ -373,4 +211,69 @@ fn spidermonkey_with_other_code_is_unreadable() {
     unreadable(&engine_like(&tls, 2), "100 % alike at best, 100 % the next");
     // Only the interpreter's accesses, none of the fingerprints'.
     unreadable(&engine_like(&[], 1), TLS_CONTEXT[0].function);
+}
+
+/// Value types as the text format writes them.
+fn wat_types(types: &[ValType]) -> String {
+    types.iter().map(|t| format!(" {t}")).collect()
+}
+
+/// A text-format module that declares the look-alike's functions in their place (their bodies
+/// `unreachable`) gets their bodies: replacing none gives the module back byte for byte; with
+/// them it is recognised as SpiderMonkey where the placeholders were not, its `js::Interpret`
+/// callable (running what it was given to run, none of its accesses); a body of another type,
+/// or past the module's functions, is refused.
+#[test]
+fn placeholders_get_the_look_alikes_bodies() {
+    let mut functions = look_alike::tls_context_readers(&[0x2000; 3]);
+    functions.push(look_alike::interpreter(vec![Instruction::Call(0)]));
+    let placeholders: String = functions
+        .iter()
+        .map(|f| {
+            format!(
+                "(func (param{}) (result{}) unreachable)\n",
+                wat_types(&f.params),
+                wat_types(&f.results)
+            )
+        })
+        .collect();
+    let marks: String = marked_data().iter().map(|b| format!("\\{b:02x}")).collect();
+    let interpreter = functions.len();
+    let wat = format!(
+        r#"(module
+  (func $work (global.set $ran (i32.const 7)))
+  {placeholders}
+  (global $ran (export "ran") (mut i32) (i32.const 0))
+  (memory 1)
+  (data (i32.const 16) "{marks}")
+  (func (export "run") (result i32) (call {interpreter} (i32.const 0) (i32.const 0))))"#
+    );
+    let wasm = wat::parse_str(wat).unwrap();
+    assert_eq!(look_alike::with_bodies(&wasm, 1, &[]).unwrap(), wasm);
+    assert!(matches!(recognize(&wasm), Recognition::Unreadable(_)));
+    let look_alike = look_alike::with_bodies(&wasm, 1, &functions).unwrap();
+    assert_eq!(
+        recognize(&look_alike),
+        Recognition::Engine(Recognized {
+            version: RELEASE,
+            tls_context: 0x2000,
+            interpreter: interpreter as u32,
+        })
+    );
+    let engine = wasmtime::Engine::default();
+    let module = wasmtime::Module::new(&engine, &look_alike).unwrap();
+    let mut store = wasmtime::Store::new(&engine, ());
+    let instance = wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
+    let run = instance
+        .get_typed_func::<(), i32>(&mut store, "run")
+        .unwrap();
+    assert_eq!(run.call(&mut store, ()).unwrap(), 0);
+    let ran = instance.get_global(&mut store, "ran").unwrap();
+    assert_eq!(ran.get(&mut store).i32(), Some(7));
+    // Function 0 is `$work`, of another type.
+    let refused = look_alike::with_bodies(&wasm, 0, &functions).unwrap_err();
+    assert!(refused.contains("function 0"), "{refused}");
+    // Functions 0 to 5: `$work`, the look-alike's four, `run`.
+    let past = look_alike::with_bodies(&wasm, 6, &functions[..1]).unwrap_err();
+    assert!(past.contains("no functions 6 to 6"), "{past}");
 }

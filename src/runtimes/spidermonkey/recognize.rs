@@ -33,6 +33,9 @@
 
 #[path = "fingerprints.rs"]
 mod fingerprints;
+#[cfg(any(test, feature = "internals"))]
+#[path = "look_alike.rs"]
+pub mod look_alike;
 #[path = "fingerprints_reader.rs"]
 mod reader;
 #[cfg(test)]
