@@ -94,12 +94,7 @@ pub fn spidermonkey_state() -> SpiderMonkeyState {
             && FRAMES[3] - FRAMES[2] == FRAMES[1] - FRAMES[0]
             && (FRAMES[1] - FRAMES[0]).is_power_of_two()
     );
-    let outer = ACTIVATION + 0x100;
-    m.put(ACTIVATION + l.activation_prev, outer);
-    m.put(outer + l.activation_kind, l.activation_kind_interpreter);
-    m.put(outer + l.interpreter_regs_fp, FRAMES[3]);
-    m.put(outer + l.interpreter_regs_pc, code_of(RUN) + 1);
-    m.put(outer + l.interpreter_entry_frame, FRAMES[3]);
+    add_outer_activation(&mut m);
     let mut links = vec![
         TLS_CONTEXT,
         CX + l.cx_activation,
@@ -124,7 +119,7 @@ pub fn spidermonkey_state() -> SpiderMonkeyState {
     for stub in [fast_stub, ic_stub] {
         links.extend([stub + l.jit_frame_caller_fp, stub + l.jit_frame_descriptor]);
     }
-    for activation in [ACTIVATION, outer] {
+    for activation in [ACTIVATION, OUTER_ACTIVATION] {
         links.extend(
             [
                 l.activation_kind,
@@ -179,25 +174,11 @@ pub fn spidermonkey_state() -> SpiderMonkeyState {
 mod tests {
     use super::spidermonkey_state;
     use crate::runtimes::interpreted::image::Image;
-    use crate::runtimes::interpreted::Frame;
-    use crate::runtimes::spidermonkey::example::layout;
+    use crate::runtimes::spidermonkey::example::{layout, walked};
     use crate::runtimes::spidermonkey::ScriptCode;
 
-    /// The walk of `image` as (name, line), `None` for an activation's end.
-    fn walked(image: &Image, tls_context: u32) -> Vec<Option<(String, u32)>> {
-        let code = ScriptCode::new(layout());
-        let mut out = vec![0; 64];
-        let written = code.walk(image, tls_context, &mut out);
-        out[..written]
-            .iter()
-            .map(|&word| match Frame::unpack(word) {
-                Frame::Code { id, line } => {
-                    let name = code.names().get(id).map(|n| n.qualname);
-                    Some((name.unwrap_or_default(), line))
-                }
-                Frame::Activation => None,
-            })
-            .collect()
+    fn walked_from_state(image: &Image) -> Vec<Option<(String, u32)>> {
+        walked(&ScriptCode::new(layout()), image)
     }
 
     /// The look-alike's state walks through the JIT activation's PBL frames, then the
@@ -211,7 +192,7 @@ mod tests {
         let activation = [frame("fib", 5), frame("fib", 4), frame("run", 9), None];
         let expected = [&activation[..], &activation, &[frame("run", 8), None]].concat();
         let image = Image(state.image.clone());
-        assert_eq!(walked(&image, state.tls_context), expected);
+        assert_eq!(walked_from_state(&image), expected);
         let mut seen = std::collections::HashSet::new();
         for &link in &state.links {
             assert!(seen.insert(link), "{link:#x} listed twice");
@@ -219,7 +200,7 @@ mod tests {
             let changed = [0, 0xFFFF_FFF0].iter().any(|&value| {
                 let mut image = Image(state.image.clone());
                 image.put(link, value);
-                walked(&image, state.tls_context) != expected
+                walked_from_state(&image) != expected
             });
             assert!(changed, "{link:#x} does not matter to the walk");
         }

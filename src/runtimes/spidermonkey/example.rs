@@ -6,7 +6,9 @@
 #![allow(clippy::unwrap_used)]
 
 use super::layouts::{SpiderMonkeyLayout, LAYOUT};
+use super::walk::ScriptCode;
 use crate::runtimes::interpreted::image::Image;
+use crate::runtimes::interpreted::Frame;
 
 /// Where the example's `js::TlsContext` is: the walk's root.
 pub const TLS_CONTEXT: u32 = 0x100;
@@ -46,6 +48,38 @@ pub fn layout() -> &'static SpiderMonkeyLayout {
 /// The address of the bytecode of the script at `script`.
 pub fn code_of(script: u32) -> u32 {
     ISD + (script - FIB) + LAYOUT.isd_code
+}
+
+/// The next activation out of [`ACTIVATION`], running `run` alone at line 8 (as after a
+/// native between them called back into JavaScript).
+pub const OUTER_ACTIVATION: u32 = ACTIVATION + 0x100;
+
+/// Links [`OUTER_ACTIVATION`] outside [`ACTIVATION`] in `m`.
+pub fn add_outer_activation(m: &mut Image) {
+    let l = layout();
+    let outer = OUTER_ACTIVATION;
+    m.put(ACTIVATION + l.activation_prev, outer);
+    m.put(outer + l.activation_kind, l.activation_kind_interpreter);
+    m.put(outer + l.interpreter_regs_fp, FRAMES[3]);
+    m.put(outer + l.interpreter_regs_pc, code_of(RUN) + 1);
+    m.put(outer + l.interpreter_entry_frame, FRAMES[3]);
+}
+
+/// `code`'s walk of `memory` from [`TLS_CONTEXT`] as (name, line), `None` for an
+/// activation's end: what the tests compare.
+pub fn walked(code: &ScriptCode, memory: &Image) -> Vec<Option<(String, u32)>> {
+    let mut out = vec![0; 64];
+    let written = code.walk(memory, TLS_CONTEXT, &mut out);
+    out[..written]
+        .iter()
+        .map(|&word| match Frame::unpack(word) {
+            Frame::Code { id, line } => {
+                let name = code.names().get(id).map(|n| n.qualname);
+                Some((name.unwrap_or_default(), line))
+            }
+            Frame::Activation => None,
+        })
+        .collect()
 }
 
 /// An engine running `fib` (file `fib.js`, from line 3, column 13) recursing once, called by

@@ -325,15 +325,8 @@ mod tests {
 
     #[test]
     fn a_second_activation_follows_the_first() {
-        let l = layout();
         let mut m = running();
-        // An outer activation running run alone (a native between them called back into JS).
-        let outer = ACTIVATION + 0x100;
-        m.put(ACTIVATION + l.activation_prev, outer);
-        m.put(outer + l.activation_kind, l.activation_kind_interpreter);
-        m.put(outer + l.interpreter_regs_fp, FRAMES[3]);
-        m.put(outer + l.interpreter_regs_pc, code_of(RUN) + 1);
-        m.put(outer + l.interpreter_entry_frame, FRAMES[3]);
+        add_outer_activation(&mut m);
         let code = ScriptCode::new(layout());
         let expected = vec![
             frame("fib", 5),

@@ -208,23 +208,6 @@ mod tests {
     use super::super::super::example::*;
     use super::super::ScriptCode;
     use crate::runtimes::interpreted::image::Image;
-    use crate::runtimes::interpreted::Frame;
-
-    /// The walk's output as (name, line), `None` for an activation's end.
-    fn walked(code: &ScriptCode, memory: &Image) -> Vec<Option<(String, u32)>> {
-        let mut out = vec![0; 64];
-        let written = code.walk(memory, TLS_CONTEXT, &mut out);
-        out[..written]
-            .iter()
-            .map(|&word| match Frame::unpack(word) {
-                Frame::Code { id, line } => {
-                    let names = code.names().get(id).unwrap();
-                    Some((names.qualname, line))
-                }
-                Frame::Activation => None,
-            })
-            .collect()
-    }
 
     fn frame(name: &str, line: u32) -> Option<(String, u32)> {
         Some((name.into(), line))
