@@ -26,7 +26,13 @@
 //! test script `python/timed.py` (mounted at `/app`; 3.11's standard library at `/usr`).
 //! Then QuickJS (whose JavaScript stacks it reads): componentize-qjs's components of
 //! `tests/fixtures/interpreters/timed.js` in its two ABIs, `run(3000)` called as `wasmtime run
-//! --invoke` calls it (an argument `--invoke=CALL` of a program says so).
+//! --invoke` calls it (an argument `--invoke=CALL` of a program says so). Then StarlingMonkey
+//! (SpiderMonkey, whose JavaScript stacks it reads too): ComponentizeJS's components of
+//! `tests/fixtures/interpreters/timed_sm.js` in its release engine (the script's default
+//! rounds) and, where built, its weval engine (`2000 4200`, build.sh's arguments), both about
+//! 3 s, given `wasi:http` as `wasmtime run -S http` gives it (the engine imports it; an argument
+//! `-S=http` of a program says so). The bar for these: the walk at most 1 % above the
+//! floor, the `(10k → 1 kHz)` column against the `floor (→ 1 kHz)` one.
 //!
 //! `cargo bench --profile dev --features internals --bench overhead [-- --reps N] [-- NAME-FILTER]`
 //!
@@ -101,11 +107,12 @@ fn main() {
     programs.extend(go_programs(scratch.path()));
     programs.extend(python_programs());
     programs.extend(javascript_programs());
+    programs.extend(starlingmonkey_programs());
     programs.retain(|(name, _, _)| filter.as_ref().is_none_or(|f| name.contains(f.as_str())));
 
     println!("sampling overhead: median over {reps} repetitions of the time as a ratio to a default engine's (no profiler)");
     println!(
-        "{:<34} {:>9} {:>10} {:>11} {:>14} {:>10} {:>15} {:>16} {:>13} {:>11}",
+        "{:<36} {:>9} {:>10} {:>11} {:>14} {:>10} {:>15} {:>16} {:>13} {:>11}",
         "program",
         "default s",
         "signal 1k",
@@ -120,7 +127,7 @@ fn main() {
     let mut all: Vec<Vec<f64>> = vec![Vec::new(); CONFIGS.len()];
     for (name, module, args) in &programs {
         if seconds_in_child("default", module, args) < MIN_SECONDS {
-            println!("{name:<34} (shorter than {MIN_SECONDS} s: skipped)");
+            println!("{name:<36} (shorter than {MIN_SECONDS} s: skipped)");
             continue;
         }
         let (plain, ratios) = paired(CONFIGS.len(), reps, |c| {
@@ -154,7 +161,7 @@ fn main() {
 
 fn print_row(name: &str, seconds: &str, ratios: &[f64]) {
     println!(
-        "{name:<34} {seconds:>9} {:>10.3} {:>11.3} {:>14.4} {:>10.3} {:>15.3} {:>16.4} {:>13.3} {:>11.3}",
+        "{name:<36} {seconds:>9} {:>10.3} {:>11.3} {:>14.4} {:>10.3} {:>15.3} {:>16.4} {:>13.3} {:>11.3}",
         ratios[1],
         ratios[2],
         1.0 + (ratios[2] - 1.0) / 10.0,
@@ -257,8 +264,36 @@ fn javascript_programs() -> Vec<(String, PathBuf, Vec<String>)> {
     programs
 }
 
+/// ComponentizeJS's components of `timed_sm.js` (StarlingMonkey), where built: the release
+/// engine at the script's default rounds, the weval engine at the arguments build.sh gives it
+/// (it runs `fib` faster and `build` slower), each about 3 s. The debug engine is left out: it
+/// runs the same SpiderMonkey, walked the same way, as the release one.
+fn starlingmonkey_programs() -> Vec<(String, PathBuf, Vec<String>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut programs = Vec::new();
+    for (build, args) in [
+        ("timed-sm.wasm", &[][..]),
+        ("timed-sm-weval.wasm", &["2000", "4200"][..]),
+    ] {
+        let component = root.join("target/interpreters").join(build);
+        let name = format!("componentize-js {build}");
+        let args = std::iter::once(HTTP)
+            .chain(args.iter().copied())
+            .map(str::to_string)
+            .collect();
+        match component.exists() {
+            true => programs.push((name, component, args)),
+            false => println!("{name}: not built (tests/fixtures/interpreters/build.sh): skipped"),
+        }
+    }
+    programs
+}
+
 /// A program's argument that names the function to call, as `--invoke` does.
 const INVOKE: &str = "--invoke=";
+/// A program's argument that gives it `wasi:http`, as `-S http` does: StarlingMonkey imports
+/// it (for `fetch`) whatever the component's world, and would not link without it.
+const HTTP: &str = "-S=http";
 
 /// What a program gets mounted besides the working directory: CPython's test scripts, and the
 /// standard library of CPython 3.11 (beside its module) where there is one.
@@ -338,9 +373,10 @@ fn run_one(config: &str, module_path: &Path, args: &[String]) -> f64 {
     let invoke = args
         .iter()
         .find_map(|a| a.strip_prefix(INVOKE).map(str::to_string));
+    let http = args.iter().any(|a| a == HTTP);
     let args: Vec<String> = args
         .iter()
-        .filter(|a| !a.starts_with(INVOKE))
+        .filter(|a| !a.starts_with(INVOKE) && *a != HTTP)
         .cloned()
         .collect();
     let wasi = WasiConfig {
@@ -355,6 +391,10 @@ fn run_one(config: &str, module_path: &Path, args: &[String]) -> f64 {
             .chain(python_mounts(module_path))
             .collect(),
         unknown_imports: UnknownImports::DefaultValues,
+        wasi: wasmtime_cli_flags::WasiOptions {
+            http: http.then_some(true),
+            ..Default::default()
+        },
         ..Default::default()
     };
     let mut store = wasi_host::new_store(&engine, &wasi).unwrap();
