@@ -37,4 +37,5 @@ fi
 tests/fixtures/interpreters/build.sh || [ -z "${CI:-}" ]
 tests/fixtures/cpython/fetch.sh || [ -z "${CI:-}" ]
 
+echo "test.sh: the tests' setup took ${SECONDS} s" >&2
 cargo test --features internals --no-fail-fast "$@"
