@@ -154,6 +154,48 @@ fn the_weval_engine_splits_as_the_script_timed_itself() {
     }
 }
 
+/// With `--native`, the weval engine's own Wasm frames stay, and the calls of its portable
+/// baseline interpreter (weval's specialized functions, one chain per JavaScript call) are
+/// replaced by the JavaScript frames they run: in every stack that reads the script, its
+/// frames stand together, the engine's entry (the export's Wasm frames) rootward of them,
+/// what the innermost one called (a VM call, an inline cache) leafward. Most samples
+/// (90 % of the CPU time measured; the rest: the engine starting, frames caught being pushed
+/// or popped) are in `fib` or `build`.
+#[test]
+fn the_weval_engines_javascript_frames_stand_among_its_own_with_native() {
+    let Some(component) = built_component("timed-sm-weval.wasm") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let flags = [&HTTP[..], &["--native"]].concat();
+    let (_, p) = record_ok(dir.path(), &flags, &component, &["200", "420"]);
+    let is_javascript = |name: &String| name.contains(".js:");
+    let (mut in_functions, mut total) = (0, 0);
+    for (names, _) in p.stacks() {
+        total += 1;
+        // Leaf first.
+        let Some(innermost) = names.iter().position(is_javascript) else {
+            continue;
+        };
+        let outermost = names.iter().rposition(is_javascript).unwrap();
+        assert!(
+            names[innermost..=outermost].iter().all(is_javascript)
+                && names[outermost + 1..]
+                    .iter()
+                    .any(|n| n.starts_with("module0!wasm-function[")),
+            "{names:?}"
+        );
+        in_functions += usize::from(
+            ["fib (timed_sm.js:16:13)", "build (timed_sm.js:23:15)"].contains(&&*names[innermost]),
+        );
+    }
+    assert!(
+        in_functions * 2 > total,
+        "{in_functions} of {total}: {:?}",
+        p.top_self("samples")
+    );
+}
+
 /// A child process killed when the test ends, however it ends (a guest spinning for minutes
 /// would slow every test after a failed one).
 struct Killed(std::process::Child);
