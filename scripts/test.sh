@@ -32,10 +32,15 @@ if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# The tests compile while the fixtures build (which waits for weval, still building in CI):
+# each fills the other's idle core.
+cargo test --features internals --no-run "$@" &
+compiling=$!
 # Outside CI a machine without npm or PyPI still runs the rest (tests/interpreters.rs and
 # tests/python.rs say skipped).
 tests/fixtures/interpreters/build.sh || [ -z "${CI:-}" ]
 tests/fixtures/cpython/fetch.sh || [ -z "${CI:-}" ]
+wait "$compiling"
 
 echo "test.sh: the tests' setup took ${SECONDS} s" >&2
 cargo test --features internals --no-fail-fast "$@"

@@ -26,17 +26,15 @@ use wasmparser::{
 /// ([`crate::runtime_probe`]), which carry no debug info.
 pub const PROBE_MODULE: &str = "wasmspy:runtime-probe";
 
-/// `component` validated, all but its functions' bodies (Wasmtime validates those when it
-/// compiles them): its index spaces' counts (`types.as_ref()`) number what sections appended
-/// to it define.
+/// `component` validated but for its functions' bodies (Wasmtime's to validate): its index
+/// spaces' counts (`types.as_ref()`) number what sections appended to it define.
 pub fn validated(component: &[u8]) -> Result<Types> {
     validated_bodies_from(component, usize::MAX).context("invalid component")
 }
 
-/// `component` validated, but the bodies of its functions only from byte `from` on (what
-/// wasmspy appended): the bodies before are the program's own, which Wasmtime validates when
-/// it compiles them and a warm cache does not read again (validating all of a 14 MB
-/// StarlingMonkey component's took 0.4 s a pass, and a probed start made two).
+/// `component` validated, its functions' bodies only from byte `from` on (what wasmspy
+/// appended): Wasmtime validates the program's own as it compiles them, a warm cache not
+/// again (all of a 14 MB StarlingMonkey component's took 0.4 s a pass; a probed start made 2).
 fn validated_bodies_from(component: &[u8], from: usize) -> Result<Types> {
     let mut validator = Validator::new_with_features(WasmFeatures::all());
     let mut allocations = wasmparser::FuncValidatorAllocations::default();
