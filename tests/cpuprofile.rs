@@ -86,6 +86,18 @@ fn devtools_shows_the_examples_hot_function_with_its_lines() {
         (span_ms - cpu).abs() <= samples / 1000.0,
         "{span_ms} ms in DevTools, {cpu} ms in the pprof"
     );
+    // Counted twice at times, but none of it lost: its functions' self times sum to the run's
+    // at least.
+    let self_ms: f64 = read["performancePanel"]["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["selfMs"].as_f64().unwrap())
+        .sum();
+    assert!(
+        self_ms >= cpu - samples / 1000.0,
+        "{self_ms} ms of self time in DevTools, {cpu} ms in the pprof"
+    );
 
     // The hottest function is is_prime, at its file and first line (0-based in the format),
     // its time by line as the pprof of the same run has it.

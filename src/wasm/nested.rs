@@ -20,7 +20,7 @@ use wasm_encoder::{
 };
 use wasmparser::{Parser, Payload, Validator, WasmFeatures};
 
-use super::component::{copy_section, own_sections};
+use super::component::{copy_section, own_sections, validated};
 
 /// The components a component nests at its top level.
 pub struct NestedComponents {
@@ -67,11 +67,10 @@ impl NestedComponents {
 }
 
 /// Whether `component` (a nested one's binary) validates alone, aliasing nothing of its
-/// parent's, as wasmspy rewrites it.
+/// parent's, as wasmspy rewrites it (its functions' bodies, which alias nothing, are
+/// Wasmtime's to validate).
 pub fn self_contained(component: &[u8]) -> bool {
-    Validator::new_with_features(WasmFeatures::all())
-        .validate_all(component)
-        .is_ok()
+    validated(component).is_ok()
 }
 
 /// A nested component rewritten to import the threaded function and modules of its parent's.
