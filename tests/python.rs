@@ -317,20 +317,20 @@ fn cpython_315_layout_from_its_debug_offsets() {
 /// `timed.py` on CPython 3.15 without DWARF (a reactor: `--invoke run`, the program on stdin,
 /// which runs the script): each loop's share of the CPU within 5 points of the share the
 /// script measured, and each of their samples innermost `loop` (at one of its lines) →
-/// `main` (at the call's line) → the script's `<module>`, both samplers.
+/// `main` (at the call's line) → the script's `<module>`. The signal sampler only: the epoch
+/// sampler walks CPython with the same code whatever gave the layout (tested on 3.11 and 3.12
+/// above), and each engine of another configuration compiles the 99 MB module again (137
+/// CPU-seconds: over a minute of CI on two cores).
 #[test]
 fn cpython_315_stacks_split_as_the_script_timed_itself() {
     let test = "cpython_315_stacks_split_as_the_script_timed_itself";
-    for sampler in ["signal", "epoch"] {
-        let what = format!("CPython 3.15 {sampler}");
-        let out_dir = tempfile::tempdir().unwrap();
-        let profile = out_dir.path().join("out.pb.gz");
-        let flags = ["--sampler", sampler, "-o", profile.to_str().unwrap()];
-        let Some(out) = run_on_cpython_315(test, &flags, "timed.py", "60") else {
-            return;
-        };
-        assert_split_as_timed(&what, &out, &profile, &AS_PROGRAM, Depth::AtLeast);
-    }
+    let out_dir = tempfile::tempdir().unwrap();
+    let profile = out_dir.path().join("out.pb.gz");
+    let flags = ["--sampler", "signal", "-o", profile.to_str().unwrap()];
+    let Some(out) = run_on_cpython_315(test, &flags, "timed.py", "60") else {
+        return;
+    };
+    assert_split_as_timed("CPython 3.15", &out, &profile, &AS_PROGRAM, Depth::AtLeast);
 }
 
 /// `allocs.py` on CPython 3.15, every allocation recorded (`--mem-rate 1`): its allocator
