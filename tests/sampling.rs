@@ -27,7 +27,7 @@ fn counts(err: &str) -> [u64; 4] {
 fn signal_sampler_matches_the_programs_own_time_split() {
     // ~3 s of CPU at 2 kHz: ~6,000 samples, so the sampled share's standard deviation is
     // sqrt(0.25 / 6000) = 0.0065 and the bound below 4.6 of them; the program's own split (a
-    // median of 12,000 rounds) varies by 0.002 from run to run, loaded or not.
+    // median of 12,000 rounds) varied by 0.003 at most over seven runs, loaded or not.
     let (own, signal, after) = split_shares(&["--sampler", "signal"], "12000");
     eprintln!(
         "straight_line: program {own:.4}, signal sampler {signal:.4} (small_after {after:.4})"
