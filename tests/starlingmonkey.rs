@@ -145,15 +145,10 @@ fn functions_are_named_as_spidermonkey_names_them() {
 }
 
 /// The weval (AOT) engine runs the script's functions in the portable baseline interpreter
-/// (PBL): its frames are read from the JIT activation. It runs `fib` faster and `build` slower
-/// than the others, hence the arguments (build.sh's) that even the split out.
-#[test]
-fn the_weval_engine_splits_as_the_script_timed_itself() {
-    if let Some(component) = built_component("timed-sm-weval.wasm") {
-        splits_as_the_script_timed_itself(&component, &["2000", "4200"]);
-    }
-}
-
+/// (PBL): its frames are read from the JIT activation. One test, not two, so that its runs
+/// under the signal sampler (`--native`'s and the split's) share one compile of the 21 MB
+/// component: two tests run at once would both compile it (27 CPU-seconds), missing the cache.
+///
 /// With `--native`, the weval engine's own Wasm frames stay, and the calls of its portable
 /// baseline interpreter (weval's specialized functions, one chain per JavaScript call) are
 /// replaced by the JavaScript frames they run: in every stack that reads the script, its
@@ -161,8 +156,12 @@ fn the_weval_engine_splits_as_the_script_timed_itself() {
 /// what the innermost one called (a VM call, an inline cache) leafward. Most samples
 /// (90 % of the CPU time measured; the rest: the engine starting, frames caught being pushed
 /// or popped) are in `fib` or `build`.
+///
+/// Then the split as the script timed it, as the other engines': weval's engine runs `fib`
+/// faster and `build` slower than the others, hence the arguments (build.sh's) that even the
+/// split out.
 #[test]
-fn the_weval_engines_javascript_frames_stand_among_its_own_with_native() {
+fn the_weval_engine_shows_its_javascript_frames_and_splits_as_the_script_timed_itself() {
     let Some(component) = built_component("timed-sm-weval.wasm") else {
         return;
     };
@@ -194,6 +193,7 @@ fn the_weval_engines_javascript_frames_stand_among_its_own_with_native() {
         "{in_functions} of {total}: {:?}",
         p.top_self("samples")
     );
+    splits_as_the_script_timed_itself(&component, &["2000", "4200"]);
 }
 
 /// A child process killed when the test ends, however it ends (a guest spinning for minutes
