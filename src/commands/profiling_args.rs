@@ -68,7 +68,8 @@ pub struct ProfilingArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub interval: Option<u64>,
 
-    /// Name functions only: skip the module's DWARF debug info (file:line, inlined frames).
+    /// Name functions only: skip the module's DWARF debug info (file:line, inlined frames) and
+    /// source maps.
     #[arg(long)]
     pub no_dwarf: bool,
 

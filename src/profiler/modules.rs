@@ -8,6 +8,8 @@ use wasmtime::Module;
 
 use super::{Profiler, Result};
 use crate::memory::rewrite::Rewritten;
+#[cfg(feature = "cli")]
+use crate::resolve::symbolize::source_map::SourceMap;
 use crate::shared::ModuleId;
 use crate::sync::lock;
 
@@ -39,6 +41,21 @@ impl Profiler {
         self.code_registered();
         self.runtime_registered(id, module);
         Ok(())
+    }
+
+    /// Has the module registered as `file_name` take the source map `find` finds (given the
+    /// module's bytes), where the module wants one: it has no DWARF, or `prefer` says the map
+    /// comes first. Problems with the map are warnings.
+    #[cfg(feature = "cli")]
+    pub(crate) fn use_source_map(
+        &self,
+        file_name: &str,
+        prefer: bool,
+        find: impl FnOnce(&[u8]) -> Option<Result<SourceMap, String>>,
+    ) {
+        self.handle
+            .resolver()
+            .use_source_map(file_name, prefer, find);
     }
 
     /// Keeps the runtime of a module just registered, if it has one, for its instances shown

@@ -183,6 +183,25 @@ impl Resolver {
         self.modules[module].symbolizer.symbolize(addresses);
     }
 
+    /// Has the last module registered as `file_name` take the source map `find` finds, where
+    /// it wants one (see [`ModuleSymbolizer::use_source_map`]).
+    #[cfg(feature = "cli")]
+    pub fn use_source_map(
+        &mut self,
+        file_name: &str,
+        prefer: bool,
+        find: impl FnOnce(&[u8]) -> Option<Result<symbolize::source_map::SourceMap, String>>,
+    ) {
+        let registered = self
+            .modules
+            .iter_mut()
+            .rev()
+            .find(|m| m.file_name == file_name);
+        if let Some(module) = registered {
+            module.symbolizer.use_source_map(prefer, find);
+        }
+    }
+
     /// The source frames of an address of registered module `module`, innermost first.
     pub fn source_frames(
         &mut self,

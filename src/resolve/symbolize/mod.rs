@@ -1,10 +1,14 @@
 //! What a sampled code address is in the source. A module's symbolizer combines DWARF
-//! ([`dwarf`]: file, line and inlined frames, where the module carries debug info) with the
+//! ([`dwarf`]: file, line and inlined frames, where the module carries debug info), or a source
+//! map ([`source_map`]: file and line, where its toolchain writes one instead), with the
 //! `name` section ([`names`]: every function's name), demangled ([`demangle`]). Each address is
 //! symbolized once, when a profile first shows it.
 
 mod dwarf;
 mod names;
+// Found by the command line alone (`commands::source_maps`), until the library's API takes maps.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
+pub mod source_map;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -16,6 +20,7 @@ use wasmparser::{KnownCustom, Parser, Payload, TypeRef};
 
 use self::dwarf::{Dwarf, DwarfFrame, DwarfSections};
 use self::names::Names;
+use self::source_map::ModuleMap;
 use crate::runtimes::{self, ModuleFacts, NamedFunction, Runtime};
 use crate::warning::{Warning, WarningKind};
 use crate::wasm::demangle::demangle;
@@ -91,6 +96,8 @@ pub struct ModuleSymbolizer {
     /// own table names a Go module's functions (it has no DWARF).
     runtime: Option<Arc<dyn Runtime>>,
     dwarf: DwarfState,
+    /// The module's source map, where it is used: lines where DWARF gives none.
+    source_map: Option<ModuleMap>,
     /// Module offset → its source frames, innermost first.
     frames: FxHashMap<u32, Arc<[SourceFrame]>>,
     /// See [`lowered_indirect_call`](Self::lowered_indirect_call).
@@ -120,6 +127,45 @@ impl ModuleSymbolizer {
     pub fn expect_no_dwarf(&mut self) {
         if let DwarfState::Absent = self.dwarf {
             self.dwarf = DwarfState::Unavailable;
+        }
+    }
+
+    /// Takes the module's source map, which `find` finds, where it is wanted: where the module
+    /// has no DWARF, or, `prefer`red, instead of it. `find` is given the module's bytes; what
+    /// it found may be unreadable (the error says why, as a warning does). A map that is not
+    /// used says why in one warning, instead of the one that the module has no DWARF.
+    #[cfg(feature = "cli")]
+    pub fn use_source_map(
+        &mut self,
+        prefer: bool,
+        find: impl FnOnce(&[u8]) -> Option<Result<source_map::SourceMap, String>>,
+    ) {
+        let has_dwarf = matches!(self.dwarf, DwarfState::Unread(_) | DwarfState::Ready(_));
+        if has_dwarf && !prefer {
+            return;
+        }
+        let Some(found) = find(&self.wasm) else {
+            return;
+        };
+        match found.and_then(|map| ModuleMap::new(map, &self.wasm)) {
+            Ok(map) => {
+                self.source_map = Some(map);
+                self.dwarf = DwarfState::Unavailable;
+            }
+            Err(why) => {
+                let instead = if has_dwarf {
+                    "its DWARF debug info is used instead"
+                } else {
+                    self.dwarf = DwarfState::Unavailable;
+                    "the profile names functions, without file:line"
+                };
+                self.warnings.push(Warning::about(
+                    &self.file_name,
+                    WarningKind::SourceMap {
+                        why: format!("{why}: {instead}"),
+                    },
+                ));
+            }
         }
     }
 
@@ -200,6 +246,7 @@ impl ModuleSymbolizer {
             names,
             runtime,
             dwarf,
+            source_map: None,
             frames: FxHashMap::default(),
             lowered_indirect_calls: HashMap::new(),
             lookup_failed: false,
@@ -226,7 +273,10 @@ impl ModuleSymbolizer {
     /// own name where it has one (a Go function's as Go writes it), the `name` section's form
     /// kept as its system name.
     pub fn function_name(&self, index: u32) -> FunctionName {
-        let name = self.names.function_name(index);
+        let name = match self.source_map_name(index) {
+            Some(name) => FunctionName::from_raw(name),
+            None => self.names.function_name(index),
+        };
         match self.runtime_function(index) {
             Some(named) => FunctionName {
                 name: named.name,
@@ -234,6 +284,21 @@ impl ModuleSymbolizer {
             },
             None => name,
         }
+    }
+
+    /// Where nothing else names function `index`, the source map's name for it.
+    fn source_map_name(&self, index: u32) -> Option<String> {
+        let map = self.source_map.as_ref()?;
+        if self.names.names(index) {
+            return None;
+        }
+        map.function_name(self.defined(index)?)
+    }
+
+    /// Function `index`'s place among the functions the module defines.
+    fn defined(&self, index: u32) -> Option<usize> {
+        let defined = index.checked_sub(self.names.imported_function_count())?;
+        Some(defined as usize)
     }
 
     fn runtime_function(&self, index: u32) -> Option<NamedFunction> {
@@ -287,6 +352,9 @@ impl ModuleSymbolizer {
             if let Some(frames) = self.runtime_frames(func_index, offset) {
                 return frames;
             }
+            if let Some(frame) = self.source_map_frame(func_index, offset) {
+                return Arc::new([frame]);
+            }
             let named = self.runtime_function(func_index);
             return Arc::new([SourceFrame {
                 function: self.function_name(func_index),
@@ -316,6 +384,24 @@ impl ModuleSymbolizer {
                 }
             })
             .collect()
+    }
+
+    /// The frame of the instruction at `offset` as the source map has it: no inlined calls,
+    /// and no line where the map gives none.
+    fn source_map_frame(&self, func_index: u32, offset: u32) -> Option<SourceFrame> {
+        let map = self.source_map.as_ref()?;
+        let defined = self.defined(func_index)?;
+        let mapped = map.position(defined, offset);
+        Some(SourceFrame {
+            function: self.function_name(func_index),
+            file: mapped
+                .as_ref()
+                .map(|m| m.file.to_string())
+                .unwrap_or_default(),
+            line: mapped.as_ref().map_or(0, |m| m.line),
+            column: mapped.as_ref().map_or(0, |m| m.column),
+            start_line: map.start_line(defined).unwrap_or(0),
+        })
     }
 
     /// The runtime's frames at `offset`, from its own table (Go's), with the calls inlined

@@ -70,6 +70,11 @@ impl Names {
         self.names.iter().any(|(&i, n)| i >= imported && n == name)
     }
 
+    /// Whether function `index` has a name: an import's, or the `name` section's.
+    pub fn names(&self, index: u32) -> bool {
+        index < self.imported_function_count() || self.names.contains_key(&index)
+    }
+
     pub fn imported_function_count(&self) -> u32 {
         self.imports.len() as u32
     }

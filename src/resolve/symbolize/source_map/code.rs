@@ -1,0 +1,120 @@
+//! Where in a module a source map may point: its functions' bodies, and in them the first byte
+//! of each instruction. A map of another build of the module points elsewhere.
+
+use std::ops::Range;
+
+use wasmparser::{Parser, Payload};
+
+/// The code section of a module: its functions' bodies (the locals and the instructions), in
+/// order, as offsets in the module.
+pub struct Code {
+    bodies: Vec<Range<u32>>,
+}
+
+/// Out of how many offsets of a map, how many are not where code starts.
+pub struct Misses {
+    pub outside: usize,
+    pub inside_instructions: usize,
+    pub of: usize,
+}
+
+impl Code {
+    /// The bodies of `wasm`'s functions (a module already read once: an error here is a
+    /// malformed module).
+    pub fn read(wasm: &[u8]) -> Result<Code, String> {
+        let mut bodies = Vec::new();
+        for payload in Parser::new(0).parse_all(wasm) {
+            if let Payload::CodeSectionEntry(body) = payload.map_err(|e| e.to_string())? {
+                let range = body.range();
+                bodies.push(range.start as u32..range.end as u32);
+            }
+        }
+        Ok(Code { bodies })
+    }
+
+    /// The body of the `index`th function the module defines.
+    pub fn body(&self, index: usize) -> Option<Range<u32>> {
+        self.bodies.get(index).cloned()
+    }
+
+    /// How many of `offsets` (sorted) are not at the start of a body or of an instruction of
+    /// `wasm`'s code: a map's offsets all are, toolchains map the start of a body to the
+    /// function's line. One pass over the code, nothing kept.
+    pub fn misses(&self, wasm: &[u8], offsets: &[u32]) -> Misses {
+        let mut misses = Misses {
+            outside: 0,
+            inside_instructions: 0,
+            of: offsets.len(),
+        };
+        let mut rest = offsets;
+        for body in &self.bodies {
+            let before = rest.partition_point(|&o| o < body.start);
+            misses.outside += before;
+            rest = &rest[before..];
+            let within = rest.partition_point(|&o| o < body.end);
+            let (here, after) = rest.split_at(within);
+            rest = after;
+            if here.is_empty() {
+                continue;
+            }
+            let starts = instruction_starts(wasm, body.clone());
+            let mut starts = std::iter::once(body.start).chain(starts).peekable();
+            for &offset in here {
+                while starts.next_if(|&s| s < offset).is_some() {}
+                if starts.peek() != Some(&offset) {
+                    misses.inside_instructions += 1;
+                }
+            }
+        }
+        misses.outside += rest.len();
+        misses
+    }
+}
+
+/// The offsets of the instructions of the function body at `range` of `wasm`, in order; where
+/// the body cannot be read, up to there.
+fn instruction_starts(wasm: &[u8], range: Range<u32>) -> impl Iterator<Item = u32> + '_ {
+    let bytes = &wasm[range.start as usize..range.end as usize];
+    let body =
+        wasmparser::FunctionBody::new(wasmparser::BinaryReader::new(bytes, range.start as usize));
+    let operators = body.get_operators_reader().ok();
+    operators
+        .into_iter()
+        .flat_map(|reader| reader.into_iter_with_offsets())
+        .map_while(Result::ok)
+        .map(|(_, offset)| offset as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_between_instructions_or_outside_the_code_are_misses() {
+        let wasm = wat::parse_str(
+            "(module (func (result i32) i32.const 1000 i32.const 2 i32.add) (func nop))",
+        )
+        .unwrap();
+        let code = Code::read(&wasm).unwrap();
+        let first = code.body(0).unwrap();
+        let second = code.body(1).unwrap();
+        // The body: 0 locals (1 byte), i32.const 1000 (3 bytes), i32.const 2, i32.add, end.
+        let start = first.start;
+        let good = [
+            start,
+            start + 1,
+            start + 4,
+            start + 6,
+            start + 7,
+            second.start + 1,
+        ];
+        let misses = code.misses(&wasm, &good);
+        assert_eq!(
+            (misses.outside, misses.inside_instructions, misses.of),
+            (0, 0, 6)
+        );
+        let bad = [1, start + 2, start + 3, second.end + 100];
+        let misses = code.misses(&wasm, &bad);
+        assert_eq!((misses.outside, misses.inside_instructions), (2, 2));
+    }
+}

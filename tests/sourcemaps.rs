@@ -1,0 +1,390 @@
+//! Source lines from source maps (v3), for modules built without DWARF: AssemblyScript's,
+//! Emscripten's `-gsource-map` and clang's code carried through wasm-opt, built by
+//! `tests/fixtures/sourcemaps/build.sh` (scripts/test.sh runs it). Each line wasmspy gives a
+//! sample is checked against Mozilla's npm `source-map` reading the same map at the sample's
+//! address (`tests/fixtures/sourcemaps/oracle.mjs`); every way a map is found, and each kind
+//! of bad map, on Emscripten's module.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+
+fn built_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("target/sourcemaps")
+}
+
+/// A module build.sh built, if it is there.
+fn built(test: &str, name: &str) -> Option<PathBuf> {
+    let path = built_dir().join(name);
+    if path.exists() && built_dir().join("node_modules/source-map").exists() {
+        return Some(path);
+    }
+    skip(
+        test,
+        &format!(
+            "{} is missing: tests/fixtures/sourcemaps/build.sh builds it",
+            path.display()
+        ),
+    );
+    None
+}
+
+/// What npm's `source-map` says of each offset of the module `map` maps: every `file:line`
+/// at the mapped column that covers it, `-` for code without a line.
+fn oracle(map: &Path, offsets: &[u64]) -> HashMap<u64, Vec<String>> {
+    let out = Command::new("node")
+        .arg(fixture("sourcemaps/oracle.mjs"))
+        .arg(built_dir().join("node_modules"))
+        .arg(map)
+        .args(offsets.iter().map(u64::to_string))
+        .output()
+        .expect("run node");
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out)
+        .lines()
+        .map(|line| {
+            let (offset, lines) = line.split_once('\t').unwrap();
+            let lines = lines.split(' ').filter(|l| !l.is_empty()).map(String::from);
+            (offset.parse().unwrap(), lines.collect())
+        })
+        .collect()
+}
+
+/// `file`'s last component.
+fn base(file: &str) -> &str {
+    file.rsplit('/').next().unwrap()
+}
+
+/// Each sample's leaf: (address, function, `file:line` or `-`), with its CPU time.
+fn leaves(p: &Decoded) -> Vec<(u64, String, String, i64)> {
+    let cpu = p.value_index("cpu");
+    p.0.sample
+        .iter()
+        .map(|s| {
+            let id = s.location_id[0];
+            let (function, file, line, _) = p.source_frames(id).remove(0);
+            let at = if line == 0 {
+                "-".to_string()
+            } else {
+                format!("{}:{line}", base(&file))
+            };
+            (p.location(id).address, function, at, s.value[cpu])
+        })
+        .collect()
+}
+
+/// Records `module` (its map found as the toolchain left it): no warning; every sample's line
+/// is one the oracle gives at its address; the function of the hot line spends at least 90 %
+/// of the time it has a line on it, and, unless `unmapped` allows, of all its time. Returns
+/// the hot function's name.
+fn check_hot_line(test: &str, module: &str, hot: &str, unmapped_allowed: bool) -> Option<String> {
+    let module = built(test, module)?;
+    let dir = tempfile::tempdir().unwrap();
+    let (out, p) = record_ok(dir.path(), &[], &module, &[]);
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    let leaves = leaves(&p);
+    let offsets: Vec<u64> = leaves.iter().map(|l| l.0).collect();
+    let map = PathBuf::from(format!("{}.map", module.display()));
+    let expected = oracle(&map, &offsets);
+    for (address, function, at, _) in &leaves {
+        let lines = &expected[address];
+        // Code the map gives no line: no mapping before it, or one without a source.
+        let none = lines.is_empty() || lines == &["-"];
+        assert!(
+            lines.contains(at) || (none && at == "-"),
+            "{function} at {address:#x}: wasmspy says {at}, source-map {lines:?}"
+        );
+    }
+    let hot_function = leaves
+        .iter()
+        .find(|l| l.2 == hot)
+        .unwrap_or_else(|| panic!("no sample on {hot}"))
+        .1
+        .clone();
+    let of_hot = || leaves.iter().filter(|l| l.1 == hot_function);
+    let on_hot: i64 = of_hot().filter(|l| l.2 == hot).map(|l| l.3).sum();
+    let with_line: i64 = of_hot().filter(|l| l.2 != "-").map(|l| l.3).sum();
+    let all: i64 = of_hot().map(|l| l.3).sum();
+    let (share, of_all) = (on_hot as f64 / with_line as f64, on_hot as f64 / all as f64);
+    assert!(
+        share >= 0.9,
+        "{hot} has {share:.3} of {hot_function}'s lined time"
+    );
+    assert!(
+        unmapped_allowed || of_all >= 0.9,
+        "{hot} has {of_all:.3} of {hot_function}'s time"
+    );
+    eprintln!(
+        "{test}: {hot} has {share:.3} of {hot_function}'s time with a line, {of_all:.3} of all"
+    );
+    Some(hot_function)
+}
+
+/// AssemblyScript maps some instructions of the loop to no line (one-field segments): those
+/// samples have none.
+#[test]
+fn assemblyscript_lines() {
+    if let Some(hot) = check_hot_line("assemblyscript_lines", "as/hot.wasm", "hot.ts:5", true) {
+        // No name section: the function is named where the map says it starts.
+        assert!(hot.starts_with("hot.ts:"), "{hot}");
+    }
+}
+
+#[test]
+fn assemblyscript_optimized_lines() {
+    check_hot_line(
+        "assemblyscript_optimized_lines",
+        "as/hot.O3.wasm",
+        "hot.ts:5",
+        true,
+    );
+}
+
+#[test]
+fn assemblyscript_debug_lines() {
+    let hot = check_hot_line(
+        "assemblyscript_debug_lines",
+        "as/hot.debug.wasm",
+        "hot.ts:5",
+        true,
+    );
+    // --debug writes a name section.
+    assert!(hot.as_ref().is_none_or(|h| h.ends_with("hot")), "{hot:?}");
+}
+
+#[test]
+fn emscripten_lines() {
+    check_hot_line("emscripten_lines", "emcc/hot.wasm", "hot.c:9", false);
+}
+
+#[test]
+fn clang_through_wasm_opt_lines() {
+    check_hot_line(
+        "clang_through_wasm_opt_lines",
+        "clang/hot.wasm",
+        "hot.c:9",
+        false,
+    );
+}
+
+/// Emscripten's module without its `sourceMappingURL` section, or with `url` in it, written
+/// to `dir`: the code stays where it was (the section is the module's last).
+fn emscripten_module(dir: &Path, url: Option<&str>) -> PathBuf {
+    let wasm = std::fs::read(built_dir().join("emcc/hot.wasm")).unwrap();
+    let mut out = wasm[..8].to_vec();
+    let mut reader = wasmparser::BinaryReader::new(&wasm[8..], 8);
+    let mut after_code = false;
+    while !reader.eof() {
+        let start = reader.original_position();
+        let id = reader.read_u8().unwrap();
+        let size = reader.read_var_u32().unwrap() as usize;
+        let content = reader.read_bytes(size).unwrap();
+        let custom_name = (id == 0).then(|| {
+            wasmparser::BinaryReader::new(content, 0)
+                .read_string()
+                .unwrap()
+                .to_string()
+        });
+        if custom_name.as_deref() == Some("sourceMappingURL") {
+            assert!(after_code, "the section comes before the code");
+            continue;
+        }
+        after_code |= id == 10;
+        out.extend_from_slice(&wasm[start..reader.original_position()]);
+    }
+    if let Some(url) = url {
+        let mut data = Vec::new();
+        wasm_encoder::Encode::encode(url, &mut data);
+        let section = wasm_encoder::CustomSection {
+            name: "sourceMappingURL".into(),
+            data: data.into(),
+        };
+        wasm_encoder::Section::append_to(&section, &mut out);
+    }
+    let path = dir.join("hot.wasm");
+    std::fs::write(&path, out).unwrap();
+    path
+}
+
+fn emscripten_map() -> Vec<u8> {
+    std::fs::read(built_dir().join("emcc/hot.wasm.map")).unwrap()
+}
+
+/// Records Emscripten's module (a shorter run) with `extra` options: its stderr, and the
+/// share of the CPU time on `hot.c:9`.
+fn run(dir: &Path, module: &Path, extra: &[&str]) -> (String, f64) {
+    let (out, p) = record_ok(dir, extra, module, &["100000000"]);
+    let leaves = leaves(&p);
+    let on_hot: i64 = leaves
+        .iter()
+        .filter(|l| l.2 == "hot.c:9")
+        .map(|l| l.3)
+        .sum();
+    (stderr(&out), on_hot as f64 / p.total("cpu") as f64)
+}
+
+/// The map is found, and gives the hot line (no warning); `url`: what the section says, given
+/// the test's directory and the map's path.
+fn check_found(test: &str, url: impl Fn(&Path, &Path) -> String) {
+    if built(test, "emcc/hot.wasm").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("maps")).unwrap();
+    let map = dir.path().join("maps/hot.map");
+    std::fs::write(&map, emscripten_map()).unwrap();
+    let module = emscripten_module(dir.path(), Some(&url(dir.path(), &map)));
+    let (stderr, share) = run(dir.path(), &module, &[]);
+    assert!(!stderr.contains("warning"), "{stderr}");
+    assert!(share >= 0.9, "{share}: {stderr}");
+}
+
+#[test]
+fn map_named_by_a_relative_path() {
+    check_found("map_named_by_a_relative_path", |_, _| "maps/hot.map".into());
+}
+
+#[test]
+fn map_named_by_an_absolute_path() {
+    check_found("map_named_by_an_absolute_path", |_, map| {
+        map.display().to_string()
+    });
+}
+
+#[test]
+fn map_named_by_a_file_url() {
+    check_found("map_named_by_a_file_url", |_, map| {
+        format!("file://{}", map.display())
+    });
+}
+
+#[test]
+fn map_in_a_data_url() {
+    use base64::Engine as _;
+    check_found("map_in_a_data_url", |_, _| {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(emscripten_map());
+        format!("data:application/json;base64,{encoded}")
+    });
+}
+
+#[test]
+fn map_beside_the_module() {
+    if built("map_beside_the_module", "emcc/hot.wasm").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let module = emscripten_module(dir.path(), None);
+    std::fs::write(dir.path().join("hot.wasm.map"), emscripten_map()).unwrap();
+    let (stderr, share) = run(dir.path(), &module, &[]);
+    assert!(!stderr.contains("warning"), "{stderr}");
+    assert!(share >= 0.9, "{share}: {stderr}");
+}
+
+/// `--source-map`: the module's own is picked by its offsets among others' maps.
+#[test]
+fn map_given_on_the_command_line() {
+    if built("map_given_on_the_command_line", "emcc/hot.wasm").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let module = emscripten_module(dir.path(), None);
+    let map = dir.path().join("other-name.map");
+    std::fs::write(&map, emscripten_map()).unwrap();
+    let others = [
+        built_dir().join("clang/hot.wasm.map"),
+        built_dir().join("as/hot.wasm.map"),
+    ];
+    let mut extra = vec!["--source-map", others[0].to_str().unwrap()];
+    extra.extend(["--source-map", map.to_str().unwrap()]);
+    extra.extend(["--source-map", others[1].to_str().unwrap()]);
+    let (stderr, share) = run(dir.path(), &module, &extra);
+    assert!(share >= 0.9, "{share}: {stderr}");
+    // The two maps of other modules are said to be unused, nothing else.
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warnings.len(), 2, "{stderr}");
+    assert!(warnings.iter().all(|w| w.contains("not used")), "{stderr}");
+}
+
+/// One warning (`expect` in it, not the one about DWARF), and names without lines.
+fn check_bad(test: &str, url: Option<&str>, beside: Option<Vec<u8>>, expect: &str) {
+    if built(test, "emcc/hot.wasm").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let module = emscripten_module(dir.path(), url);
+    if let Some(map) = beside {
+        std::fs::write(dir.path().join("hot.wasm.map"), map).unwrap();
+    }
+    let (out, p) = record_ok(dir.path(), &[], &module, &["100000000"]);
+    let stderr = stderr(&out);
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(warnings[0].contains(expect), "{stderr}");
+    let leaves = leaves(&p);
+    assert!(leaves.iter().all(|l| l.2 == "-"), "a line: {leaves:?}");
+    assert!(leaves.iter().any(|l| l.1 == "_start"), "{leaves:?}");
+}
+
+#[test]
+fn malformed_map() {
+    let mut map = emscripten_map();
+    map.truncate(map.len() / 2);
+    check_bad("malformed_map", None, Some(map), "is malformed");
+}
+
+#[test]
+fn map_of_another_build() {
+    let other = built_dir().join("clang/hot.wasm.map");
+    check_bad(
+        "map_of_another_build",
+        None,
+        std::fs::read(other).ok(),
+        "is not of this build",
+    );
+}
+
+#[test]
+fn url_pointing_nowhere() {
+    check_bad(
+        "url_pointing_nowhere",
+        Some("gone/hot.wasm.map"),
+        None,
+        "cannot be read",
+    );
+}
+
+/// A module with both DWARF and a map: DWARF's lines, the map's with --prefer-source-map.
+#[test]
+fn dwarf_first_unless_the_map_is_preferred() {
+    let Some(module) = built(
+        "dwarf_first_unless_the_map_is_preferred",
+        "clang/hot.dwarf.wasm",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("hot.wasm");
+    std::fs::copy(&module, &copy).unwrap();
+    // The map's source renamed, to tell its lines from DWARF's.
+    let map = std::fs::read_to_string(format!("{}.map", module.display())).unwrap();
+    let map = map.replace("\"hot.c\"", "\"mapped.c\"");
+    std::fs::write(dir.path().join("hot.wasm.map"), map).unwrap();
+    let files = |extra: &[&str]| {
+        let (out, p) = record_ok(dir.path(), extra, &copy, &["100000000"]);
+        assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+        let leaves = leaves(&p);
+        let hot: Vec<String> = leaves
+            .iter()
+            .filter(|l| l.2.ends_with(":9"))
+            .map(|l| l.2.clone())
+            .collect();
+        assert!(!hot.is_empty(), "{leaves:?}");
+        hot[0].clone()
+    };
+    assert_eq!(files(&[]), "hot.c:9");
+    assert_eq!(files(&["--prefer-source-map"]), "mapped.c:9");
+}
