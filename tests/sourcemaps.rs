@@ -59,9 +59,15 @@ fn base(file: &str) -> &str {
     file.rsplit('/').next().unwrap()
 }
 
-/// Each sample's leaf: (address, function, `file:line` or `-`), with its CPU time.
+/// The profile's default sample type: CPU time, or instructions on their clock.
+fn default_kind(p: &Decoded) -> &str {
+    p.str(p.0.default_sample_type)
+}
+
+/// Each sample's leaf: (address, function, `file:line` or `-`), with its value of the
+/// default sample type.
 fn leaves(p: &Decoded) -> Vec<(u64, String, String, i64)> {
-    let cpu = p.value_index("cpu");
+    let cpu = p.value_index(default_kind(p));
     p.0.sample
         .iter()
         .map(|s| {
@@ -215,7 +221,7 @@ fn emscripten_map() -> Vec<u8> {
 }
 
 /// Records Emscripten's module (a shorter run) with `extra` options: its stderr, and the
-/// share of the CPU time on `hot.c:9`.
+/// share of the CPU time (or of the instructions, on their clock) on `hot.c:9`.
 fn run(dir: &Path, module: &Path, extra: &[&str]) -> (String, f64) {
     let (out, p) = record_ok(dir, extra, module, &["100000000"]);
     let leaves = leaves(&p);
@@ -224,7 +230,10 @@ fn run(dir: &Path, module: &Path, extra: &[&str]) -> (String, f64) {
         .filter(|l| l.2 == "hot.c:9")
         .map(|l| l.3)
         .sum();
-    (stderr(&out), on_hot as f64 / p.total("cpu") as f64)
+    (
+        stderr(&out),
+        on_hot as f64 / p.total(default_kind(&p)) as f64,
+    )
 }
 
 /// The map is found, and gives the hot line (no warning); `url`: what the section says, given
@@ -387,4 +396,277 @@ fn dwarf_first_unless_the_map_is_preferred() {
     };
     assert_eq!(files(&[]), "hot.c:9");
     assert_eq!(files(&["--prefer-source-map"]), "mapped.c:9");
+}
+
+/// A source map of the main core module of the Rust component `component`, made from the
+/// module's own DWARF by Emscripten's `wasm-sourcemap.py` (as for a toolchain that writes maps,
+/// its offsets are the core module's own), each source renamed `mapped/NAME` to tell the map's
+/// lines from DWARF's; written to `dir`.
+fn core_module_map(test: &str, dir: &Path, component: &Path) -> Option<PathBuf> {
+    let script = Path::new("/usr/share/emscripten/tools/wasm-sourcemap.py");
+    let dwarfdump = std::fs::read_dir("/usr/bin").ok().and_then(|entries| {
+        entries
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.to_string_lossy().contains("llvm-dwarfdump"))
+    });
+    let (true, Some(dwarfdump)) = (script.exists(), dwarfdump) else {
+        skip(test, "Emscripten's wasm-sourcemap.py or llvm-dwarfdump is missing (scripts/test.sh installs them)");
+        return None;
+    };
+    let wasm = std::fs::read(component).unwrap();
+    let range = wasmparser::Parser::new(0)
+        .parse_all(&wasm)
+        .find_map(|p| match p.unwrap() {
+            wasmparser::Payload::ModuleSection {
+                unchecked_range, ..
+            } => Some(unchecked_range),
+            _ => None,
+        })
+        .unwrap();
+    let core = dir.join("core.wasm");
+    std::fs::write(&core, &wasm[range]).unwrap();
+    let map = dir.join("core.wasm.map");
+    let made = Command::new("python3")
+        .arg(script)
+        .arg(&core)
+        .arg(format!("--dwarfdump={}", dwarfdump.display()))
+        .arg("-o")
+        .arg(&map)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", stderr(&made));
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&map).unwrap()).unwrap();
+    for source in json["sources"].as_array_mut().unwrap() {
+        let renamed = format!("mapped/{}", base(source.as_str().unwrap()));
+        *source = renamed.into();
+    }
+    std::fs::write(&map, json.to_string()).unwrap();
+    Some(map)
+}
+
+/// The profile's leaves in the main core module of a component (its first mapping) agree
+/// with what npm's `source-map` reads of `map` at their addresses, have no inlined frames
+/// and are the map's sources'; those of `hot` include `hot_line` (any line where `None`).
+fn check_core_module_lines(p: &Decoded, map: &Path, hot: &str, hot_line: Option<&str>) {
+    let main = p.0.mapping[0].id;
+    let cpu = p.value_index("cpu");
+    let mut leaves = Vec::new();
+    for sample in p.0.sample.iter().filter(|s| s.value[cpu] > 0) {
+        let location = p.location(sample.location_id[0]);
+        if location.mapping_id != main {
+            continue;
+        }
+        let frames = p.source_frames(location.id);
+        let (function, file, line, _) = &frames[0];
+        // A map has no inlined calls: the function's own frame is the only one.
+        assert!(frames.iter().skip(1).all(|f| f.3), "{frames:?}");
+        let at = if *line == 0 {
+            "-".to_string()
+        } else {
+            assert!(file.contains("/mapped/"), "{file}: not the map's");
+            format!("{}:{line}", base(file))
+        };
+        leaves.push((location.address, function.clone(), at));
+    }
+    let offsets: Vec<u64> = leaves.iter().map(|l| l.0).collect();
+    let expected = oracle(map, &offsets);
+    for (address, function, at) in &leaves {
+        let lines = &expected[address];
+        let none = lines.is_empty() || lines == &["-"];
+        assert!(
+            lines.contains(at) || (none && at == "-"),
+            "{function} at {address:#x}: wasmspy says {at}, source-map {lines:?}"
+        );
+    }
+    assert!(
+        leaves
+            .iter()
+            .any(|l| l.1 == hot && l.2 != "-" && hot_line.is_none_or(|h| l.2 == h)),
+        "no sample of {hot} on {hot_line:?}: {leaves:?}"
+    );
+}
+
+/// A component's core module takes the map given with `--source-map` (matched by its
+/// offsets, which are the core module's), before its DWARF with `--prefer-source-map`.
+#[test]
+fn a_components_core_module_takes_its_map() {
+    let test = "a_components_core_module_takes_its_map";
+    if built(test, "emcc/hot.wasm").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let component = fixture("rust/component.wasm");
+    let Some(map) = core_module_map(test, dir.path(), &component) else {
+        return;
+    };
+    let map_arg = map.to_str().unwrap();
+    let extra = ["--source-map", map_arg, "--prefer-source-map"];
+    let (out, p) = record_ok(dir.path(), &extra, &component, &["hot", "40"]);
+    assert!(!stderr(&out).contains("source map"), "{}", stderr(&out));
+    check_core_module_lines(
+        &p,
+        &map,
+        "component::engine::hot_path",
+        Some("component.rs:21"),
+    );
+}
+
+/// `serve` takes maps as `record` does: the handler's core module's lines from its map.
+#[test]
+fn serve_takes_the_map_of_a_components_core_module() {
+    use std::io::{BufRead as _, Read as _, Write as _};
+    let test = "serve_takes_the_map_of_a_components_core_module";
+    if built(test, "emcc/hot.wasm").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let component = fixture("rust/http.wasm");
+    let Some(map) = core_module_map(test, dir.path(), &component) else {
+        return;
+    };
+    let profile = dir.path().join("serve.pb.gz");
+    let mut child = wasmspy()
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "-S",
+            "cli",
+            "--source-map",
+        ])
+        .arg(&map)
+        .arg("--prefer-source-map")
+        .arg("-o")
+        .arg(&profile)
+        .arg(&component)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr_lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut said = String::new();
+    let address = loop {
+        let line = stderr_lines.next().expect("serve ended").unwrap();
+        said.push_str(&line);
+        said.push('\n');
+        if let Some(url) = line.split("Serving HTTP on http://").nth(1) {
+            break url.trim_end_matches('/').to_string();
+        }
+    };
+    let mut stream = std::net::TcpStream::connect(&address).unwrap();
+    write!(
+        stream,
+        "GET /spin/300 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    sigint(&child);
+    said.extend(stderr_lines.map_while(Result::ok).map(|l| l + "\n"));
+    // Stopped by SIGINT, as `wasmtime serve` is: 130.
+    assert_eq!(child.wait().unwrap().code(), Some(130), "{said}");
+    assert!(said.contains("wasmspy: wrote"), "{said}");
+    assert!(!said.contains("source map"), "{said}");
+    let p = Decoded::load(&profile);
+    // The handler's few samples spread over the lines of its inlined calls.
+    check_core_module_lines(&p, &map, "http_handler::work::hot_handler", None);
+}
+
+/// On the instructions clock the lines come from the map too.
+#[test]
+fn instructions_clock_lines() {
+    if built("instructions_clock_lines", "emcc/hot.wasm").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let module = built_dir().join("emcc/hot.wasm");
+    let (stderr, share) = run(dir.path(), &module, &["--clock", "instructions"]);
+    assert!(!stderr.contains("warning"), "{stderr}");
+    assert!(share >= 0.9, "{share}: {stderr}");
+}
+
+/// The source lines of a jitdump's debug-info records (`JIT_CODE_DEBUG_INFO`: the code's
+/// address, how many entries, then each entry's address, line, discriminator and file name).
+fn jitdump_lines(dump: &[u8]) -> Vec<(String, u32)> {
+    let u32_at = |at: usize| u32::from_le_bytes(dump[at..at + 4].try_into().unwrap());
+    let mut lines = Vec::new();
+    let mut at = u32_at(8) as usize;
+    while at + 16 <= dump.len() {
+        let (id, size) = (u32_at(at), u32_at(at + 4) as usize);
+        if id == 2 {
+            let entries = u64::from_le_bytes(dump[at + 24..at + 32].try_into().unwrap());
+            let mut entry = at + 32;
+            for _ in 0..entries {
+                let line = u32_at(entry + 8);
+                let name = entry + 16;
+                let end = name + dump[name..].iter().position(|&b| b == 0).unwrap();
+                lines.push((String::from_utf8_lossy(&dump[name..end]).into_owned(), line));
+                entry = end + 1;
+            }
+        }
+        at += size;
+    }
+    lines
+}
+
+/// `--jitdump`'s source lines, for perf, come from the map.
+#[test]
+fn jitdump_lines_come_from_the_map() {
+    let Some(module) = built("jitdump_lines_come_from_the_map", "emcc/hot.wasm") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = wasmspy()
+        .current_dir(dir.path())
+        .args(["record", "--jitdump", "-o", "out.pb.gz", "--"])
+        .arg(&module)
+        .arg("1000")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dump = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("jit-"))
+        .expect("a jitdump");
+    let lines = jitdump_lines(&std::fs::read(dump.path()).unwrap());
+    let source = built_dir().join("emcc/hot.c").display().to_string();
+    assert!(lines.contains(&(source, 9)), "{lines:?}");
+}
+
+/// A memory profile's allocation site is the map's: `main`'s 4096 bytes in hot.c, at a line
+/// npm's `source-map` gives the call, under wasi-libc's `malloc`, in clang's module carried
+/// through wasm-opt (Emscripten's inlines its `malloc`, which is then no function to hook).
+#[test]
+fn allocation_site_from_the_map() {
+    let Some(module) = built("allocation_site_from_the_map", "clang/hot.wasm") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (out, heap) = record_every_allocation(dir.path(), &module, &["1000"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    let p = Decoded::load(&heap);
+    let space = p.value_index("alloc_space");
+    let in_main: Vec<_> =
+        p.0.sample
+            .iter()
+            .filter(|s| p.source_frames(s.location_id[1])[0].0 == "main")
+            .collect();
+    assert_eq!(in_main.len(), 1, "one allocation in main");
+    let sample = in_main[0];
+    assert_eq!(sample.value[space], 4096);
+    assert_eq!(p.source_frames(sample.location_id[0])[0].0, "malloc");
+    let call = p.location(sample.location_id[1]).address;
+    let (_, file, line, _) = p.source_frames(sample.location_id[1]).remove(0);
+    let expected = oracle(&built_dir().join("clang/hot.wasm.map"), &[call]);
+    // wasm-opt may write several lines at one offset (see oracle.mjs): any of them.
+    assert!(
+        expected[&call].contains(&format!("{}:{line}", base(&file))),
+        "the call at {call:#x}: wasmspy says {line}, source-map {:?}",
+        expected[&call]
+    );
+    assert_eq!(base(&file), "hot.c");
 }

@@ -295,3 +295,43 @@ fn the_profiles_module_is_found_by_its_code_and_another_is_said() {
     ]);
     assert_one_line_error(&out, "is not one", &"--wasm on pprof");
 }
+
+/// A module without DWARF is named from its source map, found as `record` finds it (here by
+/// its `sourceMappingURL` section, `hot.wasm.map`, beside it): Emscripten's `-gsource-map`
+/// build of tests/fixtures/sourcemaps/hot.c (tests/fixtures/sourcemaps/build.sh).
+#[test]
+fn a_modules_source_map_names_v8s_frames() {
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/sourcemaps/emcc");
+    if !built.join("hot.wasm.map").exists() {
+        skip(
+            "a_modules_source_map_names_v8s_frames",
+            "target/sourcemaps is missing: tests/fixtures/sourcemaps/build.sh builds it",
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let module = dir.path().join("hot.wasm");
+    std::fs::copy(built.join("hot.wasm"), &module).unwrap();
+    std::fs::copy(built.join("hot.wasm.map"), dir.path().join("hot.wasm.map")).unwrap();
+    let Some(v8) = node_profile(dir.path(), &module) else {
+        return;
+    };
+    let named = dir.path().join("named.pb.gz");
+    let out = convert(&[
+        "--wasm".as_ref(),
+        module.as_os_str(),
+        v8.as_os_str(),
+        "-o".as_ref(),
+        named.as_os_str(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(warnings(&out), "", "no warnings");
+    let p = Decoded::load(&named);
+    let hot = hot_functions(&p);
+    assert_eq!(hot[0].0, "hot", "{hot:?}");
+    assert_eq!(
+        hot[0].1,
+        dir.path().join("hot.c").to_str().unwrap(),
+        "{hot:?}"
+    );
+}

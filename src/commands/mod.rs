@@ -28,6 +28,5 @@ pub mod report;
 pub mod request_headers;
 pub mod rewrite;
 pub mod serve;
-pub mod source_maps;
 pub mod top;
 pub mod v8_wasm;

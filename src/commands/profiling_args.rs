@@ -73,6 +73,19 @@ pub struct ProfilingArgs {
     #[arg(long)]
     pub no_dwarf: bool,
 
+    /// A source map (v3) of the program, of one of a component's core modules, or of a
+    /// preloaded module, for file:line where it has no DWARF; may be given several times, each
+    /// matched to the module its `file` names, else to one whose code its offsets fall on.
+    /// Without it, the map a module's `sourceMappingURL` section points to is read, else
+    /// `MODULE.map` beside it.
+    #[arg(long, value_name = "FILE", conflicts_with = "no_dwarf")]
+    pub source_map: Vec<PathBuf>,
+
+    /// File:line from a module's source map where it has both DWARF and a map (by default
+    /// DWARF, which also shows inlined calls).
+    #[arg(long, conflicts_with = "no_dwarf")]
+    pub prefer_source_map: bool,
+
     /// Write a jitdump file (`jit-PID.dump`) of the guest's compiled functions with their
     /// source lines, for Linux perf: `perf record -k 1 -- wasmspy record --jitdump …`, then
     /// `perf inject -j`, and `perf report --sort srcline` shows the guest's file:line.
@@ -119,6 +132,8 @@ impl ProfilingArgs {
                 .interval
                 .unwrap_or(crate::profiler::DEFAULT_INSTRUCTION_INTERVAL),
             dwarf: !self.no_dwarf,
+            source_maps: self.source_map.clone(),
+            prefer_source_maps: self.prefer_source_map,
             runtime_native: self.native,
             mem_rate: self.mem_profile.as_ref().map(|_| self.mem_rate),
             timeline,

@@ -19,7 +19,6 @@ use crate::commands::outputs::{
 use crate::commands::perf_files;
 use crate::commands::profiled::Profiled;
 use crate::commands::rewrite::Rewrite;
-use crate::commands::source_maps::SourceMaps;
 use crate::commands::top::{RecordTop, Terminal};
 use crate::live_view::SortBy;
 use crate::wasi_host::{self, Exit, Program};
@@ -81,18 +80,6 @@ pub struct RecordArgs {
     /// the application being run.
     #[arg(long, help_heading = WASMTIME)]
     pub argv0: Option<String>,
-
-    /// A source map (v3) of the module or of a preloaded one, for file:line where it has no
-    /// DWARF; may be given several times, each matched to the module its `file` names, else to
-    /// one whose code its offsets fall on. Without it, the map the module's `sourceMappingURL`
-    /// section points to is read, else `MODULE.map` beside it.
-    #[arg(long, value_name = "FILE", conflicts_with = "no_dwarf")]
-    pub source_map: Vec<PathBuf>,
-
-    /// File:line from a module's source map where it has both DWARF and a map (by default
-    /// DWARF, which also shows inlined calls).
-    #[arg(long, conflicts_with = "no_dwarf")]
-    pub prefer_source_map: bool,
 
     /// The WebAssembly module or component to run (binary or text).
     #[arg(value_name = "MODULE")]
@@ -168,6 +155,7 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
         .with_context(|| format!("cannot compile `{}`", args.module.display()))?;
     let compile_time = compile_start.elapsed();
 
+    profiler.module_path(&name, &args.module);
     match (&program, &rewritten.allocators) {
         (Program::Module(module), Rewrite::Module(r)) => {
             profiler.add_rewritten_module(&name, module, wasm.clone(), r.clone())?
@@ -183,14 +171,6 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
     for (preload_name, path) in &args.preloads {
         let module = preload(&engine, &mut profiler, preload_name, path)?;
         wasi.preloads.push((preload_name.clone(), module));
-    }
-    if !args.profiling.no_dwarf {
-        use_source_maps(
-            &args,
-            &profiler,
-            &name,
-            matches!(program, Program::Module(_)),
-        );
     }
     print_warnings(&profiler.handle());
     let _perf_files = perf_files::write(&args.profiling, &args.guest, &profiler.handle())?;
@@ -342,28 +322,11 @@ fn preload(
         .with_context(|| format!("failed to process preload `{name}` at `{}`", path.display()))?
     {
         Program::Module(module) => {
+            profiler.module_path(name, path);
             profiler.add_module(name, &module, wasm)?;
             Ok(module)
         }
         Program::Component(_) => anyhow::bail!("components cannot be loaded with `--preload`"),
-    }
-}
-
-/// Has the module (where the program is one: a component's core modules are not looked at
-/// yet) and the preloaded ones take their source maps, the `--source-map`s first; what
-/// cannot be used is a warning.
-fn use_source_maps(args: &RecordArgs, profiler: &crate::Profiler, name: &str, module: bool) {
-    let (mut maps, mut warnings) = SourceMaps::read(&args.source_map);
-    let prefer = args.prefer_source_map;
-    if module {
-        profiler.use_source_map(name, prefer, |wasm| maps.find(&args.module, wasm));
-    }
-    for (preload_name, path) in &args.preloads {
-        profiler.use_source_map(preload_name, prefer, |wasm| maps.find(path, wasm));
-    }
-    warnings.extend(maps.unused());
-    for warning in warnings {
-        say!("wasmspy: warning: {warning}");
     }
 }
 

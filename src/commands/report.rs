@@ -73,6 +73,12 @@ pub struct ConvertArgs {
     /// several times, each matched to its module by its code.
     #[arg(long, value_name = "FILE", requires = "wasm")]
     pub debug_file: Vec<PathBuf>,
+
+    /// The source map (v3) of a `--wasm` module without DWARF, where its `sourceMappingURL`
+    /// section does not point to it and it is not beside the module (`MODULE.map`); may be
+    /// given several times, each matched to the module its `file` names, else by its offsets.
+    #[arg(long, value_name = "FILE", requires = "wasm")]
+    pub source_map: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -231,7 +237,7 @@ fn read_v8(args: &ConvertArgs) -> Result<Profile> {
             path.display()
         );
     }
-    let mut frames = V8WasmFrames::open(&args.wasm, &args.debug_file)?;
+    let mut frames = V8WasmFrames::open(&args.wasm, &args.debug_file, &args.source_map)?;
     let profile = export::read_cpuprofile(&bytes, &mut frames)
         .map_err(|e| anyhow!("`{}` {e:#}", path.display()))?;
     for warning in frames.take_warnings() {

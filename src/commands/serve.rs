@@ -174,6 +174,7 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
     else {
         unreachable!("checked to be a component")
     };
+    profiler.module_path(&name, &args.component);
     match &rewritten.allocators {
         Rewrite::Component(r) => {
             profiler.add_rewritten_component(&name, &component, wasm.clone(), r)?

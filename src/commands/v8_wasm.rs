@@ -2,7 +2,7 @@
 //! Node (`--cpu-prof`) or Chrome names a Wasm function by its `name` section entry or
 //! `wasm-function[N]`, with its module's URL (`wasm://wasm/<hash>`) and, as the column, the
 //! offset of its body in the module: no file, no line. Given the modules (`convert --wasm`),
-//! each such frame gets the function's name, file and line from the module's DWARF (its
+//! each such frame gets the function's name, file and line from the module's DWARF or source map (its
 //! first instruction's line: V8 says no more of where in the function a sample was).
 //!
 //! Which module a URL is: the one at whose function bodies all of its frames' offsets
@@ -20,6 +20,7 @@ use wasmparser::{Parser, Payload};
 use crate::export::cpuprofile::{CallFrame, CallFrames};
 use crate::profile::{Frame, FrameId, Function, Line, Mapping, MappingId, ProfileBuilder};
 use crate::resolve::build_id::BuildId;
+use crate::resolve::symbolize::source_map::{Searched, SourceMapSearch};
 use crate::resolve::symbolize::ModuleSymbolizer;
 use crate::warning::Warning;
 use crate::wasm::module_bytes::ModuleBytes;
@@ -49,8 +50,13 @@ pub struct V8WasmFrames {
 impl V8WasmFrames {
     /// The modules at `paths`, each with its DWARF: its own, or that of the debug file among
     /// `debug_files` carrying its code, or that of the file its `external_debug_info` section
-    /// names, looked for beside it.
-    pub fn open(paths: &[PathBuf], debug_files: &[PathBuf]) -> Result<Self> {
+    /// names, looked for beside it; without DWARF, with its source map, among `source_maps`
+    /// or where the module says (as `record` finds them).
+    pub fn open(
+        paths: &[PathBuf],
+        debug_files: &[PathBuf],
+        source_maps: &[PathBuf],
+    ) -> Result<Self> {
         let read = |path: &Path| {
             std::fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))
         };
@@ -63,7 +69,7 @@ impl V8WasmFrames {
             debug.push((path.clone(), bytes, code));
         }
         let mut modules = Vec::new();
-        let mut warnings = Vec::new();
+        let (mut search, mut warnings) = SourceMapSearch::new(source_maps);
         for path in paths {
             let bytes = read(path)?;
             let file_name = path.file_name().map_or_else(
@@ -100,8 +106,12 @@ impl V8WasmFrames {
             };
             let buffer: Arc<[u8]> = bytes.into();
             let wasm = ModuleBytes::whole(buffer.clone());
-            let symbolizer = ModuleSymbolizer::new(&file_name, wasm.clone(), true)
+            let mut symbolizer = ModuleSymbolizer::new(&file_name, wasm.clone(), true)
                 .with_context(|| format!("`{}` is not a Wasm module", path.display()))?;
+            search.module_file(&file_name, path);
+            symbolizer.use_source_map(false, |wasm| {
+                search.find(&file_name, wasm, Searched::Module)
+            });
             let bodies = bodies(&buffer, symbolizer.imported_function_count())
                 .with_context(|| format!("`{}` is not a Wasm module", path.display()))?;
             modules.push(Module {
@@ -113,6 +123,7 @@ impl V8WasmFrames {
                 mapping: None,
             });
         }
+        warnings.extend(search.unused());
         Ok(V8WasmFrames { modules, warnings })
     }
 

@@ -58,6 +58,7 @@ use crate::clock::Clock;
 use crate::pipeline::Pipeline;
 use crate::profile::Profile;
 use crate::record::Recorder;
+use crate::resolve::symbolize::source_map::SourceMapSearch;
 use crate::resolve::Resolver;
 use crate::runtimes::Runtime;
 pub use crate::shared::MAX_STACK_DEPTH;
@@ -276,10 +277,10 @@ impl Profiler {
         if options.timeline {
             recorder.keep_timeline();
         }
-        let pipeline = Arc::new(Pipeline::new(
-            Resolver::new(options.dwarf, options.runtime_native),
-            recorder,
-        ));
+        let mut resolver = Resolver::new(options.dwarf, options.runtime_native);
+        let (search, warnings) = SourceMapSearch::new(&options.source_maps);
+        resolver.search_source_maps(search, options.prefer_source_maps, warnings);
+        let pipeline = Arc::new(Pipeline::new(resolver, recorder));
         let wall = options.clock == Clock::Wall;
         let mut fuel = None;
         let (sampler, store_contexts): (Box<dyn Sampler>, _) = if instructions {

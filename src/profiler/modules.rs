@@ -2,14 +2,13 @@
 //! not), whose names, lines and language runtimes are read from their bytes, and whose code
 //! the sampler is then shown, before or after [`Profiler::start`].
 
+use std::path::Path;
 use std::sync::Arc;
 
 use wasmtime::Module;
 
 use super::{Profiler, Result};
 use crate::memory::rewrite::Rewritten;
-#[cfg(feature = "cli")]
-use crate::resolve::symbolize::source_map::SourceMap;
 use crate::shared::ModuleId;
 use crate::sync::lock;
 
@@ -43,19 +42,13 @@ impl Profiler {
         Ok(())
     }
 
-    /// Has the module registered as `file_name` take the source map `find` finds (given the
-    /// module's bytes), where the module wants one: it has no DWARF, or `prefer` says the map
-    /// comes first. Problems with the map are warnings.
-    #[cfg(feature = "cli")]
-    pub(crate) fn use_source_map(
-        &self,
-        file_name: &str,
-        prefer: bool,
-        find: impl FnOnce(&[u8]) -> Option<Result<SourceMap, String>>,
-    ) {
-        self.handle
-            .resolver()
-            .use_source_map(file_name, prefer, find);
+    /// Says that the module or component to be registered next as `file_name` was read from
+    /// the file at `path`, so that its source map is found where its `sourceMappingURL`
+    /// section points relative to it, or beside it (`path` + `.map`). Without it only maps
+    /// given in [`ProfilerOptions::source_maps`](super::ProfilerOptions::source_maps), and
+    /// those a module's section points to by an absolute path or URL, are found.
+    pub fn module_path(&self, file_name: &str, path: &Path) {
+        self.handle.resolver().module_file(file_name, path);
     }
 
     /// Keeps the runtime of a module just registered, if it has one, for its instances shown

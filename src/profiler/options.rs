@@ -2,6 +2,7 @@
 //! the error a guest call returns once a handle interrupts it.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use crate::capture::SamplerKind;
 use crate::clock::Clock;
@@ -37,9 +38,18 @@ pub struct ProfilerOptions {
     /// On the instructions clock: a sample every this many executed Wasm instructions on
     /// average.
     pub instruction_interval: u64,
-    /// Map code to file:line, inlined calls included, with the modules' DWARF debug info;
-    /// when false, profiles name functions only.
+    /// Map code to file:line, inlined calls included, with the modules' DWARF debug info, or
+    /// with their source maps (v3) where they have none; when false, profiles name functions
+    /// only.
     pub dwarf: bool,
+    /// Source maps to use, each matched to the module its `file` names, else to one whose code
+    /// its offsets fall on (`wasmspy record --source-map`); besides these, a module's map is
+    /// found where its `sourceMappingURL` section points, or beside its file (see
+    /// [`Profiler::module_path`]).
+    pub source_maps: Vec<PathBuf>,
+    /// Where a module has both DWARF and a source map: file:line from the map (DWARF, by
+    /// default, also shows inlined calls).
+    pub prefer_source_maps: bool,
     /// Profile memory too: sample allocations every this many bytes on average (1: every
     /// allocation). Allocations reach the profiler through [`Profiler::install_allocator_hook`].
     pub mem_rate: Option<u64>,
@@ -62,6 +72,8 @@ impl Default for ProfilerOptions {
             clock: Clock::Cpu,
             instruction_interval: DEFAULT_INSTRUCTION_INTERVAL,
             dwarf: true,
+            source_maps: Vec::new(),
+            prefer_source_maps: false,
             mem_rate: None,
             runtime_native: false,
             timeline: true,

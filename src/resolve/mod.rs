@@ -30,6 +30,7 @@ use crate::wasm::module_bytes::ModuleBytes;
 use build_id::BuildId;
 use code_map::CodeMap;
 use pulley_ops::FunctionOps;
+use symbolize::source_map::{Searched, SourceMapSearch};
 use symbolize::{FunctionName, ModuleSymbolizer, SourceFrame};
 
 pub use code_listing::ListedFunction;
@@ -80,6 +81,13 @@ pub struct Resolver {
     /// Return address into Wasm code that left for the host → the frame of what it called.
     exit_frames: FxHashMap<usize, RawFrame>,
     use_dwarf: bool,
+    /// Where the modules' source maps are found, and whether a map comes before DWARF.
+    source_maps: SourceMapSearch,
+    prefer_source_maps: bool,
+    /// Why maps given could not be read, until taken with the other warnings.
+    source_map_warnings: Vec<String>,
+    /// Whether a module was registered: only then is a map given that none took unused.
+    registered: bool,
     /// Whether interpreted runtimes' samples show their native frames with their own.
     runtime_native: bool,
     /// The registered modules of a language runtime, by the runtime's id (as samples name it,
@@ -113,6 +121,10 @@ impl Resolver {
             function_ops: FxHashMap::default(),
             opcode_names: HashMap::new(),
             use_dwarf,
+            source_maps: SourceMapSearch::default(),
+            prefer_source_maps: false,
+            source_map_warnings: Vec::new(),
+            registered: false,
             runtime_native,
             runtimes: FxHashMap::default(),
         }
@@ -128,13 +140,62 @@ impl Resolver {
         self.modules[module].symbolizer.runtime()?.function(code)
     }
 
+    /// Looks for the source maps of the modules registered from now on in `search` (see
+    /// [`SourceMapSearch`]); `prefer`: a map's lines rather than DWARF's, where a module has
+    /// both. `warnings`: why maps given could not be read.
+    pub fn search_source_maps(
+        &mut self,
+        search: SourceMapSearch,
+        prefer: bool,
+        warnings: Vec<String>,
+    ) {
+        self.source_maps = search;
+        self.prefer_source_maps = prefer;
+        self.source_map_warnings = warnings;
+    }
+
+    /// Says that the module or component to be registered as `name` was read from `file`,
+    /// where its source map may be found.
+    pub fn module_file(&mut self, name: &str, file: &std::path::Path) {
+        self.source_maps.module_file(name, file);
+    }
+
+    /// Has `symbolizer`, of the module registered as `name` (in the component registered as
+    /// `name` when `searched` says so), take its source map, where it has one and wants it.
+    fn find_source_map(
+        &mut self,
+        symbolizer: &mut ModuleSymbolizer,
+        name: &str,
+        searched: Searched,
+    ) {
+        self.registered = true;
+        if self.use_dwarf {
+            let search = &mut self.source_maps;
+            symbolizer.use_source_map(self.prefer_source_maps, |wasm| {
+                search.find(name, wasm, searched)
+            });
+        }
+    }
+
     /// Warnings about the modules' symbols, and the runtimes' walks, not taken yet.
     pub fn take_warnings(&mut self) -> Vec<Warning> {
-        let mut warnings: Vec<Warning> = self
-            .modules
-            .iter_mut()
-            .flat_map(|m| m.symbolizer.take_warnings())
+        let mut unused = std::mem::take(&mut self.source_map_warnings);
+        if self.registered {
+            unused.extend(self.source_maps.unused());
+            self.source_maps.forget_unused();
+        }
+        let mut warnings: Vec<Warning> = unused
+            .into_iter()
+            .map(|why| Warning {
+                module: None,
+                kind: WarningKind::SourceMap { why },
+            })
             .collect();
+        warnings.extend(
+            self.modules
+                .iter_mut()
+                .flat_map(|m| m.symbolizer.take_warnings()),
+        );
         for registered in self.runtimes.values() {
             if let Some(why) = registered.runtime.walks_warning() {
                 let file_name = &self.modules[registered.module].file_name;
@@ -181,25 +242,6 @@ impl Resolver {
     /// for [`source_frames`](Self::source_frames).
     pub fn symbolize(&mut self, module: ModuleId, addresses: &[(u32, u32)]) {
         self.modules[module].symbolizer.symbolize(addresses);
-    }
-
-    /// Has the last module registered as `file_name` take the source map `find` finds, where
-    /// it wants one (see [`ModuleSymbolizer::use_source_map`]).
-    #[cfg(feature = "cli")]
-    pub fn use_source_map(
-        &mut self,
-        file_name: &str,
-        prefer: bool,
-        find: impl FnOnce(&[u8]) -> Option<Result<symbolize::source_map::SourceMap, String>>,
-    ) {
-        let registered = self
-            .modules
-            .iter_mut()
-            .rev()
-            .find(|m| m.file_name == file_name);
-        if let Some(module) = registered {
-            module.symbolizer.use_source_map(prefer, find);
-        }
     }
 
     /// The source frames of an address of registered module `module`, innermost first.

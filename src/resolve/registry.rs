@@ -11,6 +11,7 @@ use wasmtime::Module;
 
 use super::build_id::BuildId;
 use super::code_map::CodeOwner;
+use super::symbolize::source_map::Searched;
 use super::symbolize::ModuleSymbolizer;
 use super::{Compiled, RegisteredModule, RegisteredRuntime, Resolver};
 use crate::memory::component::RewrittenComponent;
@@ -35,8 +36,9 @@ impl Resolver {
         let id = self.next_module();
         self.code_map.add(id, module);
         let compiled = Compiled::Module(module.clone());
-        let symbolizer =
+        let mut symbolizer =
             ModuleSymbolizer::new(file_name, ModuleBytes::whole(wasm), self.use_dwarf)?;
+        self.find_source_map(&mut symbolizer, file_name, Searched::Module);
         if let Some(runtime) = symbolizer.runtime() {
             runtime.compiled(module, &|index| match &rewritten {
                 Some(r) => r.original_function(index),
@@ -98,6 +100,8 @@ impl Resolver {
             // modules that show wasmspy a runtime's instance.
             if module_name.starts_with("wit-component:") || module_name == PROBE_MODULE {
                 symbolizer.expect_no_dwarf();
+            } else {
+                self.find_source_map(&mut symbolizer, file_name, Searched::InComponent);
             }
             symbolizer.name_imports(&core.lowered_imports);
             symbolizer.name_functions(&core.stub_names);

@@ -6,8 +6,6 @@
 
 mod dwarf;
 mod names;
-// Found by the command line alone (`commands::source_maps`), until the library's API takes maps.
-#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub mod source_map;
 
 use std::borrow::Cow;
@@ -134,7 +132,6 @@ impl ModuleSymbolizer {
     /// has no DWARF, or, `prefer`red, instead of it. `find` is given the module's bytes; what
     /// it found may be unreadable (the error says why, as a warning does). A map that is not
     /// used says why in one warning, instead of the one that the module has no DWARF.
-    #[cfg(feature = "cli")]
     pub fn use_source_map(
         &mut self,
         prefer: bool,

@@ -3,12 +3,19 @@
 
 use std::ops::Range;
 
-use wasmparser::{Parser, Payload};
+use wasmparser::{BinaryReader, Parser, Payload};
 
-/// The code section of a module: its functions' bodies (the locals and the instructions), in
-/// order, as offsets in the module.
+/// The code section of a module: its functions' entries, in order, as offsets in the module.
 pub struct Code {
-    bodies: Vec<Range<u32>>,
+    entries: Vec<Entry>,
+}
+
+/// A function's entry in the code section: its body's size, then the body (the locals and the
+/// instructions). LLVM's DWARF places a function at its entry, so maps made from DWARF
+/// (Emscripten's `wasm-sourcemap.py`) point there too.
+struct Entry {
+    start: u32,
+    body: Range<u32>,
 }
 
 /// Out of how many offsets of a map, how many are not where code starts.
@@ -19,27 +26,43 @@ pub struct Misses {
 }
 
 impl Code {
-    /// The bodies of `wasm`'s functions (a module already read once: an error here is a
+    /// The entries of `wasm`'s functions (a module already read once: an error here is a
     /// malformed module).
     pub fn read(wasm: &[u8]) -> Result<Code, String> {
-        let mut bodies = Vec::new();
+        let mut entries = Vec::new();
+        let mut next = 0;
         for payload in Parser::new(0).parse_all(wasm) {
-            if let Payload::CodeSectionEntry(body) = payload.map_err(|e| e.to_string())? {
-                let range = body.range();
-                bodies.push(range.start as u32..range.end as u32);
+            match payload.map_err(|e| e.to_string())? {
+                Payload::CodeSectionStart { range, .. } => {
+                    let mut reader = BinaryReader::new(&wasm[range.clone()], range.start);
+                    reader.read_var_u32().map_err(|e| e.to_string())?;
+                    next = reader.original_position() as u32;
+                }
+                Payload::CodeSectionEntry(body) => {
+                    let range = body.range();
+                    let body = range.start as u32..range.end as u32;
+                    entries.push(Entry {
+                        start: next,
+                        body: body.clone(),
+                    });
+                    next = body.end;
+                }
+                _ => {}
             }
         }
-        Ok(Code { bodies })
+        Ok(Code { entries })
     }
 
-    /// The body of the `index`th function the module defines.
-    pub fn body(&self, index: usize) -> Option<Range<u32>> {
-        self.bodies.get(index).cloned()
+    /// The entry of the `index`th function the module defines: from its body's size to its
+    /// end.
+    pub fn entry(&self, index: usize) -> Option<Range<u32>> {
+        let entry = self.entries.get(index)?;
+        Some(entry.start..entry.body.end)
     }
 
-    /// How many of `offsets` (sorted) are not at the start of a body or of an instruction of
-    /// `wasm`'s code: a map's offsets all are, toolchains map the start of a body to the
-    /// function's line. One pass over the code, nothing kept.
+    /// How many of `offsets` (sorted) are not at the start of an entry, a body or an
+    /// instruction of `wasm`'s code: a map's offsets all are, toolchains map the start of a
+    /// function to its line. One pass over the code, nothing kept.
     pub fn misses(&self, wasm: &[u8], offsets: &[u32]) -> Misses {
         let mut misses = Misses {
             outside: 0,
@@ -47,8 +70,9 @@ impl Code {
             of: offsets.len(),
         };
         let mut rest = offsets;
-        for body in &self.bodies {
-            let before = rest.partition_point(|&o| o < body.start);
+        for entry in &self.entries {
+            let body = &entry.body;
+            let before = rest.partition_point(|&o| o < entry.start);
             misses.outside += before;
             rest = &rest[before..];
             let within = rest.partition_point(|&o| o < body.end);
@@ -58,7 +82,10 @@ impl Code {
                 continue;
             }
             let starts = instruction_starts(wasm, body.clone());
-            let mut starts = std::iter::once(body.start).chain(starts).peekable();
+            let mut starts = [entry.start, body.start]
+                .into_iter()
+                .chain(starts)
+                .peekable();
             for &offset in here {
                 while starts.next_if(|&s| s < offset).is_some() {}
                 if starts.peek() != Some(&offset) {
@@ -96,24 +123,26 @@ mod tests {
         )
         .unwrap();
         let code = Code::read(&wasm).unwrap();
-        let first = code.body(0).unwrap();
-        let second = code.body(1).unwrap();
-        // The body: 0 locals (1 byte), i32.const 1000 (3 bytes), i32.const 2, i32.add, end.
+        let first = code.entry(0).unwrap();
+        let second = code.entry(1).unwrap();
+        // The entry: its size (1 byte), 0 locals (1 byte), i32.const 1000 (3 bytes),
+        // i32.const 2, i32.add, end.
         let start = first.start;
         let good = [
             start,
             start + 1,
-            start + 4,
-            start + 6,
+            start + 2,
+            start + 5,
             start + 7,
-            second.start + 1,
+            start + 8,
+            second.start + 2,
         ];
         let misses = code.misses(&wasm, &good);
         assert_eq!(
             (misses.outside, misses.inside_instructions, misses.of),
-            (0, 0, 6)
+            (0, 0, 7)
         );
-        let bad = [1, start + 2, start + 3, second.end + 100];
+        let bad = [1, start + 3, start + 4, second.end + 100];
         let misses = code.misses(&wasm, &bad);
         assert_eq!((misses.outside, misses.inside_instructions), (2, 2));
     }

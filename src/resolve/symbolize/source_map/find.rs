@@ -1,10 +1,11 @@
-//! Where `record` finds a module's source map (v3): among the `--source-map` files (the one
+//! Where a module's source map (v3) is found: among the maps given (`--source-map`: the one
 //! whose `file` is the module's name, else one whose offsets fall on the module's code), where
 //! the module's `sourceMappingURL` section points (a path relative to the module's directory,
 //! an absolute path, a `file://` URL, or a `data:` URL holding the map), or `NAME.wasm.map`
 //! beside the module. The module and what it points to are the guest's: only regular files are
 //! read, opened without blocking, and no more than [`MAX_MAP_BYTES`] of them.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read as _;
 use std::os::unix::fs::OpenOptionsExt as _;
@@ -13,19 +14,39 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use wasmparser::{BinaryReader, Parser, Payload};
 
-use crate::resolve::symbolize::source_map::SourceMap;
+use super::SourceMap;
 
 /// Larger maps are refused: Emscripten's map of a 40 MB module is about as large.
 const MAX_MAP_BYTES: u64 = 256 << 20;
 
-/// The `--source-map` files, each until a module takes it.
-pub struct SourceMaps {
-    given: Vec<(PathBuf, Option<SourceMap>)>,
+/// Where the registered modules' source maps are: the maps given, each until a module takes
+/// it, and the files the modules were read from.
+#[derive(Default)]
+pub struct SourceMapSearch {
+    given: Vec<Given>,
+    /// A module's (or component's) registered name → its file.
+    files: HashMap<String, PathBuf>,
 }
 
-impl SourceMaps {
-    /// Reads the `--source-map` files; what cannot be read is a warning each (returned).
-    pub fn read(paths: &[PathBuf]) -> (Self, Vec<String>) {
+/// A map given, until a module takes it.
+struct Given {
+    path: PathBuf,
+    map: Option<SourceMap>,
+    /// The module it came nearest to fitting, and why it does not: the fewest wrong offsets.
+    nearest: Option<(usize, String, String)>,
+}
+
+/// What a map is looked for: a module, or a core module of a component, whose map is not the
+/// component's `NAME.wasm.map`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Searched {
+    Module,
+    InComponent,
+}
+
+impl SourceMapSearch {
+    /// Reads the maps given; what cannot be read is a warning each (returned).
+    pub fn new(paths: &[PathBuf]) -> (Self, Vec<String>) {
         let mut warnings = Vec::new();
         let mut given = Vec::new();
         for path in paths {
@@ -35,25 +56,63 @@ impl SourceMaps {
                     SourceMap::parse(&json, parent(path), &path.display().to_string())
                 });
             match read {
-                Ok(map) => given.push((path.clone(), Some(map))),
+                Ok(map) => given.push(Given {
+                    path: path.clone(),
+                    map: Some(map),
+                    nearest: None,
+                }),
                 // "its source map … is malformed": the map is not yet any module's.
                 Err(why) => {
                     warnings.push(format!("--source-map: {}", why.trim_start_matches("its ")))
                 }
             }
         }
-        (SourceMaps { given }, warnings)
+        (
+            SourceMapSearch {
+                given,
+                files: HashMap::new(),
+            },
+            warnings,
+        )
     }
 
-    /// The source map of the module at `module` (`wasm`, its bytes), if it has one: `Err`
-    /// where one should be and cannot be read, saying why.
-    pub fn find(&mut self, module: &Path, wasm: &[u8]) -> Option<Result<SourceMap, String>> {
-        if let Some(map) = self.take_given(module, wasm) {
+    /// Says that the module or component to be registered as `name` was read from `file`:
+    /// its map may be beside it, or relative to it.
+    pub fn module_file(&mut self, name: &str, file: &Path) {
+        self.files.insert(name.to_string(), file.to_path_buf());
+    }
+
+    /// The source map of the module registered as `name` (`wasm`, its bytes; in the component
+    /// registered as `name` when `searched` says so), if it has one: `Err` where one should be
+    /// and cannot be read, saying why.
+    pub fn find(
+        &mut self,
+        name: &str,
+        wasm: &[u8],
+        searched: Searched,
+    ) -> Option<Result<SourceMap, String>> {
+        let file = self.files.get(name).cloned();
+        let file_name = match &file {
+            Some(file) => file.file_name()?.to_str()?.to_string(),
+            None => name.to_string(),
+        };
+        if let Some(map) = self.take_given(&file_name, wasm) {
             return Some(Ok(map));
         }
-        let dir = parent(module);
-        if let Some(url) = source_mapping_url(wasm) {
-            return Some(from_url(&url, module, dir));
+        let url = source_mapping_url(wasm);
+        let Some(module) = file else {
+            // Where the module was read from is unknown (an embedder's): only a map that says
+            // where it is without a directory can be found.
+            return url
+                .filter(|u| u.starts_with("data:") || u.starts_with("file:") || u.starts_with('/'))
+                .map(|url| from_url(&url, Path::new(name), Path::new("")));
+        };
+        let dir = parent(&module);
+        if let Some(url) = url {
+            return Some(from_url(&url, &module, dir));
+        }
+        if searched == Searched::InComponent {
+            return None;
         }
         let beside = PathBuf::from(format!("{}.map", module.display()));
         if !beside.is_file() {
@@ -64,31 +123,51 @@ impl SourceMaps {
         }))
     }
 
-    /// The given map that is `module`'s: by its `file`, else by its offsets.
-    fn take_given(&mut self, module: &Path, wasm: &[u8]) -> Option<SourceMap> {
-        let name = module.file_name()?.to_str()?;
+    /// The given map that is the module's (named `name`): by its `file`, else by its offsets.
+    fn take_given(&mut self, name: &str, wasm: &[u8]) -> Option<SourceMap> {
         let named = |map: &SourceMap| map.file().and_then(|f| f.rsplit('/').next()) == Some(name);
-        let position = self
+        if let Some(given) = self
             .given
-            .iter()
-            .position(|(_, m)| m.as_ref().is_some_and(named))
-            .or_else(|| {
-                self.given
-                    .iter()
-                    .position(|(_, m)| m.as_ref().is_some_and(|m| m.fits(wasm)))
-            })?;
-        self.given[position].1.take()
+            .iter_mut()
+            .find(|g| g.map.as_ref().is_some_and(named))
+        {
+            return given.map.take();
+        }
+        for given in &mut self.given {
+            let Some(map) = &given.map else { continue };
+            match map.misfit_of(wasm) {
+                None => return given.map.take(),
+                Some((wrong, why)) => {
+                    if given.nearest.as_ref().is_none_or(|(w, ..)| wrong < *w) {
+                        given.nearest = Some((wrong, name.to_string(), why));
+                    }
+                }
+            }
+        }
+        None
     }
 
-    /// A warning for each `--source-map` that no module took.
+    /// Lets the maps given that no module took go (once said unused).
+    pub fn forget_unused(&mut self) {
+        self.given.clear();
+    }
+
+    /// A warning for each map given that no module took.
     pub fn unused(&self) -> Vec<String> {
         self.given
             .iter()
-            .filter(|(_, map)| map.is_some())
-            .map(|(path, _)| {
+            .filter(|given| given.map.is_some())
+            .map(|given| {
+                let nearest = match &given.nearest {
+                    // "its source map … is not of this build of it (…)": of the module's.
+                    Some((_, module, why)) => {
+                        format!(" (nearest, {module}: {})", why.trim_start_matches("its "))
+                    }
+                    None => String::new(),
+                };
                 format!(
-                    "--source-map {}: no module's name is its `file`, and its offsets fall on no module's code: not used",
-                    path.display()
+                    "--source-map {}: no module's name is its `file`, and its offsets fall on no module's code{nearest}: not used",
+                    given.path.display()
                 )
             })
             .collect()
