@@ -1049,3 +1049,67 @@ fn the_embedding_example_profiles_the_bundled_program() {
         "is_prime without its file"
     );
 }
+
+/// An embedder's module without DWARF takes its source map (v3): one among
+/// `ProfilerOptions::source_maps`, matched by its offsets, or the one beside the file
+/// `Profiler::module_path` says the module was read from. The map, written here, gives the busy
+/// loop's function `busy.ts:3` from its body's start on; `run`, no line.
+#[test]
+fn source_maps_give_an_embedders_module_its_lines() {
+    let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
+    let wasm = wat::parse_str(guest()).unwrap();
+    let busy = wasmparser::Parser::new(0)
+        .parse_all(&wasm)
+        .find_map(|p| match p.unwrap() {
+            wasmparser::Payload::CodeSectionEntry(body) => Some(body.range().start),
+            _ => None,
+        })
+        .unwrap();
+    // One segment: generated column `busy`, source 0, line 2 (0-based), column 0.
+    let mappings = sourcemap::vlq::generate_vlq_segment(&[busy as i64, 0, 2, 0]).unwrap();
+    let map =
+        format!(r#"{{"version":3,"sources":["busy.ts"],"names":[],"mappings":"{mappings}"}}"#);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("given.map"), &map).unwrap();
+    std::fs::write(dir.path().join("guest.wasm.map"), &map).unwrap();
+    for given in [true, false] {
+        let options = ProfilerOptions {
+            source_maps: if given {
+                vec![dir.path().join("given.map")]
+            } else {
+                Vec::new()
+            },
+            ..Default::default()
+        };
+        let mut config = Config::new();
+        Profiler::configure(&mut config, &options);
+        let engine = Engine::new(&config).unwrap();
+        let module = Module::new(&engine, &wasm).unwrap();
+        let mut profiler = Profiler::new(&engine, options).unwrap();
+        if !given {
+            profiler.module_path("guest.wasm", &dir.path().join("guest.wasm"));
+        }
+        profiler
+            .add_module("guest.wasm", &module, wasm.as_slice())
+            .unwrap();
+        let (mut store, run) = instantiated(&mut profiler, &engine, &module);
+        profiler.start().unwrap();
+        run.call(&mut store, 100_000_000).unwrap();
+        let profile = profiler.stop();
+        let warnings = profiler.handle().take_warnings();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let busy_lines: Vec<(String, u32)> = profile
+            .frames
+            .iter()
+            .flat_map(|f| f.lines.iter())
+            .filter(|l| profile.functions[l.function].name == "busy")
+            .map(|l| (profile.functions[l.function].file.clone(), l.line))
+            .collect();
+        let expected = dir.path().join("busy.ts").display().to_string();
+        assert!(!busy_lines.is_empty(), "given: {given}");
+        assert!(
+            busy_lines.iter().all(|l| *l == (expected.clone(), 3)),
+            "given: {given}: {busy_lines:?}"
+        );
+    }
+}

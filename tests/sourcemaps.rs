@@ -670,3 +670,81 @@ fn allocation_site_from_the_map() {
     );
     assert_eq!(base(&file), "hot.c");
 }
+
+/// AssemblyScript's module and map copied to `dir` without its source, `source` put beside
+/// them as `hot.ts` where given: the module's path.
+fn assemblyscript_elsewhere(dir: &Path, source: Option<&str>) -> PathBuf {
+    let module = dir.join("hot.wasm");
+    std::fs::copy(built_dir().join("as/hot.wasm"), &module).unwrap();
+    std::fs::copy(
+        built_dir().join("as/hot.wasm.map"),
+        dir.join("hot.wasm.map"),
+    )
+    .unwrap();
+    if let Some(source) = source {
+        std::fs::write(dir.join("hot.ts"), source).unwrap();
+    }
+    module
+}
+
+/// Sources absent from disk are written from the map's `sourcesContent` beside the profile,
+/// where `go tool pprof -list` reads them: the hot line's text, and AssemblyScript's standard
+/// library.
+#[test]
+fn sources_the_map_carries_are_shown_where_absent() {
+    if built(
+        "sources_the_map_carries_are_shown_where_absent",
+        "as/hot.wasm",
+    )
+    .is_none()
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let module = assemblyscript_elsewhere(dir.path(), None);
+    let (out, _) = record_ok(dir.path(), &[], &module, &[]);
+    let said = stderr(&out);
+    let sources = dir.path().join("out.pb.gz.sources");
+    assert!(said.contains("sources that source maps carry"), "{said}");
+    // The source where the map says it is, under the directory's root.
+    let hot = sources.join(dir.path().join("hot/hot.ts").strip_prefix("/").unwrap());
+    let text = std::fs::read_to_string(&hot).unwrap();
+    assert!(text.contains("HOT LINE 5"), "{text}");
+    assert!(sources.join("~lib/rt/itcms.ts").exists());
+    let listed = Command::new("go")
+        .args(["tool", "pprof", "-source_path"])
+        .arg(&sources)
+        .args(["-trim_path", "/", "-list", "hot"])
+        .arg(dir.path().join("out.pb.gz"))
+        .output()
+        .expect("go: scripts/test.sh installs it");
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    let listed = stdout(&listed);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.contains("16777619") && l.contains(" 5:")),
+        "{listed}"
+    );
+}
+
+/// A source edited since the build: one warning, and the lines are still the map's.
+#[test]
+fn a_source_edited_since_the_build_is_said() {
+    if built("a_source_edited_since_the_build_is_said", "as/hot.wasm").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let original = std::fs::read_to_string(built_dir().join("as/hot.ts")).unwrap();
+    let edited = format!("// a line added since the build\n{original}");
+    let module = assemblyscript_elsewhere(dir.path(), Some(&edited));
+    let (out, p) = record_ok(dir.path(), &[], &module, &[]);
+    let said = stderr(&out);
+    let warnings: Vec<&str> = said.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warnings.len(), 1, "{said}");
+    assert!(
+        warnings[0].contains("hot.ts differs from the copy its source map carries"),
+        "{said}"
+    );
+    assert!(leaves(&p).iter().any(|l| l.2 == "hot.ts:5"), "{said}");
+}

@@ -296,12 +296,13 @@ fn the_profiles_module_is_found_by_its_code_and_another_is_said() {
     assert_one_line_error(&out, "is not one", &"--wasm on pprof");
 }
 
-/// A module without DWARF is named from its source map, found as `record` finds it (here by
-/// its `sourceMappingURL` section, `hot.wasm.map`, beside it): Emscripten's `-gsource-map`
-/// build of tests/fixtures/sourcemaps/hot.c (tests/fixtures/sourcemaps/build.sh).
+/// A module without DWARF or a `name` section is named from its source map, found as `record`
+/// finds it (here by its `sourceMappingURL` section, `hot.wasm.map`, beside it):
+/// AssemblyScript's build of tests/fixtures/sourcemaps/hot.ts (tests/fixtures/sourcemaps/
+/// build.sh), whose `hot` V8 calls `wasm-function[N]`, is named where the map says it starts.
 #[test]
 fn a_modules_source_map_names_v8s_frames() {
-    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/sourcemaps/emcc");
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/sourcemaps/as");
     if !built.join("hot.wasm.map").exists() {
         skip(
             "a_modules_source_map_names_v8s_frames",
@@ -313,6 +314,7 @@ fn a_modules_source_map_names_v8s_frames() {
     let module = dir.path().join("hot.wasm");
     std::fs::copy(built.join("hot.wasm"), &module).unwrap();
     std::fs::copy(built.join("hot.wasm.map"), dir.path().join("hot.wasm.map")).unwrap();
+    std::fs::copy(built.join("hot.ts"), dir.path().join("hot.ts")).unwrap();
     let Some(v8) = node_profile(dir.path(), &module) else {
         return;
     };
@@ -328,10 +330,11 @@ fn a_modules_source_map_names_v8s_frames() {
     assert_eq!(warnings(&out), "", "no warnings");
     let p = Decoded::load(&named);
     let hot = hot_functions(&p);
-    assert_eq!(hot[0].0, "hot", "{hot:?}");
+    // `hot` starts on line 3; its first instruction the map gives a line is on line 4.
+    assert_eq!(hot[0].0, "hot.ts:4", "{hot:?}");
     assert_eq!(
         hot[0].1,
-        dir.path().join("hot.c").to_str().unwrap(),
+        dir.path().join("hot.ts").to_str().unwrap(),
         "{hot:?}"
     );
 }

@@ -15,6 +15,7 @@ macro_rules! say {
         let _ = writeln!(std::io::stderr(), $($arg)*);
     }};
 }
+pub mod carried_sources;
 pub mod dump;
 pub mod guest_args;
 pub mod instances;

@@ -95,6 +95,15 @@ pub struct Outputs {
 }
 
 impl Outputs {
+    /// The first profile's path, beside which the sources maps carry are written.
+    pub fn first_path(&self) -> Option<&Path> {
+        self.cpu
+            .iter()
+            .chain(&self.memory)
+            .next()
+            .map(|o| o.path.as_path())
+    }
+
     /// Fails, before the guest runs, where a profile could not be written. `format` is every
     /// output's, or each one's name says.
     pub fn create(cpu: &[PathBuf], memory: Option<&Path>, format: Option<Format>) -> Result<Self> {

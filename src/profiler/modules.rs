@@ -51,6 +51,13 @@ impl Profiler {
         self.handle.resolver().module_file(file_name, path);
     }
 
+    /// The sources the registered modules' source maps carry the text of (`sourcesContent`)
+    /// and that are not on disk: (path, text).
+    #[cfg(feature = "cli")]
+    pub(crate) fn carried_sources(&self) -> Vec<(String, String)> {
+        self.handle.resolver().carried_sources()
+    }
+
     /// Keeps the runtime of a module just registered, if it has one, for its instances shown
     /// to [`ProfilerHandle::attach_instance`].
     fn runtime_registered(&self, id: ModuleId, module: &Module) {

@@ -177,6 +177,21 @@ impl Resolver {
         }
     }
 
+    /// The sources the registered modules' maps carry the text of and that are not on disk,
+    /// each once: (path, text).
+    #[cfg(feature = "cli")]
+    pub fn carried_sources(&self) -> Vec<(String, String)> {
+        let mut carried: Vec<(String, String)> = Vec::new();
+        for module in self.modules.iter() {
+            for (path, text) in module.symbolizer.carried_sources() {
+                if !carried.iter().any(|(p, _)| p == path) {
+                    carried.push((path.to_string(), text.to_string()));
+                }
+            }
+        }
+        carried
+    }
+
     /// Warnings about the modules' symbols, and the runtimes' walks, not taken yet.
     pub fn take_warnings(&mut self) -> Vec<Warning> {
         let mut unused = std::mem::take(&mut self.source_map_warnings);

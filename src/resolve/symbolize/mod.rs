@@ -146,6 +146,19 @@ impl ModuleSymbolizer {
         };
         match found.and_then(|map| ModuleMap::new(map, &self.wasm)) {
             Ok(map) => {
+                let changed = map.changed_sources();
+                if let Some(first) = changed.first() {
+                    let others = match changed.len() {
+                        1 => String::new(),
+                        n => format!(" (and {} more)", n - 1),
+                    };
+                    self.warnings.push(Warning::about(
+                        &self.file_name,
+                        WarningKind::SourceMap {
+                            why: format!("{first}{others} differs from the copy its source map carries (edited since the build?): the profile's lines are the build's"),
+                        },
+                    ));
+                }
                 self.source_map = Some(map);
                 self.dwarf = DwarfState::Unavailable;
             }
@@ -164,6 +177,16 @@ impl ModuleSymbolizer {
                 ));
             }
         }
+    }
+
+    /// The sources the module's map carries the text of and that are not on disk: (path,
+    /// text).
+    #[cfg(feature = "cli")]
+    pub fn carried_sources(&self) -> Vec<(&str, &str)> {
+        self.source_map
+            .iter()
+            .flat_map(ModuleMap::carried_sources)
+            .collect()
     }
 
     /// Names functions that the `name` section does not (`names`: by function index).

@@ -26,6 +26,8 @@ pub struct SourceMap {
     file: Option<String>,
     /// Paths a reader can open ([`sources::resolve`]).
     sources: Vec<String>,
+    /// Each source's text as the build had it (`sourcesContent`), where the map carries it.
+    contents: Vec<Option<String>>,
     names: Vec<String>,
     /// By offset, one per offset: of several segments at one offset (wasm-opt writes them),
     /// the last in file order. Binaryen writes an expression's location before its first
@@ -60,6 +62,7 @@ impl SourceMap {
             origin: origin.to_string(),
             file: read.file,
             sources: sources::resolve(&read.sources, read.source_root.as_deref(), dir),
+            contents: read.contents,
             names: read.names,
             segments: kept,
         })
@@ -157,6 +160,44 @@ impl ModuleMap {
     /// The line the `defined`th function starts at, if the map says.
     pub fn start_line(&self, defined: usize) -> Option<u32> {
         self.first_position(defined).map(|at| at.line)
+    }
+
+    /// The sources the map carries the text of (`sourcesContent`) and that are not where it
+    /// says (`~lib/…`, or a build on another machine): (path, text), for viewers that show
+    /// source.
+    pub fn carried_sources(&self) -> impl Iterator<Item = (&str, &str)> {
+        let map = &self.map;
+        map.sources
+            .iter()
+            .zip(&map.contents)
+            .filter_map(|(path, text)| {
+                let text = text.as_deref()?;
+                (!path.is_empty() && !Path::new(path).exists()).then_some((path.as_str(), text))
+            })
+    }
+
+    /// The sources on disk that differ from the text the map carries of them: edited since
+    /// the build, whose lines the map's are. Each file is read up to the carried text's length
+    /// and one byte more.
+    pub fn changed_sources(&self) -> Vec<&str> {
+        let map = &self.map;
+        let differs = |path: &str, text: &str| {
+            let Ok(file) = std::fs::File::open(path) else {
+                return false;
+            };
+            let mut read = Vec::new();
+            let limit = text.len() as u64 + 1;
+            std::io::Read::read_to_end(&mut std::io::Read::take(file, limit), &mut read).is_ok()
+                && read != text.as_bytes()
+        };
+        map.sources
+            .iter()
+            .zip(&map.contents)
+            .filter_map(|(path, text)| {
+                let text = text.as_deref()?;
+                differs(path, text).then_some(path.as_str())
+            })
+            .collect()
     }
 
     /// A name for the `defined`th function where the module gives none: the map's name at its

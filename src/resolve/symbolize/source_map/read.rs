@@ -27,6 +27,8 @@ pub struct Read {
     pub file: Option<String>,
     pub source_root: Option<String>,
     pub sources: Vec<String>,
+    /// `sourcesContent`: each source's text, where the map carries it.
+    pub contents: Vec<Option<String>>,
     pub names: Vec<String>,
     pub segments: Vec<Segment>,
 }
@@ -45,12 +47,16 @@ pub fn read(json: &[u8]) -> Result<Read, String> {
     // The sources as written: the crate would prefix `sourceRoot` to them.
     map.set_source_root(None::<&str>);
     let sources: Vec<String> = map.sources().map(str::to_string).collect();
+    let contents = (0..sources.len() as u32)
+        .map(|i| map.get_source_contents(i).map(str::to_string))
+        .collect();
     let names: Vec<String> = map.names().map(str::to_string).collect();
     let segments = walk(&mappings, sources.len(), names.len())?;
     Ok(Read {
         file: map.get_file().map(str::to_string),
         source_root,
         sources,
+        contents,
         names,
         segments,
     })
