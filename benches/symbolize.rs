@@ -12,14 +12,25 @@
 //! Targets: DWARF symbolization under 1 s and under 1× the module's size in memory. The heap
 //! columns include the profile itself (both runs build one); the last column is what DWARF
 //! adds, as a share of the module's size.
+//!
+//! Then a source map against DWARF: a generated C program with DWARF and a ~10 MB map made of
+//! that DWARF (`benches/baseline/build-sourcemap.sh`, which the bench runs), the same
+//! addresses symbolized each way, from the module's bytes (and the map's file) to their
+//! frames. Target: the map costs no more than DWARF.
+
+mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use wasmspy::export::pprof;
+use wasmspy::internals::resolve::symbolize::source_map::SourceMap;
+use wasmspy::internals::resolve::symbolize::ModuleSymbolizer;
+use wasmspy::internals::wasm::module_bytes::ModuleBytes;
 use wasmspy::wasi_host::{self, DirMount, Exit, UnknownImports, WasiConfig};
 use wasmspy::SamplerKind;
 use wasmspy::{Profiler, ProfilerOptions};
@@ -148,6 +159,105 @@ fn main() {
             dwarf.heap_bytes.saturating_sub(names.heap_bytes) as f64 / bytes.len() as f64,
         );
     }
+    source_map_against_dwarf(manifest);
+}
+
+/// Addresses spread evenly over the module's code: this many, each where an instruction
+/// starts, with its function's index.
+const MAP_ADDRESSES: usize = 5000;
+const MAP_REPS: usize = 5;
+
+/// The same addresses symbolized through the module's DWARF and through the map made of it:
+/// the median time of each, and the lines they agree on.
+fn source_map_against_dwarf(manifest: &Path) {
+    let script = manifest.join("benches/baseline/build-sourcemap.sh");
+    if !Command::new(&script).status().is_ok_and(|s| s.success()) {
+        println!(
+            "{}: failed, no source-map row (it needs clang, wasi-libc and emscripten)",
+            script.display()
+        );
+        return;
+    }
+    let dir = manifest.join("target/bench-programs/sourcemap");
+    let wasm: Arc<[u8]> = std::fs::read(dir.join("gen.wasm")).unwrap().into();
+    let map = dir.join("gen.wasm.map");
+    let addresses = instructions(&wasm);
+    let symbolize = |map: Option<&Path>| {
+        let start = Instant::now();
+        let mut s =
+            ModuleSymbolizer::new("gen.wasm", ModuleBytes::whole(wasm.clone()), true).unwrap();
+        if let Some(map) = map {
+            let json = std::fs::read(map).unwrap();
+            s.use_source_map(true, |_| {
+                Some(SourceMap::parse(&json, &dir, "gen.wasm.map"))
+            });
+        }
+        s.symbolize(&addresses);
+        let seconds = start.elapsed().as_secs_f64();
+        assert!(s.take_warnings().is_empty(), "{map:?}: warned");
+        let lines: Vec<_> = addresses
+            .iter()
+            .map(|&(f, o)| s.source_frames(f, o)[0].line)
+            .collect();
+        (seconds, lines)
+    };
+    // DWARF then the map, each repetition.
+    let (mut times, mut lines) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
+    for _ in 0..MAP_REPS {
+        for (i, map) in [None, Some(map.as_path())].into_iter().enumerate() {
+            let (seconds, found) = symbolize(map);
+            times[i].push(seconds);
+            lines[i] = found;
+        }
+    }
+    // Of the addresses DWARF gives a line (clang's line 0, code of no line, wasm-sourcemap.py
+    // leaves out: the map extends the row before over it), those the map gives the same.
+    let with_line = lines[0].iter().filter(|&&d| d != 0).count();
+    let same = lines[0]
+        .iter()
+        .zip(&lines[1])
+        .filter(|(d, m)| d == m && **d != 0)
+        .count();
+    let [dwarf_s, map_s] = times.map(|mut t| common::median(&mut t));
+    println!();
+    println!(
+        "a source map against the DWARF it was made of: {} addresses ({with_line} with a DWARF line), median of {MAP_REPS}",
+        addresses.len()
+    );
+    println!(
+        "{:<12} {:>10} {:>8} {:>9} {:>9} {:>8} {:>10}",
+        "program", "module MiB", "map MiB", "DWARF s", "map s", "map÷DWARF", "same line"
+    );
+    println!(
+        "{:<12} {:>10.1} {:>8.1} {:>9.3} {:>9.3} {:>8.2} {:>9.1}%",
+        "gen.wasm",
+        wasm.len() as f64 / MIB,
+        std::fs::metadata(&map).unwrap().len() as f64 / MIB,
+        dwarf_s,
+        map_s,
+        map_s / dwarf_s,
+        100.0 * same as f64 / with_line as f64,
+    );
+}
+
+/// [`MAP_ADDRESSES`] (function index, module offset) pairs, evenly spread over the offsets
+/// where the module's instructions start.
+fn instructions(wasm: &Arc<[u8]>) -> Vec<(u32, u32)> {
+    let names_only = ModuleSymbolizer::new("", ModuleBytes::whole(wasm.clone()), false).unwrap();
+    let mut function = names_only.imported_function_count();
+    let mut all = Vec::new();
+    for payload in wasmparser::Parser::new(0).parse_all(wasm) {
+        if let wasmparser::Payload::CodeSectionEntry(body) = payload.unwrap() {
+            let mut ops = body.get_operators_reader().unwrap();
+            while !ops.eof() {
+                let (_, offset) = ops.read_with_offset().unwrap();
+                all.push((function, offset as u32));
+            }
+            function += 1;
+        }
+    }
+    let step = (all.len() / MAP_ADDRESSES).max(1);
+    all.into_iter().step_by(step).take(MAP_ADDRESSES).collect()
 }
 
 /// Runs the program under the profiler, then measures stopping it (which symbolizes) and

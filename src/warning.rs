@@ -9,8 +9,12 @@ use std::fmt;
 /// ```
 /// use wasmspy::{Warning, WarningKind};
 ///
-/// let warning = Warning { module: Some("app.wasm".into()), kind: WarningKind::NoDwarf { why: None } };
-/// assert!(warning.to_string().starts_with("app.wasm has no DWARF debug info"));
+/// let kind = WarningKind::NoDwarf { why: None, advice: Some("build with -g".into()) };
+/// let warning = Warning { module: Some("app.wasm".into()), kind };
+/// assert_eq!(
+///     warning.to_string(),
+///     "app.wasm has no DWARF debug info: the profile names functions, without file:line (build with -g)"
+/// );
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Warning {
@@ -25,11 +29,15 @@ pub struct Warning {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WarningKind {
-    /// The module has no DWARF debug info: its functions are named, without file:line. `why`,
-    /// when its language runtime is known to ship so (componentize-py's CPython).
+    /// The module has no DWARF debug info (nor a source map): its functions are named,
+    /// without file:line. `why`, when its language runtime is known to ship so (QuickJS's
+    /// engine); else `advice`, for the toolchain its `producers` section names.
     NoDwarf {
         /// What the module is, when that explains it.
         why: Option<String>,
+        /// What would give it file:line: the flags of the toolchain that built it (`build
+        /// with -g or -gline-tables-only` for clang's), or its source map given to wasmspy.
+        advice: Option<String>,
     },
     /// Part or all of the module's DWARF is unreadable: the code it describes is shown by
     /// function name only.
@@ -86,10 +94,16 @@ impl fmt::Display for Warning {
 impl fmt::Display for WarningKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WarningKind::NoDwarf { why: Some(why) } => write!(f, "is {why}"),
-            WarningKind::NoDwarf { why: None } => f.write_str(
-                "has no DWARF debug info: the profile names functions, without file:line (build with -g for them)",
-            ),
+            WarningKind::NoDwarf { why: Some(why), .. } => write!(f, "is {why}"),
+            WarningKind::NoDwarf { why: None, advice } => {
+                f.write_str(
+                    "has no DWARF debug info: the profile names functions, without file:line",
+                )?;
+                match advice {
+                    Some(advice) => write!(f, " ({advice})"),
+                    None => Ok(()),
+                }
+            }
             WarningKind::DamagedNames { why } => {
                 write!(f, "ignoring its malformed name section: {why}")
             }

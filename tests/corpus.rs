@@ -65,6 +65,8 @@ fn every_sightglass_module_runs_and_profiles() {
     let mut failures = Vec::new();
     let (mut dwarf_samples, mut dwarf_samples_with_line) = (0, 0);
     let mut stale_dwarf = Vec::new();
+    // Each warning that a module has no DWARF, and the program it is of.
+    let mut no_dwarf = Vec::new();
     for module in &modules {
         let name = module.strip_prefix(&root).unwrap().display().to_string();
         let out = out_dir
@@ -136,6 +138,11 @@ fn every_sightglass_module_runs_and_profiles() {
             p.location(l).address != 0 && frames[0].2 != 0 && !frames[0].1.is_empty()
         });
         let line_share = with_line as f64 / in_code.max(1) as f64;
+        no_dwarf.extend(
+            err.lines()
+                .filter(|l| l.contains("has no DWARF debug info"))
+                .map(|l| (name.clone(), l.to_string())),
+        );
         let stale = err.contains("describes almost none of its code");
         if stale {
             stale_dwarf.push(name.clone());
@@ -154,6 +161,33 @@ fn every_sightglass_module_runs_and_profiles() {
     // module was rewritten after linking (as were Sightglass's meshoptimizer and richards).
     assert_eq!(stale_dwarf, ["quicksort/benchmark.wasm"]);
     assert_eq!(components, 2, "cm-online-stats and kotlin-richards");
+    // The advice fits the toolchain the `producers` section names: rustc's for blind-sig;
+    // none named in sqlite3 (Emscripten strips the section) and splay (hand-written).
+    let advice = |program: &str| {
+        let warned: Vec<&String> = no_dwarf
+            .iter()
+            .filter(|(n, _)| n == program)
+            .map(|(_, w)| w)
+            .collect();
+        assert_eq!(warned.len(), 1, "{program}: {no_dwarf:#?}");
+        warned[0].clone()
+    };
+    let map = "; or give wasmspy its source map: --source-map FILE, a sourceMappingURL section";
+    let rust = advice("blind-sig/benchmark.wasm");
+    assert!(
+        rust.contains(&format!(
+            "(built by rustc: set debug = \"line-tables-only\" in its Cargo profile{map}"
+        )),
+        "{rust}"
+    );
+    for program in ["sqlite3/sqlite3.wasm", "splay/splay.wasm"] {
+        let generic = advice(program);
+        assert!(
+            generic.contains(&format!("(build with -g{map}")),
+            "{generic}"
+        );
+    }
+
     let share = dwarf_samples_with_line as f64 / dwarf_samples as f64;
     eprintln!(
         "programs with DWARF: {share:.3} of {dwarf_samples} guest samples have a source line"

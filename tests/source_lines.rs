@@ -285,6 +285,11 @@ fn stripped_dwarf_warns_once_and_names_functions() {
     let w = warnings(&err);
     assert_eq!(w.len(), 1, "{err}");
     assert!(w[0].contains("no DWARF debug info"), "{err}");
+    // Its `producers` section says clang: the advice is clang's, and a map would serve too.
+    assert!(
+        w[0].contains("(built by clang: build with -g or -gline-tables-only; or give wasmspy its source map: --source-map FILE"),
+        "{err}"
+    );
     assert_names_only(&p);
 }
 

@@ -127,7 +127,9 @@ pub trait Runtime: Send + Sync + 'static {
         None
     }
 
-    /// Where a module without DWARF gets its names and lines from, for the warning it gets.
+    /// Where the runtime's module, without DWARF, gets its names and lines from, for the
+    /// warning it gets (said after "is"); `None`: the warning for the toolchain that built it
+    /// (none for Go's, whose own table gives all DWARF would: [`crate::wasm::toolchain`]).
     fn without_dwarf(&self) -> Option<&'static str> {
         None
     }

@@ -5,7 +5,8 @@
 //! its own data, from its DWARF
 //! ([`dwarf_layout`]): CPython's, to read its Python stack ([`crate::runtimes::cpython`]); a core
 //! module's bytes, shared with its component's ([`module_bytes`]); a host function threaded
-//! into nested components ([`nested`]).
+//! into nested components ([`nested`]); the toolchain that built a module, and what it must be
+//! told for file:line ([`toolchain`]).
 
 pub mod component;
 pub mod data;
@@ -13,6 +14,7 @@ pub mod demangle;
 pub mod dwarf_layout;
 pub mod module_bytes;
 pub mod nested;
+pub mod toolchain;
 
 #[cfg(test)]
 pub(crate) mod tests {

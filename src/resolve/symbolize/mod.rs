@@ -23,6 +23,7 @@ use crate::runtimes::{self, ModuleFacts, NamedFunction, Runtime};
 use crate::warning::{Warning, WarningKind};
 use crate::wasm::demangle::demangle;
 use crate::wasm::module_bytes::ModuleBytes;
+use crate::wasm::toolchain::Toolchain;
 
 /// A function's names as a profile shows them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -456,13 +457,22 @@ impl ModuleSymbolizer {
 
     fn dwarf_frames(&mut self, offsets: &[u32]) -> FxHashMap<u32, Vec<DwarfFrame>> {
         if let DwarfState::Absent = self.dwarf {
-            let without = self.runtime.as_ref().and_then(|r| r.without_dwarf());
-            self.warnings.push(Warning::about(
-                &self.file_name,
-                WarningKind::NoDwarf {
-                    why: without.map(str::to_string),
-                },
-            ));
+            let why = self.runtime.as_ref().and_then(|r| r.without_dwarf());
+            // The producers read only now: most modules have DWARF, or are never sampled.
+            let advice = match why {
+                Some(_) => None,
+                None => Toolchain::of(&self.wasm).line_advice(&self.file_name),
+            };
+            // Neither for Go's, whose own table gives what DWARF would.
+            if why.is_some() || advice.is_some() {
+                self.warnings.push(Warning::about(
+                    &self.file_name,
+                    WarningKind::NoDwarf {
+                        why: why.map(str::to_string),
+                        advice,
+                    },
+                ));
+            }
             self.dwarf = DwarfState::Unavailable;
         }
         if let DwarfState::Unread(sections) = &self.dwarf {
@@ -566,7 +576,10 @@ mod tests {
             Some("m.wasm"),
             "{warnings:?}"
         );
-        assert_eq!(warnings[0].kind, WarningKind::NoDwarf { why: None });
+        assert_eq!(
+            warnings[0].to_string(),
+            "m.wasm has no DWARF debug info: the profile names functions, without file:line (build with -g; or give wasmspy its source map: --source-map FILE, a sourceMappingURL section, or m.wasm.map beside it)"
+        );
     }
 
     /// weval names its engine's functions "" and their specialized copies " (specialized)":

@@ -210,8 +210,4 @@ impl Runtime for Go {
     fn source_frames(&self, wasm: &[u8], func_index: u32, offset: u32) -> Option<Vec<NamedFrame>> {
         self.module.frames_at(wasm, func_index, offset)
     }
-
-    fn without_dwarf(&self) -> Option<&'static str> {
-        Some("Go's, without DWARF: names, files, lines and inlined calls come from Go's symbol table")
-    }
 }

@@ -52,8 +52,7 @@ pub enum Role {
     Mcall,
 }
 
-/// The custom section that Go's linker puts first in every module it writes.
-pub const BUILD_ID_SECTION: &str = "go:buildid";
+pub use crate::wasm::toolchain::GO_BUILD_ID as BUILD_ID_SECTION;
 /// `PC_F` of a module's first own function.
 pub const FIRST_PC_F: u32 = 0x1000;
 
