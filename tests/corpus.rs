@@ -172,7 +172,7 @@ fn every_sightglass_module_runs_and_profiles() {
         assert_eq!(warned.len(), 1, "{program}: {no_dwarf:#?}");
         warned[0].clone()
     };
-    let map = "; or give wasmspy its source map: --source-map FILE, a sourceMappingURL section";
+    let map = "; or give wasmspy its source map: --source-map FILE or a sourceMappingURL section";
     let rust = advice("blind-sig/benchmark.wasm");
     assert!(
         rust.contains(&format!(

@@ -137,8 +137,13 @@ impl Toolchain {
         } else {
             ""
         };
+        // A component's core module (`app.wasm/core`) has no file of its own to be beside.
+        let beside = match module.contains('/') {
+            true => String::new(),
+            false => format!(", or {module}.map beside it"),
+        };
         Some(format!(
-            "{by}{build}{opt}; or give wasmspy its source map: --source-map FILE, a sourceMappingURL section, or {module}.map beside it"
+            "{by}{build}{opt}; or give wasmspy its source map: --source-map FILE or a sourceMappingURL section{beside}"
         ))
     }
 }
@@ -182,7 +187,7 @@ mod tests {
         Toolchain::of(&module(fields)).line_advice("app.wasm")
     }
 
-    const MAP: &str = "; or give wasmspy its source map: --source-map FILE, a sourceMappingURL section, or app.wasm.map beside it";
+    const MAP: &str = "; or give wasmspy its source map: --source-map FILE or a sourceMappingURL section, or app.wasm.map beside it";
 
     #[test]
     fn each_toolchain_gets_its_flags() {

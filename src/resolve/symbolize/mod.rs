@@ -578,7 +578,7 @@ mod tests {
         );
         assert_eq!(
             warnings[0].to_string(),
-            "m.wasm has no DWARF debug info: the profile names functions, without file:line (build with -g; or give wasmspy its source map: --source-map FILE, a sourceMappingURL section, or m.wasm.map beside it)"
+            "m.wasm has no DWARF debug info: the profile names functions, without file:line (build with -g; or give wasmspy its source map: --source-map FILE or a sourceMappingURL section, or m.wasm.map beside it)"
         );
     }
 

@@ -18,7 +18,10 @@ struct Entry {
     body: Range<u32>,
 }
 
-/// Out of how many offsets of a map, how many are not where code starts.
+/// At most this many functions' instructions are decoded to check a map's offsets against.
+const CHECKED_FUNCTIONS: usize = 256;
+
+/// Out of how many offsets of a map (those checked), how many are not where code starts.
 pub struct Misses {
     pub outside: usize,
     pub inside_instructions: usize,
@@ -62,15 +65,19 @@ impl Code {
 
     /// How many of `offsets` (sorted) are not at the start of an entry, a body or an
     /// instruction of `wasm`'s code: a map's offsets all are, toolchains map the start of a
-    /// function to its line. One pass over the code, nothing kept.
+    /// function to its line. Every offset is checked to be in some function's entry; those
+    /// inside one are checked against the instructions of [`CHECKED_FUNCTIONS`] functions
+    /// spread over the code (decoding all of a 35 MB module's took longer than reading its
+    /// DWARF), which a map of another build misses as much as any. Nothing kept.
     pub fn misses(&self, wasm: &[u8], offsets: &[u32]) -> Misses {
         let mut misses = Misses {
             outside: 0,
             inside_instructions: 0,
-            of: offsets.len(),
+            of: 0,
         };
+        let every = self.entries.len().div_ceil(CHECKED_FUNCTIONS).max(1);
         let mut rest = offsets;
-        for entry in &self.entries {
+        for (index, entry) in self.entries.iter().enumerate() {
             let body = &entry.body;
             let before = rest.partition_point(|&o| o < entry.start);
             misses.outside += before;
@@ -78,9 +85,10 @@ impl Code {
             let within = rest.partition_point(|&o| o < body.end);
             let (here, after) = rest.split_at(within);
             rest = after;
-            if here.is_empty() {
+            if here.is_empty() || index % every != 0 {
                 continue;
             }
+            misses.of += here.len();
             let starts = instruction_starts(wasm, body.clone());
             let mut starts = [entry.start, body.start]
                 .into_iter()
@@ -94,6 +102,7 @@ impl Code {
             }
         }
         misses.outside += rest.len();
+        misses.of += misses.outside;
         misses
     }
 }

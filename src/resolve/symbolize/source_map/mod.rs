@@ -29,8 +29,8 @@ pub struct SourceMap {
     /// Each source's text as the build had it (`sourcesContent`), where the map carries it.
     contents: Vec<Option<String>>,
     names: Vec<String>,
-    /// By offset, one per offset: of several segments at one offset (wasm-opt writes them),
-    /// the last in file order. Binaryen writes an expression's location before its first
+    /// By offset, those at one offset (wasm-opt writes several) in file order: the last of
+    /// them is the one used. Binaryen writes an expression's location before its first
     /// child's, which starts at the same byte, so the last is the instruction found there.
     segments: Vec<Segment>,
 }
@@ -49,14 +49,10 @@ impl SourceMap {
         let read =
             read::read(json).map_err(|e| format!("its source map {origin} is malformed ({e})"))?;
         let mut segments = read.segments;
-        // Stable: equal offsets keep their file order, and the last of them is kept.
-        segments.sort_by_key(|s| s.offset);
-        let mut kept: Vec<Segment> = Vec::with_capacity(segments.len());
-        for segment in segments {
-            match kept.last_mut() {
-                Some(last) if last.offset == segment.offset => *last = segment,
-                _ => kept.push(segment),
-            }
+        // Stable: equal offsets keep their file order. A map's segments are in order already
+        // (then nothing is moved).
+        if !segments.is_sorted_by_key(|s| s.offset) {
+            segments.sort_by_key(|s| s.offset);
         }
         Ok(SourceMap {
             origin: origin.to_string(),
@@ -64,7 +60,7 @@ impl SourceMap {
             sources: sources::resolve(&read.sources, read.source_root.as_deref(), dir),
             contents: read.contents,
             names: read.names,
-            segments: kept,
+            segments,
         })
     }
 
@@ -92,14 +88,14 @@ impl SourceMap {
     fn misfit(&self, code: &Code, wasm: &[u8]) -> Option<(usize, String)> {
         let offsets: Vec<u32> = self.segments.iter().map(|s| s.offset).collect();
         let misses = code.misses(wasm, &offsets);
-        if misses.of == 0 {
+        if offsets.is_empty() {
             return Some((0, format!("its source map {} maps no code", self.origin)));
         }
         let wrong = misses.outside + misses.inside_instructions;
         (wrong * TOLERATED > misses.of).then(|| {
             let why = format!(
-                "its source map {} is not of this build of it ({} of its {} offsets outside its functions' code, {} inside instructions)",
-                self.origin, misses.outside, misses.of, misses.inside_instructions
+                "its source map {} is not of this build of it (of {} offsets checked, {} outside its functions' code, {} inside instructions)",
+                self.origin, misses.of, misses.outside, misses.inside_instructions
             );
             (wrong, why)
         })
@@ -124,8 +120,8 @@ impl ModuleMap {
     }
 
     /// The segment that covers `offset` in the entry of the `defined`th function the module
-    /// defines: the last one at or before it, within the entry (a segment of the function
-    /// before does not reach into this one).
+    /// defines: the last one at or before it (of several at one offset, the last), within
+    /// the entry (a segment of the function before does not reach into this one).
     fn segment(&self, defined: usize, offset: u32) -> Option<&Segment> {
         let entry = self.code.entry(defined)?;
         let segments = &self.map.segments;
@@ -151,10 +147,17 @@ impl ModuleMap {
         let entry = self.code.entry(defined)?;
         let segments = &self.map.segments;
         let first = segments.partition_point(|s| s.offset < entry.start);
-        segments[first..]
+        let mut in_entry = segments[first..]
             .iter()
             .take_while(|s| s.offset < entry.end)
-            .find_map(|s| s.at)
+            .filter(|s| s.at.is_some());
+        let first = in_entry.next()?;
+        // Of several at its offset, the last, as for any offset.
+        let last = in_entry
+            .take_while(|s| s.offset == first.offset)
+            .last()
+            .unwrap_or(first);
+        last.at
     }
 
     /// The line the `defined`th function starts at, if the map says.

@@ -1,9 +1,8 @@
-//! A source map's JSON read: the v3 format (its fields, segments and VLQ) checked by the
-//! `sourcemap` crate, then the `mappings` walked again segment by segment in file order, with
-//! the crate's VLQ decoder, because the crate sorts its tokens unstably and that order is what
-//! decides between several segments at one column.
-
-use serde::Deserialize;
+//! A source map's JSON read by the `sourcemap` crate (the v3 format, its fields, segments and
+//! VLQ), its segments taken as the crate decoded them. The crate sorts them by column with an
+//! unstable sort, which leaves a run already in order as it is: the segments of a Wasm map,
+//! written in the order of their offsets, keep their file order, which decides between
+//! several segments at one offset.
 
 /// A segment of `mappings`: the Wasm offset it starts at, and where in the source that is
 /// (`None` for a one-field segment: code of no source line).
@@ -33,16 +32,10 @@ pub struct Read {
     pub segments: Vec<Segment>,
 }
 
-#[derive(Deserialize)]
-struct Mappings {
-    mappings: String,
-}
-
 /// Reads a v3 source map of a Wasm module: its every segment on generated line 1, whose
 /// column is the byte offset in the module. An error says what is malformed.
 pub fn read(json: &[u8]) -> Result<Read, String> {
     let mut map = sourcemap::SourceMap::from_slice(json).map_err(|e| e.to_string())?;
-    let Mappings { mappings } = serde_json::from_slice(json).map_err(|e| e.to_string())?;
     let source_root = map.get_source_root().map(str::to_string);
     // The sources as written: the crate would prefix `sourceRoot` to them.
     map.set_source_root(None::<&str>);
@@ -51,7 +44,27 @@ pub fn read(json: &[u8]) -> Result<Read, String> {
         .map(|i| map.get_source_contents(i).map(str::to_string))
         .collect();
     let names: Vec<String> = map.names().map(str::to_string).collect();
-    let segments = walk(&mappings, sources.len(), names.len())?;
+    let mut segments = Vec::with_capacity(map.get_token_count() as usize);
+    for token in map.tokens() {
+        let raw = token.get_raw_token();
+        if raw.dst_line > 0 {
+            return Err(format!(
+                "it maps generated line {}, and a Wasm module's map has one line of byte offsets",
+                raw.dst_line + 1
+            ));
+        }
+        // The crate has checked the indices; a one-field segment has none (`u32::MAX`).
+        let at = token.has_source().then(|| Position {
+            source: raw.src_id,
+            line: raw.src_line.saturating_add(1),
+            column: raw.src_col.saturating_add(1),
+            name: token.has_name().then_some(raw.name_id),
+        });
+        segments.push(Segment {
+            offset: raw.dst_col,
+            at,
+        });
+    }
     Ok(Read {
         file: map.get_file().map(str::to_string),
         source_root,
@@ -60,61 +73,6 @@ pub fn read(json: &[u8]) -> Result<Read, String> {
         names,
         segments,
     })
-}
-
-/// The segments of `mappings` in file order. The crate has checked the indices already; they
-/// are checked again so that nothing here rests on it.
-fn walk(mappings: &str, sources: usize, names: usize) -> Result<Vec<Segment>, String> {
-    let mut segments = Vec::new();
-    // Each field after the first is relative to its value in the previous segment.
-    let (mut offset, mut source, mut line, mut column, mut name) = (0i64, 0i64, 0i64, 0i64, 0i64);
-    for (generated_line, segments_of_line) in mappings.split(';').enumerate() {
-        for text in segments_of_line.split(',').filter(|s| !s.is_empty()) {
-            if generated_line > 0 {
-                return Err(format!(
-                    "it maps generated line {}, and a Wasm module's map has one line of byte offsets",
-                    generated_line + 1
-                ));
-            }
-            let fields = sourcemap::vlq::parse_vlq_segment(text).map_err(|e| e.to_string())?;
-            offset += fields[0];
-            let at = match fields[..] {
-                [_] => None,
-                [_, s, l, c, ..] if fields.len() <= 5 => {
-                    source += s;
-                    line += l;
-                    column += c;
-                    let named = fields.get(4).map(|n| {
-                        name += n;
-                        name
-                    });
-                    Some(Position {
-                        source: index(source, sources, "source")?,
-                        line: number(line + 1, "line")?,
-                        column: number(column + 1, "column")?,
-                        name: named.map(|n| index(n, names, "name")).transpose()?,
-                    })
-                }
-                _ => return Err(format!("a segment of {} fields", fields.len())),
-            };
-            segments.push(Segment {
-                offset: number(offset, "generated column")?,
-                at,
-            });
-        }
-    }
-    Ok(segments)
-}
-
-fn index(value: i64, len: usize, what: &str) -> Result<u32, String> {
-    match usize::try_from(value) {
-        Ok(i) if i < len => Ok(i as u32),
-        _ => Err(format!("a segment refers to {what} {value} of {len}")),
-    }
-}
-
-fn number(value: i64, what: &str) -> Result<u32, String> {
-    u32::try_from(value).map_err(|_| format!("a segment's {what} is {value}"))
 }
 
 #[cfg(test)]
@@ -166,11 +124,15 @@ mod tests {
             map("AA"),
             map("A!AA"),
             map("AEAA"),
-            map("DAAA"),
             map("AAAAC"),
         ] {
             assert!(read(bad.as_bytes()).is_err(), "{bad}");
         }
-        assert!(read(br#"{"version":3,"sources":[],"names":[]}"#).is_err());
+        // Read, and refused where they are matched to a module: no code mapped, or a
+        // negative offset, which wraps to one past any module's code.
+        assert!(
+            read(br#"{"version":3,"sources":[],"names":[]}"#).is_ok_and(|r| r.segments.is_empty())
+        );
+        assert!(read(map("DAAA").as_bytes()).is_ok_and(|r| r.segments[0].offset == u32::MAX));
     }
 }
