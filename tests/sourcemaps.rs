@@ -398,11 +398,15 @@ fn dwarf_first_unless_the_map_is_preferred() {
     assert_eq!(files(&["--prefer-source-map"]), "mapped.c:9");
 }
 
-/// A source map of the main core module of the Rust component `component`, made from the
-/// module's own DWARF by Emscripten's `wasm-sourcemap.py` (as for a toolchain that writes maps,
-/// its offsets are the core module's own), each source renamed `mapped/NAME` to tell the map's
-/// lines from DWARF's; written to `dir`.
-fn core_module_map(test: &str, dir: &Path, component: &Path) -> Option<PathBuf> {
+/// The Rust component `fixture` (of tests/fixtures), and a source map of its main core module
+/// made from the module's own DWARF by Emscripten's `wasm-sourcemap.py` (as for a toolchain
+/// that writes maps, its offsets are the core module's own), each source renamed `mapped/NAME`
+/// to tell the map's lines from DWARF's, written to `dir`; `None` (skipped) without the
+/// source-map setup.
+fn core_module_map(test: &str, dir: &Path, fixture: &str) -> Option<(PathBuf, PathBuf)> {
+    // The oracle's setup, and Emscripten's script with it.
+    built(test, "emcc/hot.wasm")?;
+    let component = common::fixture(fixture);
     let script = Path::new("/usr/share/emscripten/tools/wasm-sourcemap.py");
     let dwarfdump = std::fs::read_dir("/usr/bin").ok().and_then(|entries| {
         entries
@@ -414,7 +418,7 @@ fn core_module_map(test: &str, dir: &Path, component: &Path) -> Option<PathBuf> 
         skip(test, "Emscripten's wasm-sourcemap.py or llvm-dwarfdump is missing (scripts/test.sh installs them)");
         return None;
     };
-    let wasm = std::fs::read(component).unwrap();
+    let wasm = std::fs::read(&component).unwrap();
     let range = wasmparser::Parser::new(0)
         .parse_all(&wasm)
         .find_map(|p| match p.unwrap() {
@@ -443,7 +447,7 @@ fn core_module_map(test: &str, dir: &Path, component: &Path) -> Option<PathBuf> 
         *source = renamed.into();
     }
     std::fs::write(&map, json.to_string()).unwrap();
-    Some(map)
+    Some((component, map))
 }
 
 /// The profile's leaves in the main core module of a component (its first mapping) agree
@@ -493,12 +497,8 @@ fn check_core_module_lines(p: &Decoded, map: &Path, hot: &str, hot_line: Option<
 #[test]
 fn a_components_core_module_takes_its_map() {
     let test = "a_components_core_module_takes_its_map";
-    if built(test, "emcc/hot.wasm").is_none() {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
-    let component = fixture("rust/component.wasm");
-    let Some(map) = core_module_map(test, dir.path(), &component) else {
+    let Some((component, map)) = core_module_map(test, dir.path(), "rust/component.wasm") else {
         return;
     };
     let map_arg = map.to_str().unwrap();
@@ -518,12 +518,8 @@ fn a_components_core_module_takes_its_map() {
 fn serve_takes_the_map_of_a_components_core_module() {
     use std::io::{BufRead as _, Read as _, Write as _};
     let test = "serve_takes_the_map_of_a_components_core_module";
-    if built(test, "emcc/hot.wasm").is_none() {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
-    let component = fixture("rust/http.wasm");
-    let Some(map) = core_module_map(test, dir.path(), &component) else {
+    let Some((component, map)) = core_module_map(test, dir.path(), "rust/http.wasm") else {
         return;
     };
     let profile = dir.path().join("serve.pb.gz");

@@ -69,6 +69,22 @@ fn convert(args: &[&std::ffi::OsStr]) -> std::process::Output {
     wasmspy().arg("convert").args(args).output().unwrap()
 }
 
+/// `convert --wasm MODULE V8 -o DIR/named.pb.gz`, which must succeed without a warning: the
+/// profile written.
+fn converted(dir: &Path, module: &Path, v8: &Path) -> Decoded {
+    let named = dir.join("named.pb.gz");
+    let out = convert(&[
+        "--wasm".as_ref(),
+        module.as_os_str(),
+        v8.as_os_str(),
+        "-o".as_ref(),
+        named.as_os_str(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(warnings(&out), "", "no warnings");
+    Decoded::load(&named)
+}
+
 /// What `convert` said on stderr but where it wrote.
 fn warnings(out: &std::process::Output) -> String {
     stderr(out)
@@ -120,17 +136,7 @@ fn a_stripped_modules_v8_profile_is_named_from_its_dwarf() {
     let top = Decoded::load(&plain).top_self("cpu");
     assert!(top[0].0.starts_with("wasm-function["), "{top:?}");
 
-    let named = dir.path().join("named.pb.gz");
-    let out = convert(&[
-        "--wasm".as_ref(),
-        hotspots().as_os_str(),
-        v8.as_os_str(),
-        "-o".as_ref(),
-        named.as_os_str(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(warnings(&out), "", "no warnings");
-    let p = Decoded::load(&named);
+    let p = converted(dir.path(), &hotspots(), &v8);
     let hot = hot_functions(&p);
     // is_prime and insertion_sort take nine tenths of the example's time, in either order.
     let mut two: Vec<&str> = hot[..2].iter().map(|(n, _)| n.as_str()).collect();
@@ -318,17 +324,7 @@ fn a_modules_source_map_names_v8s_frames() {
     let Some(v8) = node_profile(dir.path(), &module) else {
         return;
     };
-    let named = dir.path().join("named.pb.gz");
-    let out = convert(&[
-        "--wasm".as_ref(),
-        module.as_os_str(),
-        v8.as_os_str(),
-        "-o".as_ref(),
-        named.as_os_str(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(warnings(&out), "", "no warnings");
-    let p = Decoded::load(&named);
+    let p = converted(dir.path(), &module, &v8);
     let hot = hot_functions(&p);
     // `hot` starts on line 3; its first instruction the map gives a line is on line 4.
     assert_eq!(hot[0].0, "hot.ts:4", "{hot:?}");
