@@ -3,19 +3,12 @@
 
 use std::ops::Range;
 
-use wasmparser::{BinaryReader, Parser, Payload};
+use wasmparser::{Parser, Payload};
 
-/// The code section of a module: its functions' entries, in order, as offsets in the module.
+/// The code section of a module: its functions' bodies (the locals and the instructions), in
+/// order, as offsets in the module.
 pub struct Code {
-    entries: Vec<Entry>,
-}
-
-/// A function's entry in the code section: its body's size, then the body (the locals and the
-/// instructions). LLVM's DWARF places a function at its entry, so maps made from DWARF
-/// (Emscripten's `wasm-sourcemap.py`) point there too.
-struct Entry {
-    start: u32,
-    body: Range<u32>,
+    bodies: Vec<Range<u32>>,
 }
 
 /// At most this many functions' instructions are decoded to check a map's offsets against.
@@ -29,57 +22,41 @@ pub struct Misses {
 }
 
 impl Code {
-    /// The entries of `wasm`'s functions (a module already read once: an error here is a
+    /// The bodies of `wasm`'s functions (a module already read once: an error here is a
     /// malformed module).
     pub fn read(wasm: &[u8]) -> Result<Code, String> {
-        let mut entries = Vec::new();
-        let mut next = 0;
+        let mut bodies = Vec::new();
         for payload in Parser::new(0).parse_all(wasm) {
-            match payload.map_err(|e| e.to_string())? {
-                Payload::CodeSectionStart { range, .. } => {
-                    let mut reader = BinaryReader::new(&wasm[range.clone()], range.start);
-                    reader.read_var_u32().map_err(|e| e.to_string())?;
-                    next = reader.original_position() as u32;
-                }
-                Payload::CodeSectionEntry(body) => {
-                    let range = body.range();
-                    let body = range.start as u32..range.end as u32;
-                    entries.push(Entry {
-                        start: next,
-                        body: body.clone(),
-                    });
-                    next = body.end;
-                }
-                _ => {}
+            if let Payload::CodeSectionEntry(body) = payload.map_err(|e| e.to_string())? {
+                let range = body.range();
+                bodies.push(range.start as u32..range.end as u32);
             }
         }
-        Ok(Code { entries })
+        Ok(Code { bodies })
     }
 
-    /// The entry of the `index`th function the module defines: from its body's size to its
-    /// end.
-    pub fn entry(&self, index: usize) -> Option<Range<u32>> {
-        let entry = self.entries.get(index)?;
-        Some(entry.start..entry.body.end)
+    /// The body of the `index`th function the module defines.
+    pub fn body(&self, index: usize) -> Option<Range<u32>> {
+        self.bodies.get(index).cloned()
     }
 
-    /// How many of `offsets` (sorted) are not at the start of an entry, a body or an
-    /// instruction of `wasm`'s code: a map's offsets all are, toolchains map the start of a
-    /// function to its line. Every offset is checked to be in some function's entry; those
-    /// inside one are checked against the instructions of [`CHECKED_FUNCTIONS`] functions
-    /// spread over the code (decoding all of a 35 MB module's took longer than reading its
-    /// DWARF), which a map of another build misses as much as any. Nothing kept.
+    /// How many of `offsets` (sorted) are not at the start of a body or of an instruction of
+    /// `wasm`'s code: a map's offsets all are, toolchains map the start of a body to the
+    /// function's line (LLVM's DWARF places a function there, and so does a map made of it).
+    /// Every offset is checked to be in some function's body; those inside one are checked
+    /// against the instructions of [`CHECKED_FUNCTIONS`] functions spread over the code
+    /// (decoding all of a 35 MB module's took longer than reading its DWARF), which a map of
+    /// another build misses as much as any. Nothing kept.
     pub fn misses(&self, wasm: &[u8], offsets: &[u32]) -> Misses {
         let mut misses = Misses {
             outside: 0,
             inside_instructions: 0,
             of: 0,
         };
-        let every = self.entries.len().div_ceil(CHECKED_FUNCTIONS).max(1);
+        let every = self.bodies.len().div_ceil(CHECKED_FUNCTIONS).max(1);
         let mut rest = offsets;
-        for (index, entry) in self.entries.iter().enumerate() {
-            let body = &entry.body;
-            let before = rest.partition_point(|&o| o < entry.start);
+        for (index, body) in self.bodies.iter().enumerate() {
+            let before = rest.partition_point(|&o| o < body.start);
             misses.outside += before;
             rest = &rest[before..];
             let within = rest.partition_point(|&o| o < body.end);
@@ -90,10 +67,7 @@ impl Code {
             }
             misses.of += here.len();
             let starts = instruction_starts(wasm, body.clone());
-            let mut starts = [entry.start, body.start]
-                .into_iter()
-                .chain(starts)
-                .peekable();
+            let mut starts = std::iter::once(body.start).chain(starts).peekable();
             for &offset in here {
                 while starts.next_if(|&s| s < offset).is_some() {}
                 if starts.peek() != Some(&offset) {
@@ -132,26 +106,24 @@ mod tests {
         )
         .unwrap();
         let code = Code::read(&wasm).unwrap();
-        let first = code.entry(0).unwrap();
-        let second = code.entry(1).unwrap();
-        // The entry: its size (1 byte), 0 locals (1 byte), i32.const 1000 (3 bytes),
-        // i32.const 2, i32.add, end.
+        let first = code.body(0).unwrap();
+        let second = code.body(1).unwrap();
+        // The body: 0 locals (1 byte), i32.const 1000 (3 bytes), i32.const 2, i32.add, end.
         let start = first.start;
         let good = [
             start,
             start + 1,
-            start + 2,
-            start + 5,
+            start + 4,
+            start + 6,
             start + 7,
-            start + 8,
-            second.start + 2,
+            second.start + 1,
         ];
         let misses = code.misses(&wasm, &good);
         assert_eq!(
             (misses.outside, misses.inside_instructions, misses.of),
-            (0, 0, 7)
+            (0, 0, 6)
         );
-        let bad = [1, start + 3, start + 4, second.end + 100];
+        let bad = [1, start + 2, start + 3, second.end + 100];
         let misses = code.misses(&wasm, &bad);
         assert_eq!((misses.outside, misses.inside_instructions), (2, 2));
     }

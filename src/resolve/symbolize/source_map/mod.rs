@@ -79,8 +79,8 @@ impl SourceMap {
     }
 
     /// Why it is not a map of `wasm`'s code, if it is not, with how many of its offsets are
-    /// wrong: the offsets a map gives are where a function's entry or body or one of its
-    /// instructions starts, and a map of another build of the module points at the middle of
+    /// wrong: the offsets a map gives are where a function's body or one of its instructions
+    /// starts, and a map of another build of the module points at the middle of
     /// instructions (about half of its offsets), or past the code. Up to one in
     /// [`TOLERATED`] may be wrong: the DWARF that a map is made from may be stale for a
     /// function that a tool re-encoded after the compiler (wit-bindgen's `cabi_realloc` in a
@@ -119,15 +119,15 @@ impl ModuleMap {
         }
     }
 
-    /// The segment that covers `offset` in the entry of the `defined`th function the module
+    /// The segment that covers `offset` in the body of the `defined`th function the module
     /// defines: the last one at or before it (of several at one offset, the last), within
-    /// the entry (a segment of the function before does not reach into this one).
+    /// the body (a segment of the function before does not reach into this one).
     fn segment(&self, defined: usize, offset: u32) -> Option<&Segment> {
-        let entry = self.code.entry(defined)?;
+        let body = self.code.body(defined)?;
         let segments = &self.map.segments;
         let after = segments.partition_point(|s| s.offset <= offset);
         let segment = segments.get(after.checked_sub(1)?)?;
-        (entry.start <= segment.offset).then_some(segment)
+        (body.start <= segment.offset).then_some(segment)
     }
 
     /// Where the instruction at `offset` of the `defined`th function the module defines is
@@ -141,19 +141,19 @@ impl ModuleMap {
         })
     }
 
-    /// The first segment with a line in the entry of the `defined`th function: where the
+    /// The first segment with a line in the body of the `defined`th function: where the
     /// function starts in the source.
     fn first_position(&self, defined: usize) -> Option<read::Position> {
-        let entry = self.code.entry(defined)?;
+        let body = self.code.body(defined)?;
         let segments = &self.map.segments;
-        let first = segments.partition_point(|s| s.offset < entry.start);
-        let mut in_entry = segments[first..]
+        let first = segments.partition_point(|s| s.offset < body.start);
+        let mut in_body = segments[first..]
             .iter()
-            .take_while(|s| s.offset < entry.end)
+            .take_while(|s| s.offset < body.end)
             .filter(|s| s.at.is_some());
-        let first = in_entry.next()?;
+        let first = in_body.next()?;
         // Of several at its offset, the last, as for any offset.
-        let last = in_entry
+        let last = in_body
             .take_while(|s| s.offset == first.offset)
             .last()
             .unwrap_or(first);
@@ -230,7 +230,7 @@ mod tests {
         let code = Code::read(&wasm).unwrap();
         let json = format!(
             r#"{{"version":3,"sources":["a.ts"],"names":[],"mappings":"{}"}}"#,
-            mappings(code.entry(0).unwrap().start, code.entry(1).unwrap().start)
+            mappings(code.body(0).unwrap().start, code.body(1).unwrap().start)
         );
         let map = SourceMap::parse(json.as_bytes(), Path::new(""), "m.wasm.map").unwrap();
         (wasm, map)
@@ -242,28 +242,28 @@ mod tests {
 
     #[test]
     fn lines_come_from_the_last_segment_at_an_offset_and_stay_in_their_function() {
-        // First entry's start → a.ts:3 then a.ts:4 (the same offset), its `i32.add` (+7) →
-        // no line; the second entry's start → a.ts:9.
+        // First body's start → a.ts:3 then a.ts:4 (the same offset), its `i32.add` (+6) →
+        // no line; the second body's start → a.ts:9.
         let (wasm, map) = module_and_map(|first, second| {
             format!(
-                "{}AEA,AACA,O,{}AKA",
+                "{}AEA,AACA,M,{}AKA",
                 vlq(first.into()),
-                &vlq((second - first - 7).into())
+                &vlq((second - first - 6).into())
             )
         });
         let map = ModuleMap::new(map, &wasm).unwrap();
-        let first = map.code.entry(0).unwrap().start;
+        let first = map.code.body(0).unwrap().start;
         let line = |defined, offset| map.position(defined, offset).map(|m| m.line);
         assert_eq!(line(0, first + 1), Some(4));
-        assert_eq!(line(0, first + 7), None);
-        assert_eq!(line(1, map.code.entry(1).unwrap().start + 1), Some(9));
+        assert_eq!(line(0, first + 6), None);
+        assert_eq!(line(1, map.code.body(1).unwrap().start + 1), Some(9));
         assert_eq!(map.function_name(0).as_deref(), Some("a.ts:4"));
         assert_eq!(map.start_line(1), Some(9));
     }
 
     #[test]
     fn a_map_of_other_code_does_not_fit() {
-        let (wasm, map) = module_and_map(|first, _| format!("{}AAA", vlq((first + 3).into())));
+        let (wasm, map) = module_and_map(|first, _| format!("{}AAA", vlq((first + 2).into())));
         assert!(map.misfit_of(&wasm).is_some());
         let why = ModuleMap::new(map, &wasm).err().unwrap();
         assert!(why.contains("not of this build"), "{why}");
