@@ -1066,9 +1066,10 @@ fn source_maps_give_an_embedders_module_its_lines() {
         })
         .unwrap();
     // One segment: generated column `busy`, source 0, line 2 (0-based), column 0.
-    let mappings = sourcemap::vlq::generate_vlq_segment(&[busy as i64, 0, 2, 0]).unwrap();
-    let map =
-        format!(r#"{{"version":3,"sources":["busy.ts"],"names":[],"mappings":"{mappings}"}}"#);
+    let mut builder = oxc_sourcemap::SourceMapBuilder::default();
+    let source = builder.add_source_and_content("busy.ts", "");
+    builder.add_token(0, busy as u32, 2, 0, Some(source), None);
+    let map = builder.into_sourcemap().to_json_string();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("given.map"), &map).unwrap();
     std::fs::write(dir.path().join("guest.wasm.map"), &map).unwrap();

@@ -12,7 +12,7 @@ pub struct Code {
 }
 
 /// At most this many functions' instructions are decoded to check a map's offsets against.
-const CHECKED_FUNCTIONS: usize = 256;
+const CHECKED_FUNCTIONS: usize = 64;
 
 /// Out of how many offsets of a map (those checked), how many are not where code starts.
 pub struct Misses {
@@ -40,14 +40,14 @@ impl Code {
         self.bodies.get(index).cloned()
     }
 
-    /// How many of `offsets` (sorted) are not at the start of a body or of an instruction of
+    /// How many of `offsets` (sorted by `offset`) are not at the start of a body or of an instruction of
     /// `wasm`'s code: a map's offsets all are, toolchains map the start of a body to the
     /// function's line (LLVM's DWARF places a function there, and so does a map made of it).
     /// Every offset is checked to be in some function's body; those inside one are checked
     /// against the instructions of [`CHECKED_FUNCTIONS`] functions spread over the code
     /// (decoding all of a 35 MB module's took longer than reading its DWARF), which a map of
     /// another build misses as much as any. Nothing kept.
-    pub fn misses(&self, wasm: &[u8], offsets: &[u32]) -> Misses {
+    pub fn misses<T>(&self, wasm: &[u8], offsets: &[T], offset: impl Fn(&T) -> u32) -> Misses {
         let mut misses = Misses {
             outside: 0,
             inside_instructions: 0,
@@ -56,10 +56,10 @@ impl Code {
         let every = self.bodies.len().div_ceil(CHECKED_FUNCTIONS).max(1);
         let mut rest = offsets;
         for (index, body) in self.bodies.iter().enumerate() {
-            let before = rest.partition_point(|&o| o < body.start);
+            let before = rest.partition_point(|o| offset(o) < body.start);
             misses.outside += before;
             rest = &rest[before..];
-            let within = rest.partition_point(|&o| o < body.end);
+            let within = rest.partition_point(|o| offset(o) < body.end);
             let (here, after) = rest.split_at(within);
             rest = after;
             if here.is_empty() || index % every != 0 {
@@ -68,9 +68,9 @@ impl Code {
             misses.of += here.len();
             let starts = instruction_starts(wasm, body.clone());
             let mut starts = std::iter::once(body.start).chain(starts).peekable();
-            for &offset in here {
-                while starts.next_if(|&s| s < offset).is_some() {}
-                if starts.peek() != Some(&offset) {
+            for at in here.iter().map(&offset) {
+                while starts.next_if(|&s| s < at).is_some() {}
+                if starts.peek() != Some(&at) {
                     misses.inside_instructions += 1;
                 }
             }
@@ -118,13 +118,13 @@ mod tests {
             start + 7,
             second.start + 1,
         ];
-        let misses = code.misses(&wasm, &good);
+        let misses = code.misses(&wasm, &good, |&o| o);
         assert_eq!(
             (misses.outside, misses.inside_instructions, misses.of),
             (0, 0, 6)
         );
         let bad = [1, start + 2, start + 3, second.end + 100];
-        let misses = code.misses(&wasm, &bad);
+        let misses = code.misses(&wasm, &bad, |&o| o);
         assert_eq!((misses.outside, misses.inside_instructions), (2, 2));
     }
 }

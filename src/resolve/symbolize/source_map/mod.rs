@@ -86,9 +86,8 @@ impl SourceMap {
     /// function that a tool re-encoded after the compiler (wit-bindgen's `cabi_realloc` in a
     /// Rust component: 3 of 11,574 offsets inside instructions).
     fn misfit(&self, code: &Code, wasm: &[u8]) -> Option<(usize, String)> {
-        let offsets: Vec<u32> = self.segments.iter().map(|s| s.offset).collect();
-        let misses = code.misses(wasm, &offsets);
-        if offsets.is_empty() {
+        let misses = code.misses(wasm, &self.segments, |s| s.offset);
+        if self.segments.is_empty() {
             return Some((0, format!("its source map {} maps no code", self.origin)));
         }
         let wrong = misses.outside + misses.inside_instructions;
@@ -236,8 +235,19 @@ mod tests {
         (wasm, map)
     }
 
+    /// `n` as one base64 VLQ field (the crate's encoder is its builder's, for whole maps).
     fn vlq(n: i64) -> String {
-        sourcemap::vlq::generate_vlq_segment(&[n]).unwrap()
+        const DIGITS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut rest = if n < 0 { ((-n) << 1) | 1 } else { n << 1 };
+        let mut out = String::new();
+        loop {
+            let digit = (rest & 31) as usize;
+            rest >>= 5;
+            out.push(DIGITS[digit | if rest > 0 { 32 } else { 0 }] as char);
+            if rest == 0 {
+                return out;
+            }
+        }
     }
 
     #[test]
