@@ -86,8 +86,6 @@ pub struct Resolver {
     prefer_source_maps: bool,
     /// Why maps given could not be read, until taken with the other warnings.
     source_map_warnings: Vec<String>,
-    /// Whether a module was registered: only then is a map given that none took unused.
-    registered: bool,
     /// Whether interpreted runtimes' samples show their native frames with their own.
     runtime_native: bool,
     /// The registered modules of a language runtime, by the runtime's id (as samples name it,
@@ -124,7 +122,6 @@ impl Resolver {
             source_maps: SourceMapSearch::default(),
             prefer_source_maps: false,
             source_map_warnings: Vec::new(),
-            registered: false,
             runtime_native,
             runtimes: FxHashMap::default(),
         }
@@ -168,7 +165,6 @@ impl Resolver {
         name: &str,
         searched: Searched,
     ) {
-        self.registered = true;
         if self.use_dwarf {
             let search = &mut self.source_maps;
             symbolizer.use_source_map(self.prefer_source_maps, |wasm| {
@@ -195,7 +191,8 @@ impl Resolver {
     /// Warnings about the modules' symbols, and the runtimes' walks, not taken yet.
     pub fn take_warnings(&mut self) -> Vec<Warning> {
         let mut unused = std::mem::take(&mut self.source_map_warnings);
-        if self.registered {
+        // Only once a module is registered is a map given that none took unused.
+        if !self.modules.is_empty() {
             unused.extend(self.source_maps.unused());
             self.source_maps.forget_unused();
         }

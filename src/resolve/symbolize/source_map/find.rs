@@ -248,9 +248,9 @@ fn parent(path: &Path) -> &Path {
     path.parent().unwrap_or(Path::new(""))
 }
 
-/// The bytes of the regular file at `path`, at most [`MAX_MAP_BYTES`]. Opened without
-/// blocking: a FIFO put where a map should be would wait for a writer.
-fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+/// The first `limit` bytes of the regular file at `path`. Opened without blocking: a FIFO put
+/// where a map or a source should be (the paths are the guest's) would wait for a writer.
+pub(super) fn read_at_most(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
     let file = File::options()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
@@ -259,7 +259,13 @@ fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
         return Err(std::io::Error::other("not a regular file"));
     }
     let mut bytes = Vec::new();
-    file.take(MAX_MAP_BYTES + 1).read_to_end(&mut bytes)?;
+    file.take(limit).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// The bytes of the regular file at `path`, at most [`MAX_MAP_BYTES`].
+fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+    let bytes = read_at_most(path, MAX_MAP_BYTES + 1)?;
     if bytes.len() as u64 > MAX_MAP_BYTES {
         return Err(std::io::Error::other(format!(
             "larger than {} MiB",

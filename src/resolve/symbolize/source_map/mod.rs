@@ -180,18 +180,13 @@ impl ModuleMap {
     }
 
     /// The sources on disk that differ from the text the map carries of them: edited since
-    /// the build, whose lines the map's are. Each file is read up to the carried text's length
-    /// and one byte more.
+    /// the build, whose lines the map's are. Each file is read as a map is (a regular file,
+    /// without blocking), up to the carried text's length and one byte more.
     pub fn changed_sources(&self) -> Vec<&str> {
         let map = &self.map;
         let differs = |path: &str, text: &str| {
-            let Ok(file) = std::fs::File::open(path) else {
-                return false;
-            };
-            let mut read = Vec::new();
-            let limit = text.len() as u64 + 1;
-            std::io::Read::read_to_end(&mut std::io::Read::take(file, limit), &mut read).is_ok()
-                && read != text.as_bytes()
+            find::read_at_most(Path::new(path), text.len() as u64 + 1)
+                .is_ok_and(|read| read != text.as_bytes())
         };
         map.sources
             .iter()
