@@ -8,9 +8,12 @@
 mod common;
 
 use std::collections::HashMap;
+use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
+use common::child::StderrLines;
 use common::*;
 
 fn built_dir() -> PathBuf {
@@ -743,4 +746,144 @@ fn a_source_edited_since_the_build_is_said() {
         "{said}"
     );
     assert!(leaves(&p).iter().any(|l| l.2 == "hot.ts:5"), "{said}");
+}
+
+/// `report --lines` shows each hot line's text: from the copy the map carried where the
+/// source is absent, from the file on disk where it is there.
+#[test]
+fn report_lines_show_the_text_of_each_line() {
+    if built("report_lines_show_the_text_of_each_line", "as/hot.wasm").is_none() {
+        return;
+    }
+    let hot_row = |dir: &Path| {
+        let out = wasmspy()
+            .args(["report", "--lines"])
+            .arg(dir.join("out.pb.gz"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let table = stdout(&out);
+        let row = table.lines().find(|l| l.contains("hot.ts:5"));
+        row.unwrap_or_else(|| panic!("no hot.ts:5 row: {table}"))
+            .to_string()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let module = assemblyscript_elsewhere(dir.path(), None);
+    record_ok(dir.path(), &[], &module, &[]);
+    assert!(dir.path().join("out.pb.gz.sources").exists());
+    let row = hot_row(dir.path());
+    assert!(
+        row.ends_with("| for (let i: u32 = 0; i < n; i++) h = (h ^ i) * 16777619; // HOT LINE 5"),
+        "{row}"
+    );
+
+    // The source on disk is read where it is: the build's own, in the build's directory.
+    let module = built_dir().join("as/hot.wasm");
+    let dir = tempfile::tempdir().unwrap();
+    record_ok(dir.path(), &[], &module, &[]);
+    assert!(!dir
+        .path()
+        .join("out.pb.gz.sources/")
+        .join(built_dir().join("as/hot.ts").strip_prefix("/").unwrap())
+        .exists());
+    let row = hot_row(dir.path());
+    assert!(row.ends_with("// HOT LINE 5"), "{row}");
+}
+
+/// What reads a running guest's profiles takes the map too: the live server's CPU profile,
+/// `wasmspy top` (the function's start) and `wasmspy dump` (the line it is on now).
+#[test]
+fn the_live_server_top_and_dump_take_the_map() {
+    let Some(module) = built(
+        "the_live_server_top_and_dump_take_the_map",
+        "clang/hot.wasm",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut guest = Killed(
+        wasmspy()
+            .args(["record", "--pprof-addr", "127.0.0.1:0", "-o"])
+            .arg(dir.path().join("out.pb.gz"))
+            .arg("--")
+            .arg(&module)
+            .arg("4000000000")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // Kept open to the end: a guest writing to a closed pipe would fail.
+    let mut guest_err = StderrLines::of(&mut guest.0);
+    let line = guest_err.wait_for("serving profiles at ");
+    let base = line.split("serving profiles at ").nth(1).unwrap();
+    let base = base.trim_end_matches("/debug/pprof/").to_string();
+
+    // The stack a dump shows once the guest is in its loop: hot, at line 9.
+    let mut dump = String::new();
+    for _ in 0..3000 {
+        let out = wasmspy().arg("dump").arg(&base).output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        dump = stdout(&out);
+        if dump.contains("\nhot\n") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let at = dump.split("\nhot\n\t").nth(1);
+    let at = at.unwrap_or_else(|| panic!("no frame of hot: {dump}"));
+    let hot_c = built_dir().join("clang/hot.c");
+    assert!(at.starts_with(&format!("{}:9", hot_c.display())), "{dump}");
+
+    // A second of CPU profile: hot's time on its line.
+    let response = ureq::get(&format!("{base}/debug/pprof/profile?seconds=1"))
+        .call()
+        .unwrap();
+    let mut bytes = Vec::new();
+    response.into_reader().read_to_end(&mut bytes).unwrap();
+    std::fs::write(dir.path().join("live.pb.gz"), bytes).unwrap();
+    let p = Decoded::load(&dir.path().join("live.pb.gz"));
+    let of_hot: Vec<_> = leaves(&p).into_iter().filter(|l| l.1 == "hot").collect();
+    let on_line: i64 = of_hot
+        .iter()
+        .filter(|l| l.2 == "hot.c:9")
+        .map(|l| l.3)
+        .sum();
+    let all: i64 = of_hot.iter().map(|l| l.3).sum();
+    assert!(
+        all > 0 && on_line as f64 >= 0.9 * all as f64,
+        "hot.c:9 has {on_line} of hot's {all}"
+    );
+
+    // `top` over a pipe prints a view a second: hot's row says where hot starts, in hot.c.
+    let mut top = Killed(
+        wasmspy()
+            .arg("top")
+            .arg(&base)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut views = BufReader::new(top.0.stdout.take().unwrap());
+    let mut text = String::new();
+    while !text.lines().any(|l| l.contains(" hot (")) {
+        let n = views.read_line(&mut text).unwrap();
+        assert!(n > 0, "top ended: {text}");
+    }
+    let row = text.lines().find(|l| l.contains(" hot (")).unwrap();
+    assert!(
+        row.ends_with(&format!(" hot ({}:7)", hot_c.display())),
+        "{text}"
+    );
+}
+
+/// A child process killed when the test ends, however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

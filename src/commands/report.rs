@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 
+use super::carried_sources::SourceText;
 use super::v8_wasm::V8WasmFrames;
 use crate::commands::outputs::write_whole;
 use crate::diff::{compare, negated_base, write_flamegraph};
@@ -28,7 +29,8 @@ pub struct ReportArgs {
     #[arg(long, value_name = "TYPE")]
     pub sample_index: Option<String>,
 
-    /// A row per source line rather than per function.
+    /// A row per source line rather than per function, each with its text where the source is
+    /// on disk, or in the copy its source map carried (`PROFILE.sources/`).
     #[arg(long)]
     pub lines: bool,
 
@@ -142,7 +144,13 @@ pub fn report(args: ReportArgs) -> Result<i32> {
         print!("{}", pairs.render(args.top));
         return Ok(0);
     }
-    let table = top(&profile, index, args.lines);
+    let mut table = top(&profile, index, args.lines);
+    let mut sources = SourceText::of(&args.profile);
+    for row in &mut table.rows {
+        if let Some((file, line)) = &row.source {
+            row.text = sources.line(file, *line).unwrap_or_default();
+        }
+    }
     if table.total == 0 {
         eprintln!("wasmspy: {}", no_samples(&profile, index, &args.profile));
     }

@@ -49,6 +49,8 @@ pub fn opcodes(profile: &Profile, index: usize) -> Option<(Top, Top)> {
                 name,
                 inline: "",
                 location: String::new(),
+                source: None,
+                text: String::new(),
                 flat: value,
                 cum: value,
             })

@@ -21,6 +21,11 @@ pub struct Row {
     pub inline: &'static str,
     /// Where the function starts (`file:line`), when by function and it is known.
     pub location: String,
+    /// The row's file and line, when by line and the line is known.
+    pub source: Option<(String, u32)>,
+    /// The text of that line, shown after the row where filled in (`wasmspy report --lines`
+    /// reads it from the source file, or from the copy its source map carried).
+    pub text: String,
     /// The value of the samples it is the leaf of.
     pub flat: i64,
     /// The value of the samples it is anywhere in (counted once per sample).
@@ -50,6 +55,7 @@ struct Node {
     inline_in: bool,
     call_in: bool,
     location: String,
+    source: Option<(String, u32)>,
 }
 
 /// Each function's (or with `lines` each line's) flat and cumulative value of `profile`'s
@@ -73,16 +79,19 @@ type Counted = (
     i64,
 );
 
+/// The node a line of a frame counts to: its function, or with `lines` its function and line.
+fn node_name(profile: &Profile, line: &crate::profile::Line, lines: bool) -> String {
+    let f = &profile.functions[line.function];
+    match (lines, line.line, f.file.is_empty()) {
+        (false, _, _) => f.name.clone(),
+        (true, 0, true) => f.name.clone(),
+        (true, 0, false) => format!("{} {}", f.name, clean(&f.file)),
+        (true, n, _) => format!("{} {}:{n}", f.name, clean(&f.file)),
+    }
+}
+
 fn count(profile: &Profile, index: usize, lines: bool) -> Counted {
-    let key = |line: &crate::profile::Line| -> String {
-        let f = &profile.functions[line.function];
-        match (lines, line.line, f.file.is_empty()) {
-            (false, _, _) => f.name.clone(),
-            (true, 0, true) => f.name.clone(),
-            (true, 0, false) => format!("{} {}", f.name, clean(&f.file)),
-            (true, n, _) => format!("{} {}:{n}", f.name, clean(&f.file)),
-        }
-    };
+    let key = |line: &crate::profile::Line| node_name(profile, line, lines);
     // Each stack's nodes, root first, with whether each is the outermost line of its frame
     // (called) rather than inlined into the one before it.
     let stack_nodes: Table<StackId, Vec<(String, bool)>> = profile
@@ -176,7 +185,17 @@ pub fn top(profile: &Profile, index: usize, lines: bool) -> Top {
             parent = Some(name);
         }
     }
-    if !lines {
+    if lines {
+        for line in profile.frames.iter().flat_map(|f| &f.lines) {
+            let f = &profile.functions[line.function];
+            if line.line == 0 || f.file.is_empty() {
+                continue;
+            }
+            if let Some(node) = nodes.get_mut(&node_name(profile, line, true)) {
+                node.source = Some((clean(&f.file), line.line));
+            }
+        }
+    } else {
         for line in profile.frames.iter().flat_map(|f| &f.lines) {
             let f = &profile.functions[line.function];
             if let Some(node) = nodes.get_mut(f.name.as_str()) {
@@ -200,6 +219,8 @@ pub fn top(profile: &Profile, index: usize, lines: bool) -> Top {
                 _ => "",
             },
             location: n.location,
+            source: n.source,
+            text: String::new(),
             flat: n.flat,
             cum: n.cum,
         })
@@ -268,6 +289,10 @@ impl Top {
                     name.push(' ');
                     name.push_str(extra);
                 }
+            }
+            if !row.text.is_empty() {
+                name.push_str("  | ");
+                name.push_str(&row.text);
             }
             let _ = writeln!(
                 out,

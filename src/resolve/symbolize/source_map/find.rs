@@ -6,15 +6,13 @@
 //! read, opened without blocking, and no more than [`MAX_MAP_BYTES`] of them.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::Read as _;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use wasmparser::{BinaryReader, Parser, Payload};
 
 use super::SourceMap;
+use crate::shared::regular_file::read_at_most;
 
 /// Larger maps are refused: Emscripten's map of a 40 MB module is about as large.
 const MAX_MAP_BYTES: u64 = 256 << 20;
@@ -246,21 +244,6 @@ fn read_map(
 /// `path`'s directory; `""` (the working directory) for a bare name.
 fn parent(path: &Path) -> &Path {
     path.parent().unwrap_or(Path::new(""))
-}
-
-/// The first `limit` bytes of the regular file at `path`. Opened without blocking: a FIFO put
-/// where a map or a source should be (the paths are the guest's) would wait for a writer.
-pub(super) fn read_at_most(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
-    let file = File::options()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let mut bytes = Vec::new();
-    file.take(limit).read_to_end(&mut bytes)?;
-    Ok(bytes)
 }
 
 /// The bytes of the regular file at `path`, at most [`MAX_MAP_BYTES`].

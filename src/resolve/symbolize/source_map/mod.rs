@@ -13,6 +13,7 @@ use std::path::Path;
 
 use self::code::Code;
 use self::read::Segment;
+use crate::shared::regular_file::read_at_most;
 
 pub use self::find::{Searched, SourceMapSearch};
 
@@ -185,7 +186,7 @@ impl ModuleMap {
     pub fn changed_sources(&self) -> Vec<&str> {
         let map = &self.map;
         let differs = |path: &str, text: &str| {
-            find::read_at_most(Path::new(path), text.len() as u64 + 1)
+            read_at_most(Path::new(path), text.len() as u64 + 1)
                 .is_ok_and(|read| read != text.as_bytes())
         };
         map.sources
