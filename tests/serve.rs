@@ -208,13 +208,35 @@ fn a_request_past_the_timeout_is_answered_500() {
     for server in [
         Server::wasmtime(P2, &timeout),
         Server::start(&timeout),
-        Server::start(&[&timeout[..], &["--sampler", "epoch"]].concat()),
+        Server::start(&[&timeout[..], &["--sampler", "epoch", "--clock", "wall"]].concat()),
     ] {
         assert_eq!(server.get("/spin?rounds=100000").0, 500);
         assert_eq!(server.get("/hello"), (200, "hello\n".to_string()));
         let (_, err) = server.stop(libc::SIGTERM);
         assert!(err.contains("guest timed out"), "{err}");
     }
+}
+
+/// The epoch sampler on the CPU clock ticks by one thread's CPU time, which says nothing of
+/// the requests on the server's other threads: refused in one line that says what to use.
+#[test]
+fn the_epoch_sampler_on_one_threads_clock_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = wasmspy()
+        .args(["serve", "--addr", "127.0.0.1:0", "--sampler", "epoch", "--"])
+        .arg(fixture(P2))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_one_line_error(
+        &out,
+        "--sampler epoch with --clock cpu cannot profile a server: its ticks follow one \
+         thread's CPU time, and requests run on all the server's threads; use the signal \
+         sampler (the default), or --clock wall",
+        &"serve --sampler epoch",
+    );
+    // Refused before anything is written.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
 /// `--max-concurrent-requests 1`: a request that arrives while another is being answered

@@ -127,6 +127,24 @@ impl ServeArgs {
     }
 }
 
+/// Refuses the epoch sampler on the CPU clock: its ticks follow the CPU time of one thread,
+/// and requests run on all the server's threads, so those on the others would be sampled only
+/// while that one is busy, not in proportion to their own CPU.
+fn refuse_one_threads_clock(profiler: &crate::Profiler, args: &ProfilingArgs) -> Result<()> {
+    if profiler.sampler_name() != "epoch" || args.clock != crate::Clock::Cpu {
+        return Ok(());
+    }
+    let instead = match args.sampler {
+        // Auto fell back to epochs: the signal sampler cannot sample this target here.
+        crate::SamplerKind::Auto => "use --clock wall",
+        _ => "use the signal sampler (the default), or --clock wall",
+    };
+    anyhow::bail!(
+        "--sampler epoch with --clock cpu cannot profile a server: its ticks follow one thread's \
+         CPU time, and requests run on all the server's threads; {instead}"
+    )
+}
+
 /// `--idle-instance-timeout`: a duration as Wasmtime's options write one.
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     use wasmtime_cli_flags::opt::WasmtimeOptionValue;
@@ -169,6 +187,7 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
         &wasm,
         &name,
     )?;
+    refuse_one_threads_clock(&profiler, &args.profiling)?;
     let Program::Component(component) = wasi_host::compile(&engine, rewritten.code(&wasm))
         .map_err(anyhow::Error::from)
         .with_context(|| format!("cannot compile `{}`", args.component.display()))?
@@ -261,8 +280,8 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
     // `-W timeout`, as `wasmtime serve` has it: a request, and the work after its response,
     // may take that long; the guest yields at epoch checks so that the time is kept while it
     // computes, a thread advancing the epoch as Wasmtime's does. With either sampler: the epoch
-    // sampler's ticks follow the CPU clock of one thread, which may not be the guest's (each
-    // sample's CPU time is measured, so more epochs split it, not add to it).
+    // sampler (on the wall clock here) takes more samples for the extra epochs, each valued by
+    // the time measured since the last, so they split the time rather than add to it.
     let timeout = args.guest.wasmtime.wasm.timeout;
     let _epochs = timeout.map(|timeout| {
         profiler.handle().yield_at_epochs();
