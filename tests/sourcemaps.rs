@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::child::StderrLines;
+use common::child::{Killed, StderrLines};
 use common::*;
 
 fn built_dir() -> PathBuf {
@@ -876,14 +876,4 @@ fn the_live_server_top_and_dump_take_the_map() {
         row.ends_with(&format!(" hot ({}:7)", hot_c.display())),
         "{text}"
     );
-}
-
-/// A child process killed when the test ends, however it ends.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }

@@ -7,6 +7,7 @@ mod common;
 
 use std::path::Path;
 
+use common::child::Killed;
 use common::self_timed::{assert_shares_as_measured, measured_shares};
 use common::*;
 
@@ -194,17 +195,6 @@ fn the_weval_engine_shows_its_javascript_frames_and_splits_as_the_script_timed_i
         p.top_self("samples")
     );
     splits_as_the_script_timed_itself(&component, &["2000", "4200"]);
-}
-
-/// A child process killed when the test ends, however it ends (a guest spinning for minutes
-/// would slow every test after a failed one).
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// `wasmspy dump` of a StarlingMonkey component (the release engine, whose functions have no

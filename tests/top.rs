@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::child::StderrLines;
+use common::child::{Killed, StderrLines};
 use common::*;
 
 /// A tmux server of this test's own, with one window of `cols`×`rows`.
@@ -280,17 +280,6 @@ impl WithoutTerminal for Command {
             });
         }
         self.output().unwrap()
-    }
-}
-
-/// A child process killed when the test ends, however it ends (a guest spinning for minutes
-/// would slow every test after a failed one).
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

@@ -3,6 +3,17 @@
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, ChildStderr};
 
+/// A child process killed when the test ends, however it ends (a guest spinning for minutes
+/// would slow every test after a failed one).
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A child's stderr, read line by line up to what a test waits for; every line kept.
 pub struct StderrLines {
     reader: BufReader<ChildStderr>,
