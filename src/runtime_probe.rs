@@ -8,8 +8,6 @@
 //! definition of the memory the options name ([`ProbedMemory`]), which a walk reads through
 //! ([`RuntimeInstance::in_component`](crate::runtimes::RuntimeInstance::in_component)), before the component's exports can run.
 
-use std::sync::Arc;
-
 use std::collections::BTreeMap;
 use std::ops::Range;
 
@@ -31,7 +29,6 @@ use crate::resolve::symbolize::ModuleSymbolizer;
 use crate::wasm::component::{
     append_sections, core_modules, own_sections, validated, PROBE_MODULE,
 };
-use crate::wasm::module_bytes::ModuleBytes;
 use crate::wasm::nested::{thread_import, NestedComponents, Rethreaded};
 
 /// The function a probed component imports: `func(module: u32)`, called once per instance
@@ -50,15 +47,15 @@ pub fn probe_runtimes(component: &[u8]) -> Result<Option<Vec<u8>>, crate::Error>
 /// [`probe_runtimes`], its failures a malformed component's.
 fn probed(component: &[u8]) -> Result<Option<Vec<u8>>> {
     let cores = core_modules(component)?;
-    let shared: Arc<[u8]> = component.into();
     let mut top = Vec::new();
     let mut nested = Vec::new();
     for (index, core) in cores.iter().enumerate() {
-        let bytes = ModuleBytes::within(shared.clone(), core.range.clone())
+        let bytes = component
+            .get(core.range.clone())
             .context("a core module beyond the component's end")?;
         // A runtime whose walk reads globals cannot be shown by its memory alone.
-        let symbolizer = ModuleSymbolizer::new("", bytes, false)?;
-        if !symbolizer.runtime().is_some_and(|r| r.globals().is_empty()) {
+        let runtime = ModuleSymbolizer::runtime_of(bytes)?;
+        if !runtime.is_some_and(|r| r.globals().is_empty()) {
             continue;
         }
         match core.instance {

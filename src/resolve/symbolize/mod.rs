@@ -108,6 +108,73 @@ pub struct ModuleSymbolizer {
     runtime_warnings: Vec<Warning>,
 }
 
+/// What [`ModuleSymbolizer::new`] reads of a module's bytes.
+struct Read {
+    names: Names,
+    sections: DwarfSections,
+    warnings: Vec<Warning>,
+    runtime: Option<Arc<dyn Runtime>>,
+    runtime_warnings: Vec<Warning>,
+}
+
+/// Reads the module `wasm`, named `file_name` in warnings: its names, where its DWARF is, and
+/// the language runtime it is.
+fn read(file_name: &str, wasm: &[u8]) -> Result<Read> {
+    let mut names = Names::default();
+    let mut sections = DwarfSections::default();
+    let mut warnings = Vec::new();
+    let mut custom_sections = Vec::new();
+    for payload in Parser::new(0).parse_all(wasm) {
+        match payload.context("malformed Wasm module")? {
+            Payload::ImportSection(reader) => {
+                for import in reader.into_imports() {
+                    let import = import.context("malformed import section")?;
+                    if matches!(import.ty, TypeRef::Func(_) | TypeRef::FuncExact(_)) {
+                        names.add_import(import.module, import.name);
+                    }
+                }
+            }
+            Payload::CodeSectionStart { range, .. } => sections.code = Some(range),
+            Payload::CustomSection(reader) => match reader.as_known() {
+                KnownCustom::Name(section) => {
+                    if let Err(e) = names.read_name_section(section) {
+                        warnings.push(Warning::about(
+                            file_name,
+                            WarningKind::DamagedNames { why: e.to_string() },
+                        ));
+                    }
+                }
+                _ if reader.name().starts_with(".debug_") => {
+                    let start = reader.data_offset();
+                    let range = start..start + reader.data().len();
+                    sections.sections.push((reader.name().to_string(), range));
+                }
+                _ => custom_sections.push(reader.name()),
+            },
+            _ => {}
+        }
+    }
+    let debug_str = sections
+        .sections
+        .iter()
+        .find(|(name, _)| name == ".debug_str")
+        .map_or(&[][..], |(_, range)| &wasm[range.clone()]);
+    let facts = ModuleFacts {
+        custom_sections: &custom_sections,
+        debug_str,
+        defines: &|name| names.defines(name),
+    };
+    let mut runtime_warnings = Vec::new();
+    let runtime = runtimes::detect(file_name, wasm, &facts, &mut runtime_warnings);
+    Ok(Read {
+        names,
+        sections,
+        warnings,
+        runtime,
+        runtime_warnings,
+    })
+}
+
 impl ModuleSymbolizer {
     /// Names the module's function imports by what they stand for (`names[i]` for import `i`,
     /// where known) rather than by `module::field`: a component's core imports are named by
@@ -208,52 +275,13 @@ impl ModuleSymbolizer {
     /// is false). Fails only when the module itself is malformed; a damaged `name` section
     /// leaves a warning, and so does missing DWARF once code is symbolized.
     pub fn new(file_name: &str, wasm: ModuleBytes, use_dwarf: bool) -> Result<Self> {
-        let mut names = Names::default();
-        let mut sections = DwarfSections::default();
-        let mut warnings = Vec::new();
-        let mut custom_sections = Vec::new();
-        for payload in Parser::new(0).parse_all(&wasm) {
-            match payload.context("malformed Wasm module")? {
-                Payload::ImportSection(reader) => {
-                    for import in reader.into_imports() {
-                        let import = import.context("malformed import section")?;
-                        if matches!(import.ty, TypeRef::Func(_) | TypeRef::FuncExact(_)) {
-                            names.add_import(import.module, import.name);
-                        }
-                    }
-                }
-                Payload::CodeSectionStart { range, .. } => sections.code = Some(range),
-                Payload::CustomSection(reader) => match reader.as_known() {
-                    KnownCustom::Name(section) => {
-                        if let Err(e) = names.read_name_section(section) {
-                            warnings.push(Warning::about(
-                                file_name,
-                                WarningKind::DamagedNames { why: e.to_string() },
-                            ));
-                        }
-                    }
-                    _ if reader.name().starts_with(".debug_") => {
-                        let start = reader.data_offset();
-                        let range = start..start + reader.data().len();
-                        sections.sections.push((reader.name().to_string(), range));
-                    }
-                    _ => custom_sections.push(reader.name()),
-                },
-                _ => {}
-            }
-        }
-        let debug_str = sections
-            .sections
-            .iter()
-            .find(|(name, _)| name == ".debug_str")
-            .map_or(&[][..], |(_, range)| &wasm[range.clone()]);
-        let facts = ModuleFacts {
-            custom_sections: &custom_sections,
-            debug_str,
-            defines: &|name| names.defines(name),
-        };
-        let mut runtime_warnings = Vec::new();
-        let runtime = runtimes::detect(file_name, &wasm, &facts, &mut runtime_warnings);
+        let Read {
+            names,
+            sections,
+            warnings,
+            runtime,
+            runtime_warnings,
+        } = read(file_name, &wasm)?;
         let dwarf = if !use_dwarf {
             DwarfState::Unavailable
         } else if sections.present() {
@@ -274,6 +302,12 @@ impl ModuleSymbolizer {
             warnings,
             runtime_warnings,
         })
+    }
+
+    /// The language runtime the module `wasm` is, as [`Self::runtime`] tells it, read without
+    /// keeping its bytes.
+    pub fn runtime_of(wasm: &[u8]) -> Result<Option<Arc<dyn Runtime>>> {
+        Ok(read("", wasm)?.runtime)
     }
 
     /// The module's bytes.
