@@ -819,6 +819,18 @@ fn the_live_server_top_and_dump_take_the_map() {
     let base = line.split("serving profiles at ").nth(1).unwrap();
     let base = base.trim_end_matches("/debug/pprof/").to_string();
 
+    // `top` over a pipe prints a view a second: started now, so that its views come while the
+    // guest runs (about 4 s on a fast machine) alongside the dump and the profile below.
+    let mut top = Killed(
+        wasmspy()
+            .arg("top")
+            .arg(&base)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+
     // The stack a dump shows once the guest is in its loop: hot, at line 9.
     let mut dump = String::new();
     for _ in 0..3000 {
@@ -855,16 +867,7 @@ fn the_live_server_top_and_dump_take_the_map() {
         "hot.c:9 has {on_line} of hot's {all}"
     );
 
-    // `top` over a pipe prints a view a second: hot's row says where hot starts, in hot.c.
-    let mut top = Killed(
-        wasmspy()
-            .arg("top")
-            .arg(&base)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    // hot's row in a view says where hot starts, in hot.c.
     let mut views = BufReader::new(top.0.stdout.take().unwrap());
     let mut text = String::new();
     while !text.lines().any(|l| l.contains(" hot (")) {
