@@ -13,7 +13,7 @@ use std::process::Command;
 
 use common::allocs_py::assert_allocated_by_line;
 use common::self_timed::{assert_shares_as_measured, measured_shares};
-use common::timed_py::{assert_split_as_timed, Depth, Run};
+use common::timed_py::{self, assert_split_as_timed, Depth, Run};
 use common::*;
 
 /// Records `component` with `flags` (and wasmspy's own `profiling` flags), checks its stdout
@@ -364,7 +364,7 @@ fn a_python_component_shows_its_python_frames() {
 }
 
 /// `tests/fixtures/python/timed.py`'s `main`, run from a componentize-py component's
-/// `wasi:cli/run` (`timed_run.py`): each loop's share of the CPU within 5 points of the share
+/// `wasi:cli/run` (`timed_run.py`): each loop's share of the time within 5 points of the share
 /// the script measured, each of their samples the loop → `main` → `Run.run`, both samplers.
 #[test]
 fn a_python_component_splits_as_the_script_timed_itself() {
@@ -377,7 +377,8 @@ fn a_python_component_splits_as_the_script_timed_itself() {
     };
     for sampler in ["signal", "epoch"] {
         let dir = tempfile::tempdir().unwrap();
-        let (out, path) = record(dir.path(), &["--sampler", sampler], &py, &["60"]);
+        let flags = [&["--sampler", sampler][..], &timed_py::FLAGS].concat();
+        let (out, path) = record(dir.path(), &flags, &py, &[timed_py::ROUNDS]);
         assert_eq!(out.status.code(), Some(0), "{sampler}: {}", stderr(&out));
         assert_split_as_timed(sampler, &out, &path, &run, Depth::Exactly);
     }

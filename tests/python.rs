@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::allocs_py::assert_allocated_by_line;
-use common::timed_py::{assert_split_as_timed, Depth, AS_PROGRAM};
+use common::timed_py::{self, assert_split_as_timed, Depth, AS_PROGRAM};
 use common::{fixture, record, skip, stderr, stdout, Decoded};
 use wasmspy::internals::runtimes::cpython::layout::{
     CodeType, EntryMark, FrameChain, PythonLayout,
@@ -121,7 +121,7 @@ fn cpython_312_layout_from_its_dwarf() {
 }
 
 /// `tests/fixtures/python/timed.py` times its two loops itself, called in alternation from
-/// `main`: each loop's share of the CPU in the profile is within 5 points of the share the
+/// `main`: each loop's share of the time in the profile is within 5 points of the share the
 /// script measured, and every sample in them has the Python stack `<module>` → `main` (at the
 /// line of the call) → the loop (at one of its lines), with nothing of CPython's C in
 /// between (the Python view). CPython 3.12 and 3.11 (other layouts, another frame chain),
@@ -134,11 +134,16 @@ fn python_stacks_split_as_the_script_timed_itself() {
             let what = format!("CPython {} {sampler}", build.name);
             let dir = tempfile::tempdir().unwrap();
             let app = format!("{}::/app", fixture("python").display());
-            let mut args = vec!["--sampler", sampler, "--dir", &app];
+            let mut args = [&["--sampler", sampler, "--dir", &app][..], &timed_py::FLAGS].concat();
             for d in &build.dirs {
                 args.extend(["--dir", d]);
             }
-            let (out, path) = record(dir.path(), &args, &build.wasm, &["/app/timed.py", "60"]);
+            let (out, path) = record(
+                dir.path(),
+                &args,
+                &build.wasm,
+                &["/app/timed.py", timed_py::ROUNDS],
+            );
             assert_eq!(out.status.code(), Some(0), "{what}: {}", stderr(&out));
             // Their DWARF's code addresses are zeroed: said, as a matter of the C frames only.
             let said = stderr(&out);
@@ -326,7 +331,7 @@ fn cpython_315_layout_from_its_debug_offsets() {
 /// made them: each line's bytes within 10 % of what it allocates.
 ///
 /// `timed.py` without DWARF (a reactor: `--invoke run`, the program on stdin, which runs the
-/// script): each loop's share of the CPU within 5 points of the share the script measured,
+/// script): each loop's share of the time within 5 points of the share the script measured,
 /// and each of their samples innermost `loop` (at one of its lines) → `main` (at the call's
 /// line) → the script's `<module>`. Its heap profile is sampled at the default rate (a sample per
 /// 512 KiB allocated): what it asks of the run is its compile, not its allocations. The
@@ -356,12 +361,16 @@ fn cpython_315_allocations_by_python_line_and_stacks_as_the_script_timed_itself(
 
     let timed_heap = out_dir.path().join("timed-heap.pb.gz");
     let flags = [
-        "--mem-profile",
-        timed_heap.to_str().unwrap(),
-        "-o",
-        profile_arg,
-    ];
-    let Some(out) = run_on_cpython_315(test, &flags, "timed.py", "60") else {
+        &[
+            "--mem-profile",
+            timed_heap.to_str().unwrap(),
+            "-o",
+            profile_arg,
+        ][..],
+        &timed_py::FLAGS,
+    ]
+    .concat();
+    let Some(out) = run_on_cpython_315(test, &flags, "timed.py", timed_py::ROUNDS) else {
         return;
     };
     assert_split_as_timed("CPython 3.15", &out, &profile, &AS_PROGRAM, Depth::AtLeast);

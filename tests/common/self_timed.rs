@@ -14,26 +14,26 @@ pub fn measured_shares(text: &str, profile_names: &[(&str, &str)]) -> Vec<(Strin
         .collect()
 }
 
-/// The profile's CPU in each measured function (`cpu`, in `measured`'s order) against the
+/// The profile's time in each measured function (`spent`, in `measured`'s order) against the
 /// shares measured: each within 5 points of its measure, and the functions together at least
 /// `tenths` tenths of the profile's `total`.
 pub fn assert_shares_as_measured(
     what: &str,
     measured: &[(String, f64)],
-    cpu: &[i64],
+    spent: &[i64],
     total: i64,
     tenths: i64,
 ) {
-    let both: i64 = cpu.iter().sum();
+    let both: i64 = spent.iter().sum();
     assert!(
         both * 10 >= total * tenths,
-        "{what}: the timed functions have {both} of {total} ns of CPU"
+        "{what}: the timed functions have {both} of {total} ns"
     );
-    for ((name, share), cpu) in measured.iter().zip(cpu) {
-        let profiled = *cpu as f64 / both as f64;
+    for ((name, share), spent) in measured.iter().zip(spent) {
+        let profiled = *spent as f64 / both as f64;
         assert!(
             (profiled - share).abs() <= 0.05,
-            "{what}: {name}: {profiled:.3} of the timed functions' CPU in the profile, {share} timed by the program"
+            "{what}: {name}: {profiled:.3} of the timed functions' time in the profile, {share} timed by the program"
         );
     }
 }
