@@ -836,6 +836,46 @@ fn every_thread_that_attaches_a_store_is_sampled() {
     );
 }
 
+/// The epoch sampler on the CPU clock ticks by one thread's CPU time: a store attached on a
+/// second thread is refused, each time it is tried, saying why and what to use instead (a guest
+/// there would be sampled only while the first thread runs). On the wall clock both threads'
+/// stores are attached.
+#[test]
+fn the_epoch_sampler_on_the_cpu_clock_takes_one_thread() {
+    for clock in [Clock::Cpu, Clock::Wall] {
+        let options = ProfilerOptions {
+            sampler: SamplerKind::Epoch,
+            clock,
+            ..Default::default()
+        };
+        let (engine, _, _, profiler) = compiled(options, &guest());
+        let handle = profiler.handle();
+        handle.attach(&mut Store::new(&engine, ())).unwrap();
+        let second: Vec<_> = std::thread::scope(|s| {
+            s.spawn(|| {
+                (0..2)
+                    .map(|_| handle.attach(&mut Store::new(&engine, ())))
+                    .collect()
+            })
+            .join()
+            .unwrap()
+        });
+        for attached in second {
+            match clock {
+                Clock::Cpu => {
+                    let e = attached.unwrap_err().to_string();
+                    assert!(
+                        e.contains("ticks by one thread's CPU time")
+                            && e.contains("use the signal sampler, or the wall clock"),
+                        "{e}"
+                    );
+                }
+                _ => attached.unwrap(),
+            }
+        }
+    }
+}
+
 /// How many times the calling thread gave up the CPU: each signal that wakes a sleeping thread
 /// adds one when it sleeps again.
 fn voluntary_switches() -> u64 {

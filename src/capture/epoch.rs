@@ -25,8 +25,8 @@ pub struct EpochSampler {
     period: Duration,
     /// Ticking by wall time, not the guest thread's CPU time.
     wall: bool,
-    /// The guest thread's CPU clock, once bound.
-    guest_cpu_clock: Option<libc::clockid_t>,
+    /// The guest thread and its CPU clock, once bound.
+    guest: Option<(ThreadId, libc::clockid_t)>,
     ticker: Option<(Sender<()>, JoinHandle<()>)>,
 }
 
@@ -37,7 +37,7 @@ impl EpochSampler {
             engine: engine.clone(),
             period: sampling_period(rate_hz),
             wall,
-            guest_cpu_clock: None,
+            guest: None,
             ticker: None,
         }
     }
@@ -48,9 +48,24 @@ impl Sampler for EpochSampler {
         "epoch"
     }
 
+    /// On the CPU clock, one thread only: the ticks follow its CPU time, so a guest on another
+    /// thread would be sampled only while that one runs too.
     fn bind_to_current_thread(&mut self) -> Result<()> {
-        self.guest_cpu_clock = Some(current_thread_cpu_clock()?);
-        Ok(())
+        let thread = current_thread();
+        match self.guest {
+            Some((bound, _)) if bound == thread => Ok(()),
+            Some(_) if !self.wall => Err(crate::Error::Unavailable(
+                "the epoch sampler on the CPU clock ticks by one thread's CPU time, and guests \
+                 on a second thread would be sampled only while the first runs: use the signal \
+                 sampler, or the wall clock"
+                    .into(),
+            )
+            .into()),
+            _ => {
+                self.guest = Some((thread, current_thread_cpu_clock()?));
+                Ok(())
+            }
+        }
     }
 
     fn start(&mut self, _code: &[std::ops::Range<usize>]) -> Result<()> {
@@ -62,7 +77,7 @@ impl Sampler for EpochSampler {
         let period = self.period;
         // On the CPU clock, tick each time the guest thread has used another period of CPU.
         let cpu_clock = match self.wall {
-            false => self.guest_cpu_clock,
+            false => self.guest.map(|(_, clock)| clock),
             true => None,
         };
         let thread = std::thread::Builder::new()

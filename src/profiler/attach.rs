@@ -179,13 +179,14 @@ impl ProfilerHandle {
     /// that attaches a store. A guest called asynchronously (`call_async`, on a fiber) runs on
     /// whichever thread polls its future, and a multi-threaded runtime (tokio's) moves tasks
     /// between its workers: call this as each of them starts (`on_thread_start`). The sampler
-    /// is asked once per thread (a failure is not retried).
+    /// is asked until it takes the thread: a thread it cannot sample fails every attach, where
+    /// samples would be missing (the epoch sampler on the CPU clock takes one thread only).
     pub fn sample_this_thread(&self) -> Result<()> {
         if SAMPLED_BY.get() == self.id {
             return Ok(());
         }
-        SAMPLED_BY.set(self.id);
         lock(&self.sampler).bind_to_current_thread()?;
+        SAMPLED_BY.set(self.id);
         // Fails only while the thread ends, when it runs no guest any more.
         let _ = THREAD_END.try_with(|end| end.0.borrow_mut().push(Arc::downgrade(&self.sampler)));
         Ok(())
