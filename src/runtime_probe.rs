@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use wasm_encoder::{
@@ -27,7 +28,7 @@ use wasmtime_environ::component::{CanonicalOptionsDataModel, LinearMemoryOptions
 
 use crate::resolve::symbolize::ModuleSymbolizer;
 use crate::wasm::component::{
-    append_sections, core_modules, own_sections, validated, PROBE_MODULE,
+    append_sections, appended_to, core_modules, own_sections, validated, PROBE_MODULE,
 };
 use crate::wasm::nested::{thread_import, NestedComponents, Rethreaded};
 
@@ -40,12 +41,12 @@ pub const PROBE: &str = "wasmspy-runtime-probe";
 /// reads its memory alone: each top-level core instance of such a module that exports the
 /// memory it defines, and each instance of one in a component nested in it (instantiated
 /// once, as componentize-qjs's engine is), whatever memory it reads; `None` when it has none.
-pub fn probe_runtimes(component: &[u8]) -> Result<Option<Vec<u8>>, crate::Error> {
+pub fn probe_runtimes(component: &[u8]) -> Result<Option<Arc<[u8]>>, crate::Error> {
     probed(component).map_err(crate::Error::Malformed)
 }
 
 /// [`probe_runtimes`], its failures a malformed component's.
-fn probed(component: &[u8]) -> Result<Option<Vec<u8>>> {
+fn probed(component: &[u8]) -> Result<Option<Arc<[u8]>>> {
     let cores = core_modules(component)?;
     let mut top = Vec::new();
     let mut nested = Vec::new();
@@ -72,22 +73,22 @@ fn probed(component: &[u8]) -> Result<Option<Vec<u8>>> {
         true => None,
         false => thread_probe(component, &nested)?,
     };
-    let (mut wasm, probe) = match threaded {
-        Some((wasm, probe)) => (wasm, Some(probe)),
+    let (base, probe) = match &threaded {
+        Some((wasm, probe)) => (&wasm[..], Some(*probe)),
         None if top.is_empty() => return Ok(None),
-        None => (component.to_vec(), None),
+        None => (component, None),
     };
-    if !top.is_empty() {
-        let types = validated(&wasm)?;
-        let mut out = wasm_encoder::Component::new();
-        let probe = match probe {
-            Some(probe) => probe,
-            None => import_probe(&mut out, types.as_ref()),
-        };
-        append_probes(&mut out, types.as_ref(), probe, &top, Callers::Defined);
-        wasm = append_sections(wasm, out)?;
+    if top.is_empty() {
+        return Ok(threaded.map(|(wasm, _)| wasm.into()));
     }
-    Ok(Some(wasm))
+    let types = validated(base)?;
+    let mut out = wasm_encoder::Component::new();
+    let probe = match probe {
+        Some(probe) => probe,
+        None => import_probe(&mut out, types.as_ref()),
+    };
+    append_probes(&mut out, types.as_ref(), probe, &top, Callers::Defined);
+    Ok(Some(appended_to(base, out)))
 }
 
 /// Where a probe's memory is, in the component that lowers it.
@@ -307,7 +308,7 @@ fn probe_nested(
     let first = counts.module_count();
     append_probes(&mut out, counts, probe, &probed, Callers::Imported(first));
     let modules = probed.iter().map(|(module, _)| *module).collect();
-    append_sections(nested.to_vec(), out).map(|wasm| Some((wasm, modules)))
+    Ok(Some((append_sections(nested.to_vec(), out), modules)))
 }
 
 /// The module and name of the memory a module imports, if it imports one.

@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 pub struct Instrumented {
     pub allocators: Rewrite,
     /// A component with language runtimes inside, probed (after the allocator rewrite).
-    probed: Option<Vec<u8>>,
+    probed: Option<Arc<[u8]>>,
 }
 
 impl Instrumented {
@@ -30,7 +30,7 @@ impl Instrumented {
         };
         // The rewrite maps the code compiled back to the original: the probed component's.
         if let (Rewrite::Component(r), Some(_)) = (&mut allocators, &probed) {
-            r.wasm = probed.take().unwrap_or_default();
+            r.wasm = probed.take().unwrap_or_default().to_vec();
         }
         Ok(Instrumented { allocators, probed })
     }
@@ -48,7 +48,7 @@ impl Instrumented {
     /// binary, by whose offsets Wasmtime maps their code), or `original`.
     pub fn registered(&self, original: &Arc<[u8]>) -> Arc<[u8]> {
         match &self.probed {
-            Some(probed) => probed[..].into(),
+            Some(probed) => probed.clone(),
             None => original.clone(),
         }
     }

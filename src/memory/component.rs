@@ -182,7 +182,7 @@ fn rewrite_cores(
         let types = validated(&wasm)?;
         let mut out = wasm_encoder::Component::new();
         append_gate(&mut out, types.as_ref(), hook, Gate::Defined, &top.hooked);
-        wasm = append_sections(wasm, out)?;
+        wasm = append_sections(wasm, out);
     }
     Ok(Some(RewrittenComponent { wasm, modules }))
 }
@@ -211,7 +211,7 @@ fn rewrite_nested(
         Gate::Imported,
         &rewritten.hooked,
     );
-    Ok(Some((append_sections(copy, out)?, rewritten)))
+    Ok(Some((append_sections(copy, out), rewritten)))
 }
 
 /// Where a component's gate module comes from.

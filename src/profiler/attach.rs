@@ -141,17 +141,19 @@ impl ProfilerHandle {
             fuel,
         };
         lock(&self.stores).insert(data, attached);
+        // Taken out of the map again if attaching fails below.
         let stores = Arc::downgrade(&self.stores);
-        keep_until_dropped(&mut *store, StoreAttached { data, stores });
+        let attached = StoreAttached { data, stores };
         if self.engine.get_epoch_interruption() {
             let samples_at_epochs = lock(&self.sampler).samples_at_epochs();
             let runtime = samples_at_epochs.then(|| runtime.clone());
             self.attach_epoch_callback(store, labels.now(), runtime);
         }
 
-        if let Some(contexts) = &self.store_contexts {
-            contexts.publish(store, key, labels.now())?;
-        }
+        let publication = match &self.store_contexts {
+            Some(contexts) => Some(contexts.publish(store, key, labels.now())?),
+            None => None,
+        };
         let memory = self.allocations.as_ref().map(|allocations| {
             lock(allocations).store_attached(data, key, labels.now());
             MemoryOfStore {
@@ -160,8 +162,9 @@ impl ProfilerHandle {
                 pipeline: Arc::downgrade(&self.pipeline),
             }
         });
-        // One value the store owns, withdrawn when it drops.
-        keep_until_dropped(store, (labels.clone(), memory));
+        // One value the store owns, withdrawn when it drops: one host function a store, made
+        // for each request `wasmspy serve` answers.
+        keep_until_dropped(store, (attached, publication, labels.clone(), memory));
         Ok(labels)
     }
 

@@ -16,9 +16,10 @@
 //! holds the store context's address.
 //!
 //! Invariants the handler relies on:
-//! - a context is published only while its store's memory is alive: the publication, which
-//!   [`StoreContexts::publish`] gives the store to own ([`keep_until_dropped`]), withdraws it
-//!   and waits for running handlers to finish;
+//! - a context is published only while its store's memory is alive: the [`Publication`], which
+//!   [`StoreContexts::publish`] returns for the store to own
+//!   ([`keep_until_dropped`](crate::capture::keep_until_dropped)), withdraws it and waits for
+//!   running handlers to finish;
 //! - [`for_each`] is async-signal-safe: atomic loads over a fixed table, bounded by [`SLOTS`];
 //!   a slot's key and thread are written before its context, so a context read comes with
 //!   them.
@@ -37,7 +38,7 @@ use wasmtime_environ::{HostPtr, PtrSize};
 use super::pulley_layout::{find_executor, ExecutorAt, VmLayout};
 use super::pulley_stack;
 use super::slot_table::{self, Payload, SlotTable};
-use crate::capture::{keep_until_dropped, LabelsNow, StoreKey};
+use crate::capture::{LabelsNow, StoreKey};
 use crate::shared::vmctx::ContextFinder;
 use crate::sync::lock;
 
@@ -160,8 +161,11 @@ struct PulleyStores {
     found: std::sync::Mutex<Option<ExecutorAt>>,
 }
 
-/// Keeps a store's context published while it lives in the store.
-struct Publication {
+/// Keeps a store's context published while it lives: for the store to own
+/// ([`keep_until_dropped`](crate::capture::keep_until_dropped)), with whatever else the store
+/// keeps (one host function a store).
+#[must_use = "the store's context is withdrawn when this drops"]
+pub struct Publication {
     _slot: slot_table::Publication,
     /// Read through the slot until the publication is withdrawn (dropped after it).
     _labels: Arc<LabelsNow>,
@@ -181,14 +185,14 @@ impl StoreContexts {
     }
 
     /// Publishes `store`'s context, its `key` and its `labels`, for the handler, until the
-    /// store is dropped (the store owns the publication: [`keep_until_dropped`]). Adds the
-    /// probe's instance to the store.
+    /// [`Publication`] returned is dropped: the store is to own it. Adds the probe's instance
+    /// to the store.
     pub fn publish<T: 'static>(
         &self,
         store: &mut Store<T>,
         key: StoreKey,
         labels: Arc<LabelsNow>,
-    ) -> Result<()> {
+    ) -> Result<Publication> {
         let context = self.contexts.find(store)?;
         let pulley = match &self.pulley {
             Some(pulley) => {
@@ -215,14 +219,10 @@ impl StoreContexts {
                 slot.vm_in_state.store(vm_in_state, Ordering::Relaxed);
             })
             .with_context(|| format!("more than {SLOTS} stores are attached at once"))?;
-        keep_until_dropped(
-            store,
-            Publication {
-                _slot: slot,
-                _labels: labels,
-            },
-        );
-        Ok(())
+        Ok(Publication {
+            _slot: slot,
+            _labels: labels,
+        })
     }
 }
 
@@ -231,7 +231,7 @@ mod tests {
     use wasmtime::{Func, Instance, Module};
 
     use super::*;
-    use crate::capture::LabelsKey;
+    use crate::capture::{keep_until_dropped, LabelsKey};
 
     /// # Safety
     /// `addr` must be valid for reads of a `T`, and aligned for it.
@@ -241,9 +241,10 @@ mod tests {
     }
 
     fn publish<T: 'static>(contexts: &StoreContexts, store: &mut Store<T>) {
-        contexts
+        let publication = contexts
             .publish(store, StoreKey::unique(), Arc::default())
             .unwrap();
+        keep_until_dropped(store, publication);
     }
 
     fn published() -> Vec<usize> {
@@ -304,7 +305,8 @@ mod tests {
         let contexts = StoreContexts::new(&engine).unwrap();
         let mut store = Store::new(&engine, ());
         let (key, labels) = (StoreKey::unique(), Arc::new(LabelsNow::default()));
-        contexts.publish(&mut store, key, labels.clone()).unwrap();
+        let publication = contexts.publish(&mut store, key, labels.clone()).unwrap();
+        keep_until_dropped(&mut store, publication);
         assert_eq!(labels_of(key.0), 0);
         let (first, second) = (LabelsKey::unique(), LabelsKey::unique());
         labels.set(Some(first));
