@@ -27,9 +27,8 @@ use wasmtime::component::{ComponentType, Lift};
 use wasmtime_environ::component::{CanonicalOptionsDataModel, LinearMemoryOptions};
 
 use crate::resolve::symbolize::ModuleSymbolizer;
-use crate::wasm::component::{
-    append_sections, appended_to, core_modules, own_sections, validated, PROBE_MODULE,
-};
+use crate::wasm::appended::{append_sections, appended_to, validated};
+use crate::wasm::component::{core_modules, own_sections, PROBE_MODULE};
 use crate::wasm::nested::{thread_import, NestedComponents, Rethreaded};
 
 /// The function a probed component imports: `func(module: u32)`, called once per instance

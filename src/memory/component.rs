@@ -45,9 +45,8 @@ use super::rewrite::{
     add_hook_type, rewrite_as, Allocator, Rewritten, HOOK_TABLE, NESTING_DEPTH, TOLD_BY_ALLOCATOR,
     TOLD_ENTERING,
 };
-use crate::wasm::component::{
-    append_sections, copy_section, core_modules, own_sections, validated, CoreModule,
-};
+use crate::wasm::appended::{append_sections, validated};
+use crate::wasm::component::{copy_section, core_modules, own_sections, CoreModule};
 use crate::wasm::nested::{self_contained, thread_import, NestedComponents, Rethreaded};
 
 /// The function a rewritten component imports, through which its allocators report:

@@ -1,13 +1,14 @@
 //! What a Wasm binary says, read with `wasmparser`, for the stages that need it (the allocator
 //! rewrite before the run, the resolver after): a component's core modules and the WIT
-//! functions their imports lower ([`component`]), the demangling of the names in them
-//! ([`demangle`]), where data segments put their bytes ([`data`]), and where a C program keeps
-//! its own data, from its DWARF
-//! ([`dwarf_layout`]): CPython's, to read its Python stack ([`crate::runtimes::cpython`]); a core
-//! module's bytes, shared with its component's ([`module_bytes`]); a host function threaded
-//! into nested components ([`nested`]); the toolchain that built a module, and what it must be
-//! told for file:line ([`toolchain`]).
+//! functions their imports lower ([`component`]), sections appended to one ([`appended`]),
+//! the demangling of the names in them ([`demangle`]), where data segments put their bytes
+//! ([`data`]), and where a C program keeps its own data, from its DWARF ([`dwarf_layout`]):
+//! CPython's, to read its Python stack ([`crate::runtimes::cpython`]); a core module's bytes,
+//! shared with its component's ([`module_bytes`]); a host function threaded into nested
+//! components ([`nested`]); the toolchain that built a module, and what it must be told for
+//! file:line ([`toolchain`]).
 
+pub mod appended;
 pub mod component;
 pub mod data;
 pub mod demangle;

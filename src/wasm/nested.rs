@@ -20,7 +20,8 @@ use wasm_encoder::{
 };
 use wasmparser::{Parser, Payload, Validator, WasmFeatures};
 
-use super::component::{copy_section, own_sections, validated};
+use super::appended::validated;
+use super::component::{copy_section, own_sections};
 
 /// The components a component nests at its top level.
 pub struct NestedComponents {
