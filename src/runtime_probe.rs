@@ -60,7 +60,7 @@ fn probed(component: &[u8]) -> Result<Option<Arc<[u8]>>> {
         }
         match core.instance {
             Some(instance) => {
-                if let Some(memory) = exported_memory(&component[core.range.clone()])? {
+                if let Some(memory) = exported_memory(bytes)? {
                     top.push((index as u32, MemorySource::Export(instance, memory)));
                 }
             }
@@ -72,14 +72,13 @@ fn probed(component: &[u8]) -> Result<Option<Arc<[u8]>>> {
         true => None,
         false => thread_probe(component, &nested)?,
     };
-    let (base, probe) = match &threaded {
-        Some((wasm, probe)) => (&wasm[..], Some(*probe)),
-        None if top.is_empty() => return Ok(None),
-        None => (component, None),
-    };
     if top.is_empty() {
         return Ok(threaded.map(|(wasm, _)| wasm.into()));
     }
+    let (base, probe) = match &threaded {
+        Some((wasm, probe)) => (&wasm[..], Some(*probe)),
+        None => (component, None),
+    };
     let types = validated(base)?;
     let mut out = wasm_encoder::Component::new();
     let probe = match probe {

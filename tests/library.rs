@@ -839,9 +839,20 @@ fn every_thread_that_attaches_a_store_is_sampled() {
 /// The epoch sampler on the CPU clock ticks by one thread's CPU time: a store attached on a
 /// second thread is refused, each time it is tried, saying why and what to use instead (a guest
 /// there would be sampled only while the first thread runs). On the wall clock both threads'
-/// stores are attached.
+/// stores are attached. A thread that has ended leaves its place to the next.
 #[test]
 fn the_epoch_sampler_on_the_cpu_clock_takes_one_thread() {
+    let options = ProfilerOptions {
+        sampler: SamplerKind::Epoch,
+        ..Default::default()
+    };
+    let (engine, _, _, profiler) = compiled(options, &guest());
+    let handle = profiler.handle();
+    for _ in 0..2 {
+        std::thread::scope(|s| {
+            s.spawn(|| handle.attach(&mut Store::new(&engine, ())).unwrap());
+        });
+    }
     for clock in [Clock::Cpu, Clock::Wall] {
         let options = ProfilerOptions {
             sampler: SamplerKind::Epoch,

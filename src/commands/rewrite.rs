@@ -29,8 +29,10 @@ impl Instrumented {
             false => None,
         };
         // The rewrite maps the code compiled back to the original: the probed component's.
-        if let (Rewrite::Component(r), Some(_)) = (&mut allocators, &probed) {
-            r.wasm = probed.take().unwrap_or_default().to_vec();
+        if let Rewrite::Component(r) = &mut allocators {
+            if let Some(probed) = probed.take() {
+                r.wasm = probed.to_vec();
+            }
         }
         Ok(Instrumented { allocators, probed })
     }

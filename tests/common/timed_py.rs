@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::self_timed::{assert_shares_as_measured, measured_shares};
+use super::self_timed::{assert_split_as_measured, measured_shares};
 use super::{stdout, Decoded};
 
 /// How deep the stacks of the loops' samples are: the caller → `main` → the loop, or under
@@ -93,6 +93,5 @@ pub fn assert_split_as_timed(
         loops_cpu * 10 >= total_cpu * 7,
         "{what}: the loops have {loops_cpu} of {total_cpu} ns of the guest's CPU"
     );
-    let both = in_loops.iter().sum();
-    assert_shares_as_measured(what, &measured, &in_loops, both, 10);
+    assert_split_as_measured(what, &measured, &in_loops);
 }
