@@ -7,10 +7,11 @@
 //! `tests/fixtures/rust/component.wasm` exiting at once (`exit 0`): their programs' work is next
 //! to nothing, so the difference is what wasmspy adds to a start, recognising and probing the
 //! runtimes included. Both tools use one cache directory of the bench's own, filled by a first
-//! run of each (wasmspy compiles a component whose runtime it probes as probed, which is not
-//! `wasmtime run`'s); then whole processes, wall time, paired repetitions, the medians of the
-//! per-repetition ratios and differences; and, once, the same with `-C cache=n` (what every
-//! run cost before wasmspy had the cache).
+//! run of each (wasmspy keeps entries of its own there: a component compiled uncompressed,
+//! probed where it has runtimes to probe, `src/commands/probed_cache.rs`); then whole
+//! processes, wall time, paired repetitions, the medians of the per-repetition ratios and
+//! differences; and, once, the same with `-C cache=n` (what every run cost before wasmspy had
+//! the cache).
 //!
 //! `cargo bench --profile dev --features internals --bench start [-- --reps N]`. Targets: ×1.2
 //! at most for `fib.js`'s debug engine; issue 49's ×1.05 at most for the other three.
@@ -112,8 +113,7 @@ fn start(case: &Case, reps: usize, scratch: &Path, cache_config: &str) {
         assert!(status.success(), "{:?}", command(tool, cache));
         start.elapsed().as_secs_f64()
     };
-    // The first runs fill the cache, one for each tool: wasmspy compiles the component with
-    // its language runtimes probed, other bytes than `wasmtime run`'s.
+    // The first runs fill the cache, one for each tool: wasmspy's entries are its own.
     let filling = [seconds(0, cache_config), seconds(1, cache_config)];
     // Each repetition's times, by tool, for the median of its differences.
     let mut times = Vec::new();

@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -25,7 +25,7 @@ use crate::record::{KindCounts, Mark, Recorder};
 use crate::resolve::pulley_ops::OpcodeAt;
 use crate::resolve::Resolver;
 use crate::shared::{GuestStack, RawFrame};
-use crate::sync::lock;
+use crate::sync::{lock, BoundedQueue};
 
 /// Events from the guest thread waiting to be resolved: at 1 kHz, 16 seconds of samples.
 const QUEUE_EVENTS: usize = 16 * 1024;
@@ -84,8 +84,7 @@ pub struct Pipeline {
     recorder: Mutex<Recorder>,
     /// The frames of the sample being resolved, kept for the next one.
     frames: Mutex<Vec<RawFrame>>,
-    events: SyncSender<Event>,
-    queued: Mutex<Receiver<Event>>,
+    events: BoundedQueue<Event>,
     /// Events the full queue turned away.
     dropped: AtomicU64,
     /// The registered sets of labels, with when each was registered (`CLOCK_MONOTONIC`).
@@ -98,13 +97,11 @@ pub struct Pipeline {
 
 impl Pipeline {
     pub fn new(resolver: Resolver, recorder: Recorder) -> Self {
-        let (events, queued) = mpsc::sync_channel(QUEUE_EVENTS);
         Pipeline {
             resolver: Mutex::new(resolver),
             recorder: Mutex::new(recorder),
             frames: Mutex::new(Vec::new()),
-            events,
-            queued: Mutex::new(queued),
+            events: BoundedQueue::new(QUEUE_EVENTS),
             dropped: AtomicU64::new(0),
             labels: Mutex::new(FxHashMap::default()),
             retired: Mutex::new(VecDeque::new()),
@@ -242,14 +239,11 @@ impl Pipeline {
 
     /// Resolves and records every event queued so far.
     fn flush(&self) {
-        let queued = lock(&self.queued);
         let dropped = self.dropped.swap(0, Ordering::Relaxed);
         if dropped > 0 {
             lock(&self.recorder).add_lost(dropped);
         }
-        while let Ok(event) = queued.try_recv() {
-            self.record(event);
-        }
+        self.events.drain(|event| self.record(event));
         // After: the queued samples of labels dropped long ago keep them.
         self.forget_retired();
     }
@@ -294,7 +288,7 @@ impl Pipeline {
 
     /// A sample the full queue turns away is counted as lost.
     fn enqueue(&self, event: Event) {
-        if let Err(TrySendError::Full(_)) = self.events.try_send(event) {
+        if self.events.try_push(event).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -303,7 +297,7 @@ impl Pipeline {
     /// when the guest allocates faster than the pipeline's thread records, the thread that
     /// finds the queue full records the backlog and its event itself.
     fn enqueue_kept(&self, event: Event) {
-        if let Err(TrySendError::Full(event)) = self.events.try_send(event) {
+        if let Err(event) = self.events.try_push(event) {
             self.flush();
             self.record(event);
         }

@@ -633,3 +633,84 @@ fn real_libraries_are_named_as_node_names_them() {
         assert!(ours.spread() * 3 >= node.spread(), "{what}");
     }
 }
+
+/// A component whose runtime wasmspy probes is compiled once into wasmspy's own entries of the
+/// compile cache (componentize-qjs's QuickJS, probed inside a nested component: the probed
+/// bytes move its modules), and started from them after: the same JavaScript frames, lines
+/// and build ids as the run that compiled it. An entry whose compiled file is damaged is
+/// compiled again and written whole.
+#[test]
+fn a_probed_component_starts_from_wasmspys_cache_as_compiled() {
+    let Some(qjs) = built_component("timed-qjs-sync.wasm") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (cache, cache_config) = common::own_cache::own_cache(dir.path());
+    let flags = [
+        "-C",
+        &cache_config,
+        "--clock",
+        "wall",
+        "--rate",
+        "4000",
+        "--invoke",
+        "run(300)",
+        "--verbose",
+    ];
+    // What the profile shows of the script: its functions at their lines, and the build ids.
+    let shown = |run: &str| {
+        let run_dir = dir.path().join(run);
+        std::fs::create_dir(&run_dir).unwrap();
+        let (out, p) = record_ok(&run_dir, &flags, &qjs, &[]);
+        assert_eq!(
+            stderr(&out).contains("(found in wasmspy's cache)"),
+            run == "cached",
+            "{run}: {}",
+            stderr(&out)
+        );
+        let mut functions: Vec<String> =
+            p.0.sample
+                .iter()
+                .flat_map(|s| p.sample_frames(s))
+                .filter(|(name, file, _)| name.contains(" (timed.js:") && file == "/timed.js")
+                .map(|(name, ..)| name)
+                .collect();
+        functions.sort();
+        functions.dedup();
+        let mut build_ids: Vec<String> =
+            p.0.mapping
+                .iter()
+                .map(|m| p.str(m.build_id).to_string())
+                .collect();
+        build_ids.sort();
+        (functions, build_ids)
+    };
+    let compiled = shown("compiling");
+    assert_eq!(
+        compiled.0,
+        [
+            "build (timed.js:11:1)",
+            "fib (timed.js:4:1)",
+            "run (timed.js:19:8)"
+        ],
+        "{compiled:?}"
+    );
+    // One entry: the compiled component and the probed bytes.
+    let entries: Vec<PathBuf> = std::fs::read_dir(cache.join("modules"))
+        .unwrap()
+        .flatten()
+        .filter(|d| d.file_name().to_string_lossy().starts_with("wasmspy-"))
+        .flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten())
+        .map(|f| f.path())
+        .collect();
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    let artifact = entries
+        .iter()
+        .find(|p| !p.to_string_lossy().ends_with("-wasm"))
+        .unwrap();
+    let size = std::fs::metadata(artifact).unwrap().len();
+    assert_eq!(shown("cached"), compiled);
+    std::fs::write(artifact, b"\x7fELF damaged").unwrap();
+    assert_eq!(shown("damaged"), compiled);
+    assert_eq!(std::fs::metadata(artifact).unwrap().len(), size);
+}

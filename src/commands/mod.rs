@@ -22,6 +22,7 @@ pub mod instances;
 pub mod interrupt;
 pub mod outputs;
 pub mod perf_files;
+pub mod probed_cache;
 pub mod profiled;
 pub mod profiling_args;
 pub mod record;

@@ -12,6 +12,7 @@ use wasmtime_cli_flags::CommonOptions;
 use super::guest_args::GuestArgs;
 use super::profiling_args::ProfilingArgs;
 use crate::commands::outputs::{Counts, Outputs};
+use crate::commands::probed_cache::ProbedCache;
 use crate::commands::rewrite::Instrumented;
 
 pub struct Profiled {
@@ -56,7 +57,14 @@ impl Profiled {
         let engine = Engine::new(&config)?;
         let profiler = Profiler::new(&engine, options.clone())?;
         let counts = args.verbose.then(|| Counts::of(&profiler, &options));
-        let rewritten = Instrumented::of(wasm, name, outputs.memory.is_some())?;
+        let cache = ProbedCache::of(&guest.wasmtime)?;
+        let rewritten = Instrumented::of(
+            &engine,
+            cache.as_ref(),
+            wasm,
+            name,
+            outputs.memory.is_some(),
+        )?;
         Ok(Profiled {
             engine,
             profiler,

@@ -151,7 +151,8 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
         &name,
     )?;
     let compile_start = Instant::now();
-    let program = wasi_host::compile(&engine, rewritten.code(&wasm))
+    let program = rewritten
+        .compile(&engine, &wasm)
         .map_err(anyhow::Error::from)
         .with_context(|| format!("cannot compile `{}`", args.module.display()))?;
     let compile_time = compile_start.elapsed();
@@ -278,8 +279,12 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
     let saved = outputs.save(&profiler.handle(), &profile);
     if args.profiling.verbose {
         eprintln!(
-            "wasmspy: compiling took {:.3} s; from the guest's end to the profile written {:.3} s; peak memory {} MiB",
+            "wasmspy: compiling took {:.3} s{}; from the guest's end to the profile written {:.3} s; peak memory {} MiB",
             compile_time.as_secs_f64(),
+            match rewritten.was_cached() {
+                true => " (found in wasmspy's cache)",
+                false => "",
+            },
             run_end.elapsed().as_secs_f64(),
             peak_rss_kib() / 1024
         );

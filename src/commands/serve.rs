@@ -188,7 +188,8 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
         &name,
     )?;
     refuse_one_threads_clock(&profiler, &args.profiling)?;
-    let Program::Component(component) = wasi_host::compile(&engine, rewritten.code(&wasm))
+    let Program::Component(component) = rewritten
+        .compile(&engine, &wasm)
         .map_err(anyhow::Error::from)
         .with_context(|| format!("cannot compile `{}`", args.component.display()))?
     else {

@@ -97,7 +97,7 @@ impl SignalSampler {
             },
         );
         let state = Arc::new(ThreadState::new(
-            Ring::new(RING_SLOTS, RawSample::empty),
+            Ring::zeroed(RING_SLOTS),
             guest.stack.clone(),
             cpu_period_ns,
             timers,
@@ -289,7 +289,7 @@ fn drain_state(state: &ThreadState, sink: &dyn Sink) {
             measured: s.cpu_delta_ns,
             wall_ns: s.wall_delta_ns,
         };
-        let sample = NativeSample::of(kind(s.kind), s.pcs(), s.splice);
+        let sample = NativeSample::of(kind(s.kind), s.pcs(), s.splice());
         sink.native(sample, taken(state, s), values);
     }) {}
 }
@@ -363,7 +363,7 @@ impl Dumper for SignalDumper {
             let stack = DumpedStack {
                 kind: kind(s.kind),
                 pcs: s.pcs().to_vec(),
-                splice: s.splice,
+                splice: s.splice(),
                 store: (s.store != 0).then_some(StoreKey(s.store)),
                 taken: taken(&state, &s),
             };

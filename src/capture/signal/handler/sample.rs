@@ -6,6 +6,8 @@
 //! holds at most [`MAX_FRAMES`] frames, and [`push`] drops a frame past them rather than write
 //! beyond `pcs`.
 
+use super::super::ring::Zeroed;
+
 // Named in the documentation only.
 #[cfg(doc)]
 use super::pulley_stack;
@@ -39,12 +41,19 @@ pub struct RawSample {
     pub cpu_delta_ns: u64,
     pub wall_delta_ns: u64,
     pub time_ns: u64,
-    /// Leaf first: the interrupted PC, then return addresses; from `splice`'s index on, if
-    /// set, the words of a language runtime's stack (see [`crate::runtimes`]).
+    /// Leaf first: the interrupted PC, then return addresses; from the [`splice`](Self::splice)'s
+    /// index on, if set, the words of a language runtime's stack (see [`crate::runtimes`]).
     pub pcs: [usize; MAX_FRAMES],
-    /// Where the runtime's words start in `pcs`, and the runtime's id.
-    pub splice: Option<(usize, usize)>,
+    /// Whether `pcs` ends with a runtime's words, where they start and the runtime's id: three
+    /// fields rather than an `Option`, whose all-zero bytes are not promised to be `None`.
+    spliced: bool,
+    splice_at: usize,
+    splice_runtime: usize,
 }
+
+// SAFETY: every field is an integer, a `bool` or a `Kind` (`repr(u32)`, `Guest` is 0), all
+// valid as zero bytes.
+unsafe impl Zeroed for RawSample {}
 
 impl RawSample {
     pub fn empty() -> Self {
@@ -57,8 +66,21 @@ impl RawSample {
             wall_delta_ns: 0,
             time_ns: 0,
             pcs: [0; MAX_FRAMES],
-            splice: None,
+            spliced: false,
+            splice_at: 0,
+            splice_runtime: 0,
         }
+    }
+
+    /// Where the runtime's words start in `pcs`, and the runtime's id.
+    pub fn splice(&self) -> Option<(usize, usize)> {
+        self.spliced
+            .then_some((self.splice_at, self.splice_runtime))
+    }
+
+    pub fn set_splice(&mut self, splice: Option<(usize, usize)>) {
+        self.spliced = splice.is_some();
+        (self.splice_at, self.splice_runtime) = splice.unwrap_or_default();
     }
 
     pub fn pcs(&self) -> &[usize] {

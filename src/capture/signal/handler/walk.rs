@@ -26,7 +26,7 @@ impl ThreadState {
         s.pcs[0] = regs.pc;
         s.depth = 1;
         s.store = 0;
-        s.splice = None;
+        s.set_splice(None);
         let mut leaf_at = None;
         let stack = self.stack_at(regs.sp);
         if self.in_code(regs.pc) {
@@ -158,6 +158,6 @@ impl ThreadState {
 /// index, where the sample has one.
 fn add_runtime_stack(s: &mut RawSample, leaf_at: Option<usize>) {
     if let Some(splice) = runtime_instances::walk(s.store, &mut s.pcs, &mut s.depth, leaf_at) {
-        s.splice = Some(splice);
+        s.set_splice(Some(splice));
     }
 }

@@ -1,0 +1,158 @@
+//! wasmspy's own entries in Wasmtime's compile cache, for components: one whose language
+//! runtimes wasmspy probes is compiled as other bytes than the user's, and Wasmtime's entry
+//! for the probed bytes costs, on every start, probing the component again to know them (its
+//! runtimes detected: 30 ms of a 14 MB StarlingMonkey component), hashing them and
+//! decompressing the compiled code (zstd: 65 ms of the same component's 120 ms warm start
+//! under `wasmtime run`). An entry here is keyed by the user's bytes and the engine's
+//! settings, and holds the component compiled, probed or not, uncompressed (mapped, not read:
+//! three times the size on disk of Wasmtime's entry), with the probed bytes beside it.
+//!
+//! The entries live in Wasmtime's cache directory, in `modules/wasmspy-VERSION-MTIME/` beside
+//! Wasmtime's `modules/wasmtime-VERSION/`, as files without an extension: Wasmtime's cleanup
+//! counts them with its own against the cache's limits and deletes the oldest (by the time
+//! written, which each use renews) when they are passed.
+
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Result;
+use sha2::{Digest, Sha256};
+use wasmtime::component::Component;
+use wasmtime::Engine;
+use wasmtime_cli_flags::CommonOptions;
+
+use crate::runtime_probe::PROBE;
+
+/// Where an engine's entries are; `None` where Wasmtime's options turn its cache off.
+pub struct ProbedCache {
+    dir: PathBuf,
+}
+
+/// A component as an entry holds it, compiled.
+pub enum Cached {
+    /// Its language runtimes probed: the probed bytes too.
+    Probed {
+        component: Component,
+        wasm: Arc<[u8]>,
+    },
+    /// Nothing in it to probe: compiled as it is.
+    Unprobed(Component),
+}
+
+impl ProbedCache {
+    /// The cache Wasmtime's options `-C cache` and `-C cache-config` name, as `wasmtime run`
+    /// reads them; `None` when they turn it off.
+    pub fn of(options: &CommonOptions) -> Result<Option<Self>> {
+        if options.codegen.cache == Some(false) {
+            return Ok(None);
+        }
+        let config = options.codegen.cache_config.as_deref().map(Path::new);
+        let config = wasmtime::CacheConfig::from_file(config)?;
+        let Some(root) = config.directory() else {
+            return Ok(None);
+        };
+        // Each build of wasmspy may probe differently, as each local build of Wasmtime may
+        // compile differently: Wasmtime names its directory so for builds from git.
+        let built = std::env::current_exe()
+            .and_then(std::fs::metadata)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_millis());
+        let dir = root
+            .join("modules")
+            .join(format!("wasmspy-{}-{built}", env!("CARGO_PKG_VERSION")));
+        Ok(Some(ProbedCache { dir }))
+    }
+
+    /// The entry of `wasm` compiled by `engine`.
+    pub fn entry(&self, engine: &Engine, wasm: &[u8]) -> Entry {
+        let mut key = Sha256Writer(Sha256::new());
+        engine.precompile_compatibility_hash().hash(&mut key);
+        key.0.update(wasm);
+        let key: String = key
+            .0
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        Entry {
+            compiled: self.dir.join(&key),
+            probed: self.dir.join(format!("{key}-wasm")),
+        }
+    }
+}
+
+/// One component's entry: the component compiled, probed or not, and, if probed, the probed
+/// bytes; two files, which Wasmtime's cleanup may delete one without the other.
+pub struct Entry {
+    compiled: PathBuf,
+    probed: PathBuf,
+}
+
+impl Entry {
+    /// What the entry holds, if anything whole.
+    pub fn read(&self, engine: &Engine) -> Option<Cached> {
+        // SAFETY: the file is what `Engine::precompile_component` wrote, trusted as Wasmtime
+        // trusts the entries it deserializes from the same directory; entries are only ever
+        // replaced by renaming a whole new file over them, or deleted, neither of which
+        // changes the bytes of a file already mapped. Wasmtime checks that it was compiled
+        // for this engine's settings and version.
+        let component = unsafe { Component::deserialize_file(engine, &self.compiled) }.ok()?;
+        // Renewed for Wasmtime's cleanup, which deletes the oldest first.
+        if let Ok(file) = std::fs::File::options().append(true).open(&self.compiled) {
+            let _ = file.set_modified(std::time::SystemTime::now());
+        }
+        let probed = component
+            .component_type()
+            .imports(engine)
+            .any(|(name, _)| name == PROBE);
+        if !probed {
+            return Some(Cached::Unprobed(component));
+        }
+        let wasm = crate::wasi_host::read_program(&self.probed).ok()?;
+        Some(Cached::Probed { component, wasm })
+    }
+
+    /// Compiles `wasm` (probed or not) with `engine` and records it: the compiled component.
+    pub fn write(&self, engine: &Engine, wasm: &[u8], probed: bool) -> wasmtime::Result<Component> {
+        let compiled = engine.precompile_component(wasm)?;
+        // The probed bytes first: a compiled probed component is of no use without them.
+        if !probed || write_atomically(&self.probed, wasm).is_ok() {
+            let _ = write_atomically(&self.compiled, &compiled);
+        }
+        // SAFETY: `compiled` is what `precompile_component` just made with this engine.
+        unsafe { Component::deserialize(engine, &compiled) }
+    }
+}
+
+/// Writes `bytes` to `path` whole or not at all: through a file beside it that Wasmtime's
+/// cleanup takes for a compilation under way (`.wip-`), renamed over it.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    std::fs::create_dir_all(path.parent().expect("an entry is in a directory"))?;
+    let wip = path.with_extension(format!("wip-wasmspy-{}", std::process::id()));
+    let written = std::fs::File::create(&wip).and_then(|mut f| f.write_all(bytes));
+    match written.and_then(|()| std::fs::rename(&wip, path)) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = std::fs::remove_file(&wip);
+            Err(e)
+        }
+    }
+}
+
+/// The engine's settings hashed into an entry's key, as Wasmtime hashes them into its own.
+struct Sha256Writer(Sha256);
+
+impl Hasher for Sha256Writer {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    fn finish(&self) -> u64 {
+        let digest = self.0.clone().finalize();
+        u64::from_le_bytes(digest[..8].try_into().expect("32 bytes"))
+    }
+}
