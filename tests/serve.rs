@@ -462,6 +462,44 @@ fn every_request_on_every_thread_under_its_own_label() {
     assert_cpu_follows_rounds(&p, labeled);
 }
 
+/// The epoch sampler on the wall clock (the one it takes under `serve`: on the CPU clock it is
+/// refused, above) samples the requests on every worker thread, the engine's epoch being every
+/// store's: 100 requests, 4 at a time on two cores, each under its own label, sampled on at
+/// least two threads.
+#[test]
+fn the_epoch_sampler_on_the_wall_clock_samples_requests_on_every_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("serve.pb.gz");
+    let firefox = dir.path().join("serve.json");
+    let server = Server::start(&[
+        "--sampler",
+        "epoch",
+        "--clock",
+        "wall",
+        "--rate",
+        "1000",
+        "-o",
+        out.to_str().unwrap(),
+        "-o",
+        firefox.to_str().unwrap(),
+    ]);
+    let _ = hundred_requests(&server);
+    let (code, err) = server.stop(libc::SIGINT);
+    assert_eq!(code, Some(130), "{err}");
+    let p = Decoded::load(&out);
+    let guest = cumulative(&p, "wall", "hot_handler") + cumulative(&p, "wall", "cold_handler");
+    assert!(guest > 0, "{:?}", p.top_self("wall"));
+    assert_requests_labeled_in(&p, "wall", guest);
+    let fx: serde_json::Value = serde_json::from_slice(&std::fs::read(&firefox).unwrap()).unwrap();
+    let sampled = fx["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["samples"]["length"].as_u64().unwrap() > 0)
+        .count();
+    assert!(sampled >= 2, "requests sampled on {sampled} thread(s)");
+}
+
 /// The path tells each request's work (10 to 40 rounds, 25 requests each, interleaved in
 /// time, so that a busier machine slows every kind alike): each kind's CPU is in proportion to
 /// its rounds. The `labeled` CPU is all under some path.
