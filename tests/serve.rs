@@ -389,30 +389,31 @@ fn cumulative(p: &Decoded, kind: &str, function: &str) -> i64 {
         .sum()
 }
 
-/// 100 requests, 4 at a time, on two cores: the profile holds the CPU the server used
-/// while serving them (every worker thread's), the known split between the handler's two
-/// functions, and each request's samples under its own label, in proportion to its work.
-#[test]
-fn every_request_on_every_thread_under_its_own_label() {
+/// [`hundred_requests`] to a server started with `flags`, stopped by Ctrl-C: its profile, its
+/// Firefox Profiler file, and the CPU seconds the server used while serving them.
+fn hundred_requests_profiled(flags: &[&str]) -> (Decoded, serde_json::Value, f64) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("serve.pb.gz");
     let firefox = dir.path().join("serve.json");
-    // At 1 kHz rather than serve's 100 Hz: enough samples for the split within its bounds.
-    let server = Server::start(&[
-        "--rate",
-        "1000",
-        "-o",
-        out.to_str().unwrap(),
-        "-o",
-        firefox.to_str().unwrap(),
-    ]);
+    let outputs = ["-o", out.to_str().unwrap(), "-o", firefox.to_str().unwrap()];
+    let server = Server::start(&[flags, &outputs[..]].concat());
     let cpu_before = server.cpu_seconds();
     let _ = hundred_requests(&server);
     let cpu_used = server.cpu_seconds() - cpu_before;
     let (code, err) = server.stop(libc::SIGINT);
     assert_eq!(code, Some(130), "{err}");
     assert!(err.contains("wasmspy: wrote"), "{err}");
-    let p = Decoded::load(&out);
+    let fx = serde_json::from_slice(&std::fs::read(&firefox).unwrap()).unwrap();
+    (Decoded::load(&out), fx, cpu_used)
+}
+
+/// 100 requests, 4 at a time, on two cores: the profile holds the CPU the server used
+/// while serving them (every worker thread's), the known split between the handler's two
+/// functions, and each request's samples under its own label, in proportion to its work.
+#[test]
+fn every_request_on_every_thread_under_its_own_label() {
+    // At 1 kHz rather than serve's 100 Hz: enough samples for the split within its bounds.
+    let (p, fx, cpu_used) = hundred_requests_profiled(&["--rate", "1000"]);
 
     let cpu = p.total("cpu") as f64 / 1e9;
     assert!(
@@ -443,7 +444,6 @@ fn every_request_on_every_thread_under_its_own_label() {
     );
     // The Firefox Profiler's file has a track per worker thread that ran requests (two
     // cores, four requests at a time: both did).
-    let fx: serde_json::Value = serde_json::from_slice(&std::fs::read(&firefox).unwrap()).unwrap();
     let threads = fx["threads"].as_array().unwrap();
     assert!(threads.len() >= 2, "{} threads", threads.len());
     let mut tids = std::collections::BTreeSet::new();
@@ -468,29 +468,11 @@ fn every_request_on_every_thread_under_its_own_label() {
 /// least two threads.
 #[test]
 fn the_epoch_sampler_on_the_wall_clock_samples_requests_on_every_thread() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("serve.pb.gz");
-    let firefox = dir.path().join("serve.json");
-    let server = Server::start(&[
-        "--sampler",
-        "epoch",
-        "--clock",
-        "wall",
-        "--rate",
-        "1000",
-        "-o",
-        out.to_str().unwrap(),
-        "-o",
-        firefox.to_str().unwrap(),
-    ]);
-    let _ = hundred_requests(&server);
-    let (code, err) = server.stop(libc::SIGINT);
-    assert_eq!(code, Some(130), "{err}");
-    let p = Decoded::load(&out);
+    let (p, fx, _) =
+        hundred_requests_profiled(&["--sampler", "epoch", "--clock", "wall", "--rate", "1000"]);
     let guest = cumulative(&p, "wall", "hot_handler") + cumulative(&p, "wall", "cold_handler");
     assert!(guest > 0, "{:?}", p.top_self("wall"));
     assert_requests_labeled_in(&p, "wall", guest);
-    let fx: serde_json::Value = serde_json::from_slice(&std::fs::read(&firefox).unwrap()).unwrap();
     let sampled = fx["threads"]
         .as_array()
         .unwrap()
