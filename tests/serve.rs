@@ -1365,3 +1365,86 @@ fn a_dump_shows_the_stuck_request_where_it_spins() {
     assert_eq!(p.total(0), 1);
     server.stop(libc::SIGKILL);
 }
+
+/// As `wasmtime serve`: a connection is served with Nagle's algorithm off (`TCP_NODELAY`), so
+/// that a guest's small writes (an event stream's chunks) go out at once rather than up to
+/// 40 ms later. Read from the servers' own sockets (a duplicate taken with `pidfd_getfd`),
+/// `wasmtime serve`'s as the oracle.
+#[test]
+fn connections_are_served_without_nagles_algorithm() {
+    use std::io::Write;
+    let test = "connections_are_served_without_nagles_algorithm";
+    for server in [Server::wasmtime(P2, &[]), Server::start(&[])] {
+        let address = server.base.trim_start_matches("http://").to_string();
+        let mut client = std::net::TcpStream::connect(&address).unwrap();
+        client
+            .write_all(b"GET /hello HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .unwrap();
+        // Answered: the server accepted the connection and serves it.
+        let mut answer = Vec::new();
+        let mut buffer = [0u8; 1024];
+        while !answer.windows(6).any(|w| w == b"hello\n") {
+            let n = client.read(&mut buffer).unwrap();
+            assert!(n > 0, "{}", String::from_utf8_lossy(&answer));
+            answer.extend_from_slice(&buffer[..n]);
+        }
+        let pid = server.child.id() as i32;
+        let port = client.local_addr().unwrap().port();
+        let Some(nodelay) = server_socket_nodelay(pid, port) else {
+            skip(
+                test,
+                "the server's socket cannot be read here (pidfd_getfd)",
+            );
+            return;
+        };
+        assert!(nodelay, "{address}: Nagle's algorithm on");
+        drop(client);
+        server.stop(libc::SIGTERM);
+    }
+}
+
+/// Whether the socket of process `pid` connected to local port `peer` has `TCP_NODELAY` set;
+/// `None` where it cannot be read.
+fn server_socket_nodelay(pid: i32, peer: u16) -> Option<bool> {
+    // The server's end is the one whose remote port is the client's: its inode, then its fd.
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).ok()?;
+    let inode = table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let remote_port = fields.get(2)?.rsplit(':').next()?;
+        (u16::from_str_radix(remote_port, 16).ok()? == peer).then(|| fields.get(9).copied())?
+    })?;
+    let socket = format!("socket:[{inode}]");
+    let fd = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()?
+        .flatten()
+        .find(|entry| {
+            std::fs::read_link(entry.path()).is_ok_and(|l| l.to_string_lossy() == socket)
+        })?
+        .file_name()
+        .to_str()?
+        .parse::<i32>()
+        .ok()?;
+    // SAFETY: plain system calls on descriptors this function opens and closes.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
+        if pidfd < 0 {
+            return None;
+        }
+        let own = libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) as i32;
+        libc::close(pidfd);
+        if own < 0 {
+            return None;
+        }
+        let mut value: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        let got = libc::getsockopt(
+            own,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        );
+        libc::close(own);
+        (got == 0).then_some(value != 0)
+    }
+}

@@ -424,6 +424,10 @@ async fn accept_loop(
             .accept()
             .await
             .context("cannot accept a connection")?;
+        // As `wasmtime serve`: a guest's small writes (an event stream's chunks) are sent at
+        // once, not held back by Nagle's algorithm (up to 40 ms on Linux). A socket that
+        // refuses serves as it is.
+        let _ = client.set_nodelay(true);
         let requests = requests.clone();
         tokio::task::spawn(async move {
             let _permit = permit;
