@@ -23,6 +23,7 @@ use wasmtime::component::Component;
 use wasmtime::Engine;
 use wasmtime_cli_flags::CommonOptions;
 
+use crate::resolve::build_id::hex;
 use crate::runtime_probe::PROBE;
 
 /// Where an engine's entries are; `None` where Wasmtime's options turn its cache off.
@@ -30,15 +31,11 @@ pub struct ProbedCache {
     dir: PathBuf,
 }
 
-/// A component as an entry holds it, compiled.
-pub enum Cached {
-    /// Its language runtimes probed: the probed bytes too.
-    Probed {
-        component: Component,
-        wasm: Arc<[u8]>,
-    },
-    /// Nothing in it to probe: compiled as it is.
-    Unprobed(Component),
+/// A component as an entry holds it: compiled, and the probed bytes it was compiled from
+/// where its language runtimes were probed (`None`: nothing in it to probe).
+pub struct Cached {
+    pub component: Component,
+    pub probed: Option<Arc<[u8]>>,
 }
 
 impl ProbedCache {
@@ -88,12 +85,7 @@ impl ProbedCache {
         });
         key.0.update(halves.0);
         key.0.update(halves.1);
-        let key: String = key
-            .0
-            .finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let key = hex(&key.0.finalize());
         Entry {
             compiled: self.dir.join(&key),
             probed: self.dir.join(format!("{key}-wasm")),
@@ -125,11 +117,11 @@ impl Entry {
             .component_type()
             .imports(engine)
             .any(|(name, _)| name == PROBE);
-        if !probed {
-            return Some(Cached::Unprobed(component));
-        }
-        let wasm = crate::wasi_host::read_program(&self.probed).ok()?;
-        Some(Cached::Probed { component, wasm })
+        let probed = match probed {
+            true => Some(crate::wasi_host::read_program(&self.probed).ok()?),
+            false => None,
+        };
+        Some(Cached { component, probed })
     }
 
     /// Compiles `wasm` (probed or not) with `engine` and records it: the compiled component.

@@ -47,23 +47,13 @@ impl Instrumented {
             (false, true, Some(cache)) => Some(cache.entry(engine, wasm)),
             _ => None,
         };
-        let compile = match entry.as_ref().and_then(|e| e.read(engine)) {
-            Some(Cached::Probed { component, wasm }) => {
-                return Ok(Instrumented {
-                    allocators: Rewrite::None,
-                    probed: Some(wasm),
-                    compile: Compile::Cached(component),
-                })
-            }
-            Some(Cached::Unprobed(component)) => {
-                return Ok(Instrumented {
-                    allocators: Rewrite::None,
-                    probed: None,
-                    compile: Compile::Cached(component),
-                })
-            }
-            None => entry,
-        };
+        if let Some(Cached { component, probed }) = entry.as_ref().and_then(|e| e.read(engine)) {
+            return Ok(Instrumented {
+                allocators: Rewrite::None,
+                probed,
+                compile: Compile::Cached(component),
+            });
+        }
         let mut allocators = match memory {
             true => Rewrite::of(wasm, name)?,
             false => Rewrite::None,
@@ -73,7 +63,7 @@ impl Instrumented {
                 .with_context(|| format!("cannot show the language runtimes inside `{name}`"))?,
             false => None,
         };
-        let compile = compile.map_or(Compile::Wasmtime, Compile::Into);
+        let compile = entry.map_or(Compile::Wasmtime, Compile::Into);
         // The rewrite maps the code compiled back to the original: the probed component's.
         if let Rewrite::Component(r) = &mut allocators {
             if let Some(probed) = probed.take() {

@@ -46,7 +46,8 @@ impl BuildId {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// `bytes` in lowercase hex, two digits a byte.
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
