@@ -98,7 +98,12 @@ impl StackDump {
         for &frame in &p.stacks[stack] {
             for line in &p.frames[frame].lines {
                 let f = &p.functions[line.function];
-                let place = match (f.file.as_str(), line.line, p.frame_kind(frame)) {
+                // The host's own frames without a file: the object they are in.
+                let kind = match p.is_host_frame(frame) {
+                    true => FrameKind::Guest,
+                    false => p.frame_kind(frame),
+                };
+                let place = match (f.file.as_str(), line.line, kind) {
                     ("", _, FrameKind::HostCall) => "[host]".to_string(),
                     ("", _, FrameKind::Runtime) => "[wasmtime]".to_string(),
                     ("", _, _) => p.frames[frame]

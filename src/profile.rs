@@ -205,6 +205,10 @@ pub struct Mapping {
     pub build_id: String,
     /// Length of the module's bytes, which frame addresses are below.
     pub size: u64,
+    /// For a host's object (its executable, a library), where it is loaded: its frames'
+    /// addresses are the process's, from here to `start + size`. 0 for a Wasm module, whose
+    /// frames' addresses are offsets in its bytes.
+    pub start: u64,
 }
 
 /// A function of the guest's source (or of the host, or Wasmtime), as frames' lines name it.
@@ -326,6 +330,9 @@ pub struct Profile {
 
 /// The frame of samples in Wasmtime's own code.
 pub const RUNTIME_FRAME: &str = "[wasmtime]";
+/// The root of the host's frames outside any guest call (see
+/// [`crate::ProfilerOptions::host_frames`]).
+pub const HOST_ROOT_FRAME: &str = "[host]";
 /// The frame of samples in a host function reached other than by a direct call.
 pub const UNKNOWN_HOST_CALL_FRAME: &str = "[host call]";
 
@@ -337,7 +344,8 @@ pub enum FrameKind {
     Guest,
     /// A host function the guest called (an import), or an unknown one.
     HostCall,
-    /// Wasmtime itself.
+    /// Wasmtime itself, and the host's code around it (see
+    /// [`crate::ProfilerOptions::host_frames`]): the group `[wasmtime]` names.
     Runtime,
 }
 
@@ -345,13 +353,24 @@ impl Profile {
     /// Where a frame's code is: the recorder gives an import's frame its module's mapping
     /// and no address, and the runtime and unknown host calls their own names.
     pub fn frame_kind(&self, frame: FrameId) -> FrameKind {
+        if self.is_host_frame(frame) {
+            return FrameKind::Runtime;
+        }
         let f = &self.frames[frame];
         match (f.mapping, self.frame_name(frame)) {
             (Some(_), _) if f.address == 0 => FrameKind::HostCall,
             (None, UNKNOWN_HOST_CALL_FRAME) => FrameKind::HostCall,
-            (None, RUNTIME_FRAME) => FrameKind::Runtime,
+            (None, RUNTIME_FRAME | HOST_ROOT_FRAME) => FrameKind::Runtime,
             _ => FrameKind::Guest,
         }
+    }
+
+    /// Whether `frame` is the host's own code (an object loaded in the process, see
+    /// [`crate::ProfilerOptions::host_frames`]).
+    pub fn is_host_frame(&self, frame: FrameId) -> bool {
+        self.frames[frame]
+            .mapping
+            .is_some_and(|m| self.mappings[m].start != 0)
     }
 
     /// The index of the sample type named `kind` (`cpu`, `alloc_space`…) or numbered so.

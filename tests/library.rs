@@ -86,11 +86,24 @@ fn instantiated(
 }
 
 /// The share of the CPU time whose leaf is function `name`.
+/// A stack's frames, leaf first, without the host's own (see `ProfilerOptions::host_frames`):
+/// the guest's, a host call's frame its leaf.
+fn guest_stack(
+    profile: &wasmspy::profile::Profile,
+    stack: wasmspy::profile::StackId,
+) -> Vec<wasmspy::profile::FrameId> {
+    profile.stacks[stack]
+        .iter()
+        .copied()
+        .filter(|&f| !profile.is_host_frame(f))
+        .collect()
+}
+
 fn leaf_share(profile: &wasmspy::profile::Profile, name: &str) -> f64 {
     let leaf: i64 = profile
         .samples
         .iter()
-        .filter(|s| profile.frame_name(profile.stacks[s.stack][0]) == name)
+        .filter(|s| profile.frame_name(guest_stack(profile, s.stack)[0]) == name)
         .map(|s| s.values[CPU])
         .sum();
     leaf as f64 / profile.total(CPU) as f64
@@ -205,7 +218,7 @@ fn a_rewritten_module_profiles_as_the_original() {
     let is_allocator = |n: &str| n.contains("alloc") || n == "malloc" || n == "free";
     let (mut in_hook, mut hot) = (0, 0);
     for sample in &profile.samples {
-        let stack = &profile.stacks[sample.stack];
+        let stack = &guest_stack(&profile, sample.stack);
         let names = names(stack);
         // A wrapper above its allocator's moved body is dropped: no allocator twice in a row.
         for pair in names.windows(2) {
@@ -323,7 +336,7 @@ fn a_guest_on_a_fiber_keeps_its_callers() {
         .samples
         .iter()
         .map(|s| {
-            profile.stacks[s.stack]
+            guest_stack(&profile, s.stack)
                 .iter()
                 .map(|&f| profile.frame_name(f))
                 .collect()
@@ -345,7 +358,7 @@ fn cpu_by_stack(profile: &wasmspy::profile::Profile) -> Vec<(Vec<String>, i64)> 
         .samples
         .iter()
         .map(|s| {
-            let names = profile.stacks[s.stack]
+            let names = guest_stack(profile, s.stack)
                 .iter()
                 .map(|&f| profile.frame_name(f).to_string())
                 .collect();
@@ -640,9 +653,11 @@ fn an_embedders_component_is_profiled() {
             let spin = cpu_of("host:test/work#spin");
             assert!(spin > 0.1, "{sampler:?}: spin {spin:.2}: {by_stack:?}");
         }
+        // The host's objects are mappings too, where they are loaded.
         let mappings: Vec<&str> = profile
             .mappings
             .iter()
+            .filter(|m| m.start == 0)
             .map(|m| m.file_name.as_str())
             .collect();
         assert_eq!(mappings, ["app.wasm/guest"]);
@@ -799,7 +814,7 @@ fn every_thread_that_attaches_a_store_is_sampled() {
             .samples
             .iter()
             .filter(|s| {
-                profile.stacks[s.stack]
+                guest_stack(&profile, s.stack)
                     .iter()
                     .any(|&f| wanted(profile.frame_name(f)))
             })
@@ -1047,7 +1062,7 @@ fn an_embedders_pulley_store_is_profiled() {
         .samples
         .iter()
         .filter(|s| {
-            let names: Vec<&str> = profile.stacks[s.stack]
+            let names: Vec<&str> = guest_stack(&profile, s.stack)
                 .iter()
                 .map(|&f| profile.frame_name(f))
                 .collect();
@@ -1067,9 +1082,7 @@ fn an_embedders_pulley_store_is_profiled() {
 /// profile it writes reads back with file:line from the module's DWARF.
 #[test]
 fn the_embedding_example_profiles_the_bundled_program() {
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_wasmspy"));
-    let example = bin.parent().unwrap().join("examples/embed");
-    assert!(example.exists(), "`cargo test` builds the example embed");
+    let example = common::built_example("embed");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("embed.pb.gz");
     let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -314,8 +314,8 @@ fn go_allocations_are_attributed_to_go_functions() {
     );
     // Named by Go's own symbol table, with the file and line where each function starts.
     let function = |name: &str| {
-        p.0.function
-            .iter()
+        p.sampled_functions()
+            .into_iter()
             .find(|f| p.str(f.name) == name)
             .unwrap_or_else(|| panic!("no {name}"))
     };

@@ -64,8 +64,8 @@ fn check_hot_stack(
 
 /// The line each named function is declared on (its pprof `start_line`).
 fn start_line(p: &Decoded, name: &str) -> i64 {
-    p.0.function
-        .iter()
+    p.sampled_functions()
+        .into_iter()
         .find(|f| p.str(f.name) == name)
         .unwrap_or_else(|| panic!("no function {name}"))
         .start_line
@@ -92,7 +92,10 @@ fn check_c_inline(module: &str) {
     assert_eq!(start_line(&p, "hot_loop"), 20);
     // wasi-libc's DWARF names `_start`'s file in parts: `./build`, `./libc-bottom-half/crt`,
     // `crt1-command.c`. Joined, the path is normalised, the one every view shows.
-    let start = p.0.function.iter().find(|f| p.str(f.name) == "_start");
+    let start = p
+        .sampled_functions()
+        .into_iter()
+        .find(|f| p.str(f.name) == "_start");
     assert_eq!(
         start.map(|f| p.str(f.filename)),
         Some("build/libc-bottom-half/crt/crt1-command.c")
@@ -126,11 +129,11 @@ fn cpp_template_member_inlined_with_demangled_scopes() {
         ("main", file, 29),
         0.5,
     );
-    let add =
-        p.0.function
-            .iter()
-            .find(|f| p.str(f.system_name) == "_ZN6shapes11AccumulatorIyE3addEy")
-            .expect("the mangled name is the system name");
+    let add = p
+        .sampled_functions()
+        .into_iter()
+        .find(|f| p.str(f.system_name) == "_ZN6shapes11AccumulatorIyE3addEy")
+        .expect("the mangled name is the system name");
     assert_eq!(add.start_line, 10);
 }
 
@@ -230,7 +233,7 @@ fn record_bytes(wasm: &[u8], extra: &[&str]) -> (String, Decoded) {
 /// The profile names functions from the `name` section alone: no files, lines or inlining.
 fn assert_names_only(p: &Decoded) {
     assert!(p.0.location.iter().all(|l| l.line.len() == 1));
-    assert!(p.0.function.iter().all(|f| f.filename == 0));
+    assert!(p.sampled_functions().iter().all(|f| f.filename == 0));
     assert!(p.0.location.iter().all(|l| l.line[0].line == 0));
     let top = p.top_self("cpu");
     assert_eq!(top[0].0, "hot_loop", "{top:?}");

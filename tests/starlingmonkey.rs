@@ -507,11 +507,11 @@ fn an_engine_whose_code_no_longer_matches_keeps_its_wasm_frames() {
         );
         eprintln!("{name}: {err}");
         let p = Decoded::load(&path);
-        let functions: Vec<(&str, &str)> =
-            p.0.function
-                .iter()
-                .map(|f| (p.str(f.name), p.str(f.filename)))
-                .collect();
+        let functions: Vec<(&str, &str)> = p
+            .sampled_functions()
+            .into_iter()
+            .map(|f| (p.str(f.name), p.str(f.filename)))
+            .collect();
         assert!(
             functions
                 .iter()

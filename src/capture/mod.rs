@@ -69,19 +69,27 @@ pub enum NativeKind {
 }
 
 impl<'a> NativeSample<'a> {
-    /// A sample of `kind` of `pcs`, leaf first, a language runtime's words from `splice`'s
-    /// index on (with the runtime's id), where one was read.
-    pub fn of(kind: NativeKind, pcs: &'a [usize], splice: Option<(usize, usize)>) -> Self {
+    /// A sample of `kind` of `pcs`, leaf first, the first `host` of them host frames (see
+    /// [`Pcs::host`]), a language runtime's words from `splice`'s index on (with the
+    /// runtime's id), where one was read.
+    pub fn of(
+        kind: NativeKind,
+        pcs: &'a [usize],
+        host: usize,
+        splice: Option<(usize, usize)>,
+    ) -> Self {
         let pcs = match splice {
             Some((at, runtime)) => {
                 let (native, words) = pcs.split_at(at.min(pcs.len()));
                 Pcs {
                     native,
+                    host,
                     splice: Some(Splice { runtime, words }),
                 }
             }
             None => Pcs {
                 native: pcs,
+                host,
                 splice: None,
             },
         };
@@ -97,6 +105,8 @@ impl<'a> NativeSample<'a> {
 pub struct DumpedStack {
     pub kind: NativeKind,
     pub pcs: Vec<usize>,
+    /// How many of `pcs`, from the first, are host frames (see [`Pcs::host`]).
+    pub host_depth: usize,
     /// Where a language runtime's words start in `pcs`, and the runtime's id.
     pub splice: Option<(usize, usize)>,
     /// The store whose guest runs on the thread, where the sampler could tell.
@@ -106,7 +116,7 @@ pub struct DumpedStack {
 
 impl DumpedStack {
     pub fn native(&self) -> NativeSample<'_> {
-        NativeSample::of(self.kind, &self.pcs, self.splice)
+        NativeSample::of(self.kind, &self.pcs, self.host_depth, self.splice)
     }
 
     /// Whether the thread was running a guest: in its code, or in a host call it made.
@@ -136,6 +146,10 @@ pub trait Dumper: Send + Sync {
 pub struct Pcs<'a> {
     /// Native code addresses.
     pub native: &'a [usize],
+    /// Of a [`NativeSample::Host`]: how many of `native`, from the first (the interrupted
+    /// PC), are the host's own frames, the rest return addresses into the Wasm under them;
+    /// 0 where the sampler took none (the PC alone is then in `native[0]`).
+    pub host: usize,
     /// The stack of the language runtime the innermost Wasm frames run (see
     /// [`crate::runtimes`]), after the native frames, where one was read.
     pub splice: Option<Splice<'a>>,

@@ -10,6 +10,13 @@ use crate::clock::Clock;
 use crate::export::Format;
 use crate::ProfilerOptions;
 
+/// `--host-frames`: what a sample outside the guest's code shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum HostFrames {
+    All,
+    None,
+}
+
 /// How to sample, and the outputs both `record` and `serve` have.
 #[derive(Args)]
 pub struct ProfilingArgs {
@@ -96,6 +103,14 @@ pub struct ProfilingArgs {
     #[arg(long)]
     pub perfmap: bool,
 
+    /// Samples outside the guest's code: `all` shows the host's own functions (Wasmtime's
+    /// instantiation, WASI's host side, the HTTP server, wasmspy's bookkeeping), named from
+    /// wasmspy's and its libraries' symbols as Linux perf names them, under the host call's
+    /// frame or a `[host]` root; `none` shows one frame, `[wasmtime]` or the host call's
+    /// [default: all with the signal sampler].
+    #[arg(long, value_name = "FRAMES")]
+    pub host_frames: Option<HostFrames>,
+
     /// CPython guests: show CPython's C (Wasm) frames too, each call of its eval loop replaced
     /// by the Python frames it runs, as py-spy's `--native`; by default, Python frames alone.
     #[arg(long)]
@@ -124,6 +139,11 @@ impl ProfilingArgs {
         if !instructions && self.interval.is_some() {
             bail!("--interval is for --clock instructions");
         }
+        if self.host_frames == Some(HostFrames::All)
+            && (instructions || self.sampler == SamplerKind::Epoch)
+        {
+            bail!("--host-frames all needs the signal sampler: the epoch sampler and --clock instructions sample the guest's code alone");
+        }
         Ok(ProfilerOptions {
             rate_hz: self.rate.unwrap_or(default_rate),
             sampler: self.sampler,
@@ -137,6 +157,7 @@ impl ProfilingArgs {
             runtime_native: self.native,
             mem_rate: self.mem_profile.as_ref().map(|_| self.mem_rate),
             timeline,
+            host_frames: self.host_frames != Some(HostFrames::None),
         })
     }
 

@@ -180,6 +180,7 @@ impl V8WasmFrames {
                 file_name: module.file_name.clone(),
                 build_id: module.build_id.clone(),
                 size: module.size,
+                start: 0,
             })
         });
         let lines = module

@@ -228,10 +228,12 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<(), WriteError> {
             cpu_delta,
             weight,
         );
-        // Consecutive samples in the same host call make one marker.
+        // Consecutive samples in the same host call make one marker; the host's own frames
+        // in it above its frame.
         let leaf = stack
-            .first()
+            .iter()
             .copied()
+            .find(|&f| !profile.is_host_frame(f))
             .filter(|&f| profile.frame_kind(f) == FrameKind::HostCall && !untimed);
         match (track.host_call, leaf) {
             (Some((frame, from, _)), Some(l)) if frame == l => {

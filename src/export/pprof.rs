@@ -78,8 +78,8 @@ pub fn to_proto(profile: &Profile) -> proto::Profile {
         .iter_ids()
         .map(|(i, m)| proto::Mapping {
             id: pprof_id(i),
-            memory_start: 0,
-            memory_limit: m.size,
+            memory_start: m.start,
+            memory_limit: m.start + m.size,
             filename: strings.id(&m.file_name),
             build_id: strings.id(&m.build_id),
             has_functions: true,
@@ -245,6 +245,7 @@ pub fn from_proto(p: &proto::Profile) -> Result<Profile, ReadError> {
             file_name: str(m.filename)?,
             build_id: str(m.build_id)?,
             size: m.memory_limit.saturating_sub(m.memory_start),
+            start: m.memory_start,
         });
         mappings.insert(m.id, (id, str(m.filename)?));
     }
@@ -368,6 +369,7 @@ mod tests {
             file_name: "app.wasm".into(),
             build_id: "abcd".into(),
             size: 100,
+            start: 0,
         });
         let frame = |b: &mut ProfileBuilder, name: &str, addr| {
             let function = b.function(&Function {

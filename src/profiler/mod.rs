@@ -289,7 +289,7 @@ impl Profiler {
             (Box::new(sampler), None)
         } else if use_signals {
             (
-                new_signal_sampler(options.rate_hz, wall, pipeline.clone()),
+                new_signal_sampler(options.rate_hz, wall, options.host_frames, pipeline.clone()),
                 Some(Arc::new(StoreContexts::new(engine)?)),
             )
         } else {

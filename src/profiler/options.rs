@@ -62,6 +62,13 @@ pub struct ProfilerOptions {
     /// Profiler, speedscope), within a fixed budget. Without it a CPU
     /// profile has one sample per distinct stack, and memory grows with those alone.
     pub timeline: bool,
+    /// Samples outside the guest's code (Wasmtime's own work, your host's, WASI's host side,
+    /// the host functions the guest calls) show the host's own functions, named from the
+    /// executable's and its libraries' symbols and DWARF, as Linux perf names them: under the
+    /// host call's frame, or under a `[host]` root for work outside any guest call. Taken by
+    /// the signal sampler only. When false, such a sample is one frame, `[wasmtime]` (or the
+    /// host call's).
+    pub host_frames: bool,
 }
 
 impl Default for ProfilerOptions {
@@ -77,6 +84,7 @@ impl Default for ProfilerOptions {
             mem_rate: None,
             runtime_native: false,
             timeline: true,
+            host_frames: true,
         }
     }
 }

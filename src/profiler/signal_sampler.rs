@@ -40,10 +40,14 @@ use wasmtime::{Engine, Store};
 pub(super) fn new_signal_sampler(
     rate_hz: u32,
     wall: bool,
+    host_frames: bool,
     sink: Arc<dyn Sink>,
 ) -> Box<dyn Sampler> {
     Box::new(crate::capture::signal::SignalSampler::new(
-        rate_hz, wall, sink,
+        rate_hz,
+        wall,
+        host_frames,
+        sink,
     ))
 }
 
@@ -65,7 +69,7 @@ pub(super) fn use_walkable_fiber_stacks(_: &mut Config) {}
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 )))]
-pub(super) fn new_signal_sampler(_: u32, _: bool, _: Arc<dyn Sink>) -> Box<dyn Sampler> {
+pub(super) fn new_signal_sampler(_: u32, _: bool, _: bool, _: Arc<dyn Sink>) -> Box<dyn Sampler> {
     unreachable!("SIGNALS_AVAILABLE is false on this platform")
 }
 

@@ -5,6 +5,7 @@
 //! profile is built.
 
 pub mod heap;
+mod host_frames;
 pub mod labels;
 pub mod timeline;
 
@@ -16,13 +17,14 @@ use crate::capture::{SampleValues, StoreKey};
 use crate::clock::{monotonic_ns, sampling_period, Clock};
 use crate::profile::{
     Frame, FrameId, Function, FunctionId, Labels, Line, MappingId, Profile, ProfileBuilder,
-    ProfileHeader, Sample, StackId, Table, ThreadId, ValueType, ALLOC_SPACE, CPU, INUSE_SPACE,
-    RUNTIME_FRAME, UNKNOWN_HOST_CALL_FRAME, WALL,
+    ProfileHeader, Sample, StackId, Table, ThreadId, ValueType, ALLOC_SPACE, CPU, HOST_ROOT_FRAME,
+    INUSE_SPACE, RUNTIME_FRAME, UNKNOWN_HOST_CALL_FRAME, WALL,
 };
 use crate::resolve::symbolize::FunctionName;
 use crate::resolve::Resolver;
 use crate::shared::{ModuleId, RawFrame};
 use heap::{Block, Heap};
+use host_frames::HostFrames;
 use labels::{LabelSets, LabelsId};
 use timeline::{Tally, Timeline};
 
@@ -78,6 +80,7 @@ pub struct Recorder {
     mappings: Table<ModuleId, MappingId>,
     frame_ids: FxHashMap<RawFrame, FrameId>,
     wasm_frames: Vec<WasmFrame>,
+    host_frames: HostFrames,
     stack: Vec<FrameId>,
     /// What the samples of each labeled stack add up to, by key id: memory grows with the
     /// distinct labeled stacks, not with time.
@@ -108,6 +111,7 @@ impl Recorder {
             mappings: Table::default(),
             frame_ids: FxHashMap::default(),
             wasm_frames: Vec::new(),
+            host_frames: HostFrames::default(),
             stack: Vec::new(),
             totals: Table::default(),
             timeline: None,
@@ -134,9 +138,10 @@ impl Recorder {
         time_ns: u64,
     ) {
         let labels = labels.map_or(LabelsId::NONE, |l| self.label_sets.intern(l));
-        match frames.first() {
+        // The host's frames count as what they were called from.
+        match frames.iter().find(|f| !matches!(f, RawFrame::Host { .. })) {
             Some(RawFrame::Wasm { .. } | RawFrame::Interpreted { .. }) => self.counts.guest += 1,
-            Some(RawFrame::Runtime) | None => self.counts.runtime += 1,
+            Some(RawFrame::Runtime | RawFrame::HostRoot) | None => self.counts.runtime += 1,
             Some(_) => self.counts.host_call += 1,
         }
         let stack = self.stack_of(resolver, frames);
@@ -277,6 +282,8 @@ impl Recorder {
                 self.builder.line_frame(&function, line, mapping, 0)
             }
             RawFrame::Runtime => self.named_frame(None, 0, plain_name(RUNTIME_FRAME)),
+            RawFrame::Host { address } => self.host_frames.frame(&mut self.builder, address),
+            RawFrame::HostRoot => self.named_frame(None, 0, plain_name(HOST_ROOT_FRAME)),
             RawFrame::UnknownHostCall => {
                 self.named_frame(None, 0, plain_name(UNKNOWN_HOST_CALL_FRAME))
             }
@@ -302,8 +309,8 @@ impl Recorder {
     }
 
     /// Gives the frames in registered modules their source lines (innermost first), from
-    /// DWARF where the module has it, else the function's name.
-    fn symbolize_wasm_frames(&self, resolver: &mut Resolver, profile: &mut Profile) {
+    /// DWARF where the module has it, else the function's name; the host's frames theirs.
+    fn symbolize_frames(&self, resolver: &mut Resolver, profile: &mut Profile) {
         let mut function_ids: FxHashMap<Function, FunctionId> = profile
             .functions
             .iter_ids()
@@ -318,9 +325,14 @@ impl Recorder {
                 .collect();
             resolver.symbolize(module, &addresses);
         }
-        for frame in &self.wasm_frames {
+        let wasm = self.wasm_frames.iter().map(|frame| {
             let source = resolver.source_frames(frame.module, frame.func_index, frame.offset);
-            profile.frames[frame.id].lines = source
+            (frame.id, source)
+        });
+        let mut named: Vec<_> = wasm.collect();
+        named.extend(self.host_frames.source_frames(resolver));
+        for (frame, source) in named {
+            profile.frames[frame].lines = source
                 .iter()
                 .map(|s| {
                     let function = Function {
@@ -589,7 +601,7 @@ impl Recorder {
     ) -> Profile {
         self.add_mappings(resolver);
         let mut profile = self.builder.build(header, samples);
-        self.symbolize_wasm_frames(resolver, &mut profile);
+        self.symbolize_frames(resolver, &mut profile);
         profile
     }
 }

@@ -32,13 +32,20 @@ impl Resolver {
                 &pcs.native[1..],
                 pcs,
             ),
-            NativeSample::Host(pcs) => (
-                pcs.native
-                    .get(1)
-                    .map_or(RawFrame::Runtime, |&exit| self.exit_frame(exit)),
-                &pcs.native[1..],
-                pcs,
-            ),
+            NativeSample::Host(pcs) => {
+                // The host's frames, leaf first: a return address less one is in its call.
+                let host = &pcs.native[..pcs.host.min(pcs.native.len())];
+                frames.extend(host.iter().enumerate().map(|(i, &pc)| RawFrame::Host {
+                    address: (pc - usize::from(i > 0)) as u64,
+                }));
+                let under = pcs.host.max(1);
+                let leaf = match pcs.native.get(under) {
+                    Some(&exit) => self.exit_frame(exit),
+                    None if host.is_empty() => RawFrame::Runtime,
+                    None => RawFrame::HostRoot,
+                };
+                (leaf, pcs.native.get(under..).unwrap_or_default(), pcs)
+            }
             NativeSample::Pulley(pcs) => {
                 let (candidates, lr_and_records) = pcs
                     .native

@@ -30,6 +30,7 @@ use crate::wasm::module_bytes::ModuleBytes;
 use build_id::BuildId;
 use code_map::CodeMap;
 use pulley_ops::FunctionOps;
+use symbolize::host::HostSymbols;
 use symbolize::source_map::{Searched, SourceMapSearch};
 use symbolize::{FunctionName, ModuleSymbolizer, SourceFrame};
 
@@ -94,6 +95,8 @@ pub struct Resolver {
     /// Pulley functions' instructions, by the address of their code, once decoded.
     function_ops: FxHashMap<usize, FunctionOps>,
     opcode_names: HashMap<&'static str, Arc<str>>,
+    /// The host's frames' names (see [`RawFrame::Host`]).
+    host_symbols: HostSymbols,
 }
 
 /// A language runtime, in the registered module it is detected in.
@@ -124,6 +127,7 @@ impl Resolver {
             source_map_warnings: Vec::new(),
             runtime_native,
             runtimes: FxHashMap::default(),
+            host_symbols: HostSymbols::new(use_dwarf),
         }
     }
 
@@ -234,6 +238,7 @@ impl Resolver {
             file_name: m.file_name.clone(),
             build_id: m.build_id.get().to_string(),
             size: m.symbolizer.wasm().len() as u64,
+            start: 0,
         }
     }
 
@@ -254,6 +259,11 @@ impl Resolver {
     /// for [`source_frames`](Self::source_frames).
     pub fn symbolize(&mut self, module: ModuleId, addresses: &[(u32, u32)]) {
         self.modules[module].symbolizer.symbolize(addresses);
+    }
+
+    /// The source frames of host code at `address` (see [`RawFrame::Host`]), innermost first.
+    pub fn host_source_frames(&mut self, address: u64) -> Arc<[SourceFrame]> {
+        self.host_symbols.source_frames(address)
     }
 
     /// The source frames of an address of registered module `module`, innermost first.

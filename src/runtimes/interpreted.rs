@@ -64,8 +64,8 @@ impl Frame {
 
 /// Puts an interpreter's frames (`words`, [`Frame`]s innermost first, each activation ended
 /// by its [`Frame::Activation`]) into a sample's resolved native `frames` (leaf first). By
-/// default in place of the Wasm frames (the leaf stays when it is not Wasm: a host call, the
-/// runtime itself), as py-spy shows Python frames alone; with `--native`, each activation's
+/// default in place of the Wasm frames (the frames above the innermost Wasm stay: a host call
+/// and the host's frames in it, the runtime itself), as py-spy shows Python frames alone; with `--native`, each activation's
 /// frames in place of the frame of the interpreter loop that runs it (`is_loop`).
 pub fn splice_frames(
     cx: &SpliceContext<'_>,
@@ -83,10 +83,11 @@ pub fn splice_frames(
         Frame::Activation => None,
     };
     if !cx.native {
-        let keep = usize::from(!matches!(
-            frames.first(),
-            Some(RawFrame::Wasm { .. }) | None
-        ));
+        // The leaf's host call and the host's frames in it stay.
+        let keep = frames
+            .iter()
+            .take_while(|f| !matches!(f, RawFrame::Wasm { .. }))
+            .count();
         frames.truncate(keep);
         frames.extend(words.iter().filter_map(frame_of));
         return;

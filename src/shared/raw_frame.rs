@@ -32,6 +32,12 @@ pub enum RawFrame {
     UnknownHostCall,
     /// Inside Wasmtime's own code: trampolines, libcalls such as `memory.grow`.
     Runtime,
+    /// A host function's code (see [`crate::shared::loaded_objects`]): the sampled
+    /// instruction's address for the leaf, an address inside the call for callers.
+    Host { address: u64 },
+    /// The root of a sample of the host's own work, outside any guest call (its frames
+    /// above).
+    HostRoot,
     /// A frame of the interpreted language of a runtime (see [`crate::runtimes`]) in module
     /// `module`: its code, as the runtime numbers it, and its line (0: unknown).
     Interpreted {

@@ -30,11 +30,16 @@ pub fn fixture(rel: &str) -> PathBuf {
 
 /// `wasmtime run`: the example `cargo test` builds beside the tests.
 pub fn wasmtime_cli() -> PathBuf {
+    built_example("wasmtime-baseline")
+}
+
+/// The executable of example `name`, which `cargo test` builds beside the tests.
+pub fn built_example(name: &str) -> PathBuf {
     let bin = Path::new(env!("CARGO_BIN_EXE_wasmspy"));
-    let path = bin.parent().unwrap().join("examples/wasmtime-baseline");
+    let path = bin.parent().unwrap().join("examples").join(name);
     assert!(
         path.exists(),
-        "{} is missing: `cargo test` builds it (`cargo build --features internals --example wasmtime-baseline`)",
+        "{} is missing: `cargo test` builds it (`cargo build --features internals --example {name}`)",
         path.display()
     );
     path
@@ -160,7 +165,38 @@ pub fn assert_spin_stack(p: &Decoded) {
 pub struct Decoded(pub proto::Profile);
 
 impl Decoded {
+    /// The profile as the guest's code sees it: the host's own frames (see
+    /// `ProfilerOptions::host_frames`: locations in mappings where a host object is loaded)
+    /// and their mappings left out, so that a host call's frame is its sample's leaf, as the
+    /// tests about the guest's stacks expect; [`Self::load_whole`] keeps them. Locations are
+    /// numbered anew, in order (see [`Self::location`]).
     pub fn load(path: &Path) -> Self {
+        let mut p = Self::load_whole(path);
+        let host: std::collections::HashSet<u64> =
+            p.0.mapping
+                .iter()
+                .filter(|m| m.memory_start != 0)
+                .map(|m| m.id)
+                .collect();
+        p.0.mapping.retain(|m| !host.contains(&m.id));
+        let mut renumbered = HashMap::new();
+        p.0.location.retain(|l| !host.contains(&l.mapping_id));
+        for (i, l) in p.0.location.iter_mut().enumerate() {
+            renumbered.insert(l.id, i as u64 + 1);
+            l.id = i as u64 + 1;
+        }
+        for s in &mut p.0.sample {
+            s.location_id = s
+                .location_id
+                .iter()
+                .filter_map(|l| renumbered.get(l).copied())
+                .collect();
+        }
+        p
+    }
+
+    /// The profile as written, the host's frames included.
+    pub fn load_whole(path: &Path) -> Self {
         let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
         Decoded(pprof::decode(&bytes).expect("decode pprof"))
     }
@@ -228,6 +264,31 @@ impl Decoded {
             .iter()
             .flat_map(|&l| self.source_frames(l))
             .map(|(name, file, line, _)| (name, file, line))
+            .collect()
+    }
+
+    /// The functions the samples' frames are in, each once, in the profile's order.
+    pub fn sampled_functions(&self) -> Vec<&proto::Function> {
+        let used: std::collections::HashSet<u64> = self
+            .0
+            .sample
+            .iter()
+            .flat_map(|s| &s.location_id)
+            .flat_map(|&l| &self.location(l).line)
+            .map(|line| line.function_id)
+            .collect();
+        self.0
+            .function
+            .iter()
+            .filter(|f| used.contains(&f.id))
+            .collect()
+    }
+
+    /// The names of [`Self::sampled_functions`].
+    pub fn sampled_function_names(&self) -> Vec<&str> {
+        self.sampled_functions()
+            .into_iter()
+            .map(|f| self.str(f.name))
             .collect()
     }
 

@@ -221,9 +221,9 @@ pub fn write_guest(dir: &Path, name: &str, look_alike: &LookAlike) -> std::path:
 }
 
 /// What a profile may name of `wasm`'s own: its functions (by its name section), its imports
-/// (`module::name`) and Wasmtime's code.
+/// (`module::name`), Wasmtime's code and the root of the host's own work.
 pub fn module_functions(wasm: &[u8]) -> Vec<String> {
-    let mut names = vec!["[wasmtime]".to_string()];
+    let mut names = vec!["[wasmtime]".to_string(), "[host]".to_string()];
     for payload in wasmparser::Parser::new(0).parse_all(wasm) {
         match payload.unwrap() {
             wasmparser::Payload::ImportSection(imports) => {

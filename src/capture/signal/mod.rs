@@ -63,17 +63,24 @@ pub struct SignalSampler {
     period: Duration,
     /// Sampling by wall time, not the guest thread's CPU time.
     wall: bool,
+    /// Whether samples outside Wasm code take the host's frames.
+    host_frames: bool,
     sink: Arc<dyn Sink>,
     guests: Vec<GuestThread>,
     running: Option<Running>,
 }
 
 impl SignalSampler {
-    /// At `rate_hz` of the guest thread's CPU time, or of wall time if `wall`.
-    pub fn new(rate_hz: u32, wall: bool, sink: Arc<dyn Sink>) -> Self {
+    /// At `rate_hz` of the guest thread's CPU time, or of wall time if `wall`; samples outside
+    /// Wasm code with the host's frames if `host_frames`.
+    pub fn new(rate_hz: u32, wall: bool, host_frames: bool, sink: Arc<dyn Sink>) -> Self {
+        if host_frames {
+            handler::prepare_host_frames();
+        }
         SignalSampler {
             period: sampling_period(rate_hz),
             wall,
+            host_frames,
             sink,
             guests: Vec::new(),
             running: None,
@@ -102,6 +109,7 @@ impl SignalSampler {
             cpu_period_ns,
             timers,
             self.period,
+            self.host_frames,
         ));
         state.reset_clocks(guest.cpu_clock);
         if !handler::attach(&state) {
@@ -289,7 +297,7 @@ fn drain_state(state: &ThreadState, sink: &dyn Sink) {
             measured: s.cpu_delta_ns,
             wall_ns: s.wall_delta_ns,
         };
-        let sample = NativeSample::of(kind(s.kind), s.pcs(), s.splice());
+        let sample = NativeSample::of(kind(s.kind), s.pcs(), s.host_depth, s.splice());
         sink.native(sample, taken(state, s), values);
     }) {}
 }
@@ -363,6 +371,7 @@ impl Dumper for SignalDumper {
             let stack = DumpedStack {
                 kind: kind(s.kind),
                 pcs: s.pcs().to_vec(),
+                host_depth: s.host_depth,
                 splice: s.splice(),
                 store: (s.store != 0).then_some(StoreKey(s.store)),
                 taken: taken(&state, &s),

@@ -5,6 +5,7 @@
 //! symbolized once, when a profile first shows it.
 
 mod dwarf;
+pub mod host;
 mod names;
 pub mod source_map;
 

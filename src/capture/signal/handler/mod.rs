@@ -1,7 +1,8 @@
 //! The SIGPROF handler: all of wasmspy's code that runs inside a signal handler is here.
 //!
 //! Invariants, which every change must keep:
-//! - **Async-signal-safe**: no allocation, no locks, no panics; only atomics, `clock_gettime`
+//! - **Async-signal-safe**: no allocation (framehop unwinds under its
+//!   `MustNotAllocateDuringUnwind` policy, into caches allocated beforehand), no locks, no panics; only atomics, `clock_gettime`
 //!   (async-signal-safe per POSIX), `gettid`, `getpid`, `timer_settime`, `timer_gettime` and `getrusage` (system calls:
 //!   telling the sampled thread, arming the timer for the next sample, telling a wait from a
 //!   preemption; see [`super::timer`]) and reads of memory proven mapped (below). `errno` is
@@ -16,7 +17,9 @@
 //!   with `call_async`), or a fiber stack of Wasmtime's own (the pooling allocator's) between the
 //!   guard page and the Wasm entry that a store running on it records (see
 //!   [`ThreadState::running_fiber_at`]). They are skipped entirely when `sp` is on none of these
-//!   (e.g. on Wasmtime's alternate signal stack). The one exception, a guest's fiber suspended in a host call while
+//!   (e.g. on Wasmtime's alternate signal stack). The host's frames are unwound on that same
+//!   live stack, with the unwind tables of the host's loaded objects, never unloaded (see
+//!   [`host_frames`]). The one exception, a guest's fiber suspended in a host call while
 //!   the thread runs its own stack, is read within that fiber's published mapping. Code reads
 //!   (instruction bytes at the PC) happen only for a PC inside a registered module's text.
 //!   Store contexts are read only while [`store_contexts`] publishes them (their stores alive);
@@ -50,9 +53,11 @@
 //! The handler's files, one job each, each stating which of these invariants it keeps and
 //! how: [`sample`], what a sample holds; [`threads`], the lifetime protocol; [`thread_state`],
 //! a sampled thread's state, its ticks and dumps; [`stacks`], where the handler may read;
-//! [`walk`], the frames it follows; [`registers`], the interrupted registers and prologues.
+//! [`walk`], the frames it follows; [`registers`], the interrupted registers and prologues;
+//! [`host_frames`], the host's frames outside Wasm code.
 //! This file: the handler's entry, [`on_sigprof`], and its installation.
 
+mod host_frames;
 mod registers;
 mod sample;
 mod stacks;
@@ -66,6 +71,7 @@ use std::sync::atomic::Ordering;
 // and so that the files below reach them as `super::…`, as the handler did in one file.
 use super::{fiber_stacks, pulley_stack, ring, runtime_instances, store_contexts, timer};
 use crate::clock::clock_ns;
+pub use host_frames::prepare as prepare_host_frames;
 use registers::Registers;
 pub use sample::{Kind, RawSample, MAX_FRAMES};
 pub(super) use stacks::read;

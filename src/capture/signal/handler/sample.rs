@@ -19,8 +19,9 @@ pub const MAX_FRAMES: usize = crate::shared::MAX_STACK_DEPTH;
 pub enum Kind {
     /// The PC is in a module's code; `pcs` is the walked stack.
     Guest = 0,
-    /// The PC is outside Wasm code; `pcs[0]` is that PC, then, if Wasm is under it, the return
-    /// address into the Wasm code that left for the host and the walked stack above it.
+    /// The PC is outside Wasm code; `pcs[0]` is that PC, then the host frames' return
+    /// addresses (`host_depth` frames in all, where taken), then, if Wasm is under it, the
+    /// return address into the Wasm code that left for the host and the walked stack above it.
     Host = 1,
     /// Pulley ran bytecode: `pcs[..PC_CANDIDATES]` are candidates for its PC (see
     /// [`pulley_stack`]), then its link register (the caller's return address before the
@@ -44,6 +45,9 @@ pub struct RawSample {
     /// Leaf first: the interrupted PC, then return addresses; from the [`splice`](Self::splice)'s
     /// index on, if set, the words of a language runtime's stack (see [`crate::runtimes`]).
     pub pcs: [usize; MAX_FRAMES],
+    /// Of a [`Kind::Host`] sample: how many of `pcs`, from the first, are host frames (see
+    /// [`super::host_frames`]); 0 where they were not taken, the PC alone then in `pcs[0]`.
+    pub host_depth: usize,
     /// Whether `pcs` ends with a runtime's words, where they start and the runtime's id: three
     /// fields rather than an `Option`, whose all-zero bytes are not promised to be `None`.
     spliced: bool,
@@ -66,6 +70,7 @@ impl RawSample {
             wall_delta_ns: 0,
             time_ns: 0,
             pcs: [0; MAX_FRAMES],
+            host_depth: 0,
             spliced: false,
             splice_at: 0,
             splice_runtime: 0,

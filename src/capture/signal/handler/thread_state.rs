@@ -13,6 +13,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::host_frames::HostCache;
 use super::registers::Registers;
 use super::ring::Ring;
 use super::store_contexts::Offsets;
@@ -69,6 +70,8 @@ pub struct ThreadState {
     dump_wanted: AtomicU64,
     dump_done: AtomicU64,
     dump: std::cell::UnsafeCell<RawSample>,
+    /// Where the thread's host frames are taken (see [`super::host_frames`]): its unwind cache.
+    pub(super) host_cache: Option<HostCache>,
 }
 
 // SAFETY: the timers are kernel handles, usable from any thread; everything else is Sync.
@@ -78,13 +81,15 @@ unsafe impl Send for ThreadState {}
 
 impl ThreadState {
     /// `stack` is the sampled thread's stack; `wall_timer` and `cpu_timer` send it its
-    /// signals, every `tick` while it runs.
+    /// signals, every `tick` while it runs; `host_frames`: whether its samples outside Wasm
+    /// code take the host's frames.
     pub fn new(
         ring: Ring<RawSample>,
         stack: std::ops::Range<usize>,
         cpu_period_ns: u64,
         (wall_timer, cpu_timer): (SignalTimer, Option<SignalTimer>),
         tick: std::time::Duration,
+        host_frames: bool,
     ) -> Self {
         let now = clock_ns(libc::CLOCK_MONOTONIC);
         ThreadState {
@@ -109,6 +114,7 @@ impl ThreadState {
             dump_wanted: AtomicU64::new(0),
             dump_done: AtomicU64::new(0),
             dump: std::cell::UnsafeCell::new(RawSample::empty()),
+            host_cache: host_frames.then(HostCache::new),
         }
     }
 

@@ -12,6 +12,7 @@
 //! runtime's memory as [`runtime_instances`] states; **async-signal-safe**, it only reads and
 //! writes the sample it is given.
 
+use super::host_frames;
 use super::pulley_stack::{self, Interrupted, PC_CANDIDATES};
 use super::registers::{caller_after_push, caller_at_entry, prologue_state, Prologue, Registers};
 use super::runtime_instances;
@@ -26,6 +27,7 @@ impl ThreadState {
         s.pcs[0] = regs.pc;
         s.depth = 1;
         s.store = 0;
+        s.host_depth = 0;
         s.set_splice(None);
         let mut leaf_at = None;
         let stack = self.stack_at(regs.sp);
@@ -44,11 +46,16 @@ impl ThreadState {
             s.kind = Kind::Host;
             if let Some(exit) = stack.and_then(|st| self.last_exit(regs.sp, st)) {
                 s.store = exit.store;
+                s.host_depth = self.host_frames(regs, stack, s);
                 push(s, exit.pc);
                 self.follow_chain(exit.stack, exit.fp, s);
-                leaf_at = Some(1);
+                leaf_at = Some(s.host_depth.max(1));
             } else {
                 self.add_pulley_stack(regs, stack, s);
+                // Neither in Wasm nor under it: the host's own work (Wasmtime's, its embedder's).
+                if s.kind == Kind::Host && s.depth == 1 {
+                    s.host_depth = self.host_frames(regs, stack, s);
+                }
             }
         }
         add_runtime_stack(s, leaf_at);
@@ -56,6 +63,17 @@ impl ThreadState {
             0 => 0,
             store => store_contexts::labels_of(store),
         };
+    }
+
+    /// The host frames above the interrupted PC, where the thread takes them (see
+    /// [`host_frames`]): how many `s` holds, the PC's included; 0 where it does not.
+    fn host_frames(&self, regs: &Registers, stack: Option<Stack>, s: &mut RawSample) -> usize {
+        match (&self.host_cache, stack) {
+            (Some(cache), Some(stack)) => {
+                host_frames::unwind(regs, stack, cache, |a| self.in_code(a), s)
+            }
+            _ => 0,
+        }
     }
 
     /// Appends the callers of a PC in Wasm code to `s`.
