@@ -98,8 +98,10 @@ impl StackDump {
         for &frame in &p.stacks[stack] {
             for line in &p.frames[frame].lines {
                 let f = &p.functions[line.function];
-                // The host's own frames without a file: the object they are in.
-                let kind = match p.is_host_frame(frame) {
+                // The host's own frames: `host: ` and their file:line, else the object they
+                // are in.
+                let host = p.is_host_frame(frame);
+                let kind = match host {
                     true => FrameKind::Guest,
                     false => p.frame_kind(frame),
                 };
@@ -111,6 +113,10 @@ impl StackDump {
                         .map_or("?".to_string(), |m| p.mappings[m].file_name.clone()),
                     (file, 0, _) => file.to_string(),
                     (file, n, _) => format!("{file}:{n}"),
+                };
+                let place = match host {
+                    true => format!("host: {place}"),
+                    false => place,
                 };
                 let _ = writeln!(out, "{}\n\t{place}", f.name);
             }

@@ -221,7 +221,7 @@ fn stacks_are_those_of_the_native_build() {
     assert!(ran.status.success(), "{}", stderr(&ran));
     let (out, ours) = record(dir.path(), &[], &fixture("go/stacks.wasm"), &["3000"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let native = chains_above_spin(&Decoded::load(&native_profile));
+    let native = chains_above_spin(&Decoded::load_whole(&native_profile));
     let wasm = chains_above_spin(&Decoded::load(&ours));
     assert_eq!(
         native.keys().collect::<Vec<_>>(),

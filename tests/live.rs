@@ -431,7 +431,8 @@ fn a_dump_shows_where_a_guest_is_now() {
         .take_while(|c| c.len() == 2 && c[1].starts_with('\t'))
         .map(|c| (c[0], c[1].trim()))
         .collect();
-    // The host's frames in the call first (`clock_nanosleep`, in libc), then the call's.
+    // The host's frames in the call first (`clock_nanosleep`, in libc, its place `host: `
+    // and the object), then the call's.
     let call = frames
         .iter()
         .position(|(f, _)| *f == "wasi_snapshot_preview1::poll_oneoff")
@@ -440,7 +441,10 @@ fn a_dump_shows_where_a_guest_is_now() {
     assert!(
         frames[..call]
             .iter()
-            .any(|(f, place)| f.contains("nanosleep") && place.contains("libc")),
+            .all(|(_, place)| place.starts_with("host: "))
+            && frames[..call]
+                .iter()
+                .any(|(f, place)| f.contains("nanosleep") && place.contains("libc")),
         "{text}"
     );
     let nap = frames.iter().position(|(f, _)| *f == "nap").unwrap();
