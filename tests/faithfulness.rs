@@ -301,7 +301,8 @@ fn perf_shares(data: &Path) -> Shares {
 /// whose guest alternates its own work (`guest_work`) with calls of a slow host import, whose
 /// host function `spin_in_host` wasmspy names from the host's symbols, under the import's
 /// frame. Its share of the samples in either (`spin_in_host` against `guest_work`, the rest
-/// being trampolines and the host's loop) agrees with perf's within [`HOST_TOLERANCE`].
+/// being trampolines and the host's loop) agrees with perf's within [`HOST_TOLERANCE`]; the
+/// host's own work before the guest runs sits under a `[host]` root.
 #[test]
 fn a_slow_host_import_has_the_share_perf_sees() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -339,14 +340,26 @@ fn a_slow_host_import_has_the_share_perf_sees() {
 
     let p = Decoded::load_whole(&out);
     let samples = p.value_index("samples");
-    let (mut ours_host, mut ours_guest) = (0.0, 0.0);
+    let (mut ours_host, mut ours_guest, mut host_alone) = (0.0, 0.0, 0.0);
     for (names, values) in p.stacks() {
+        let before_the_guest = "slow_import_host::host_work_before_the_guest";
         if let Some(at) = names
             .iter()
             .position(|n| n == "slow_import_host::spin_in_host")
         {
-            // The host function sits in the import's frame.
-            assert!(names[at..].iter().any(|n| n == "host::spin"), "{names:?}");
+            // The host function sits in the import's frame, or, called by the host alone
+            // before the guest runs, under `[host]` and `main`.
+            let called_by = &names[at..];
+            if called_by.iter().any(|n| n == before_the_guest) {
+                assert_eq!(called_by.last().unwrap(), "[host]", "{names:?}");
+                assert!(
+                    called_by.iter().any(|n| n == "slow_import_host::main"),
+                    "{names:?}"
+                );
+                host_alone += values[samples] as f64;
+            } else {
+                assert!(called_by.iter().any(|n| n == "host::spin"), "{names:?}");
+            }
             ours_host += values[samples] as f64;
         } else if names[0] == "guest_work" {
             ours_guest += values[samples] as f64;
@@ -361,6 +374,11 @@ fn a_slow_host_import_has_the_share_perf_sees() {
         perf_host + perf_guest,
         ours_host + ours_guest
     );
+    // 0.2 s at 2 kHz: some 400 samples.
+    assert!(
+        host_alone > 100.0,
+        "{host_alone} samples before the guest ran"
+    );
     assert!(
         perf_host + perf_guest > 2000.0 && ours_host + ours_guest > 2000.0,
         "too few samples: perf {perf_host}/{perf_guest}, wasmspy {ours_host}/{ours_guest}"
@@ -372,7 +390,7 @@ fn a_slow_host_import_has_the_share_perf_sees() {
 }
 
 /// `--host-frames none` in the library (`ProfilerOptions::host_frames`): the import's frame is
-/// the leaf, no host function is named.
+/// the leaf, no host function is named, the host's work before the guest is `[wasmtime]`.
 #[test]
 fn without_host_frames_a_host_import_is_one_frame() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -402,6 +420,13 @@ fn without_host_frames_a_host_import_is_one_frame() {
         "host::spin's samples: {import} of {}",
         p.total("samples")
     );
+    let runtime: i64 = stacks
+        .iter()
+        .filter(|(names, _)| names[..] == ["[wasmtime]"])
+        .map(|(_, values)| values[p.value_index("samples")])
+        .sum();
+    // 0.2 s at 2 kHz: some 400 samples.
+    assert!(runtime > 100, "[wasmtime]'s samples: {runtime}");
 }
 
 /// The host-frame test's rate, for both profilers: 3 s of the guest thread give each some
