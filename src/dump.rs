@@ -101,13 +101,9 @@ impl StackDump {
                 // The host's own frames: `host: ` and their file:line, else the object they
                 // are in.
                 let host = p.is_host_frame(frame);
-                let kind = match host {
-                    true => FrameKind::Guest,
-                    false => p.frame_kind(frame),
-                };
-                let place = match (f.file.as_str(), line.line, kind) {
+                let place = match (f.file.as_str(), line.line, p.frame_kind(frame)) {
                     ("", _, FrameKind::HostCall) => "[host]".to_string(),
-                    ("", _, FrameKind::Runtime) => "[wasmtime]".to_string(),
+                    ("", _, FrameKind::Runtime) if !host => "[wasmtime]".to_string(),
                     ("", _, _) => p.frames[frame]
                         .mapping
                         .map_or("?".to_string(), |m| p.mappings[m].file_name.clone()),

@@ -374,7 +374,7 @@ fn a_slow_host_import_has_the_share_perf_sees() {
         perf_host + perf_guest,
         ours_host + ours_guest
     );
-    // 0.2 s at 2 kHz: some 400 samples.
+    // 0.2 s of CPU at 2 kHz: some 400 samples.
     assert!(
         host_alone > 100.0,
         "{host_alone} samples before the guest ran"
@@ -425,11 +425,11 @@ fn without_host_frames_a_host_import_is_one_frame() {
         .filter(|(names, _)| names[..] == ["[wasmtime]"])
         .map(|(_, values)| values[p.value_index("samples")])
         .sum();
-    // 0.2 s at 2 kHz: some 400 samples.
+    // 0.2 s of CPU at 2 kHz: some 400 samples.
     assert!(runtime > 100, "[wasmtime]'s samples: {runtime}");
 }
 
-/// The host-frame test's rate, for both profilers: 3 s of the guest thread give each some
+/// The host-frame test's rate, for both profilers: 3 s of the guest thread's CPU give each some
 /// 6,000 samples of the two functions.
 const HOST_RATE: &str = "2000";
 /// With n = 6,000 samples each and a share near 0.5, each share's binomial noise is

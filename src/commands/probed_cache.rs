@@ -23,8 +23,8 @@ use wasmtime::component::Component;
 use wasmtime::Engine;
 use wasmtime_cli_flags::CommonOptions;
 
-use crate::resolve::build_id::hex;
 use crate::runtime_probe::PROBE;
+use crate::shared::hex::hex;
 
 /// Where an engine's entries are; `None` where Wasmtime's options turn its cache off.
 pub struct ProbedCache {

@@ -7,6 +7,7 @@ use std::thread::JoinHandle;
 
 use sha2::{Digest, Sha256};
 
+use crate::shared::hex::hex;
 use crate::sync::lock;
 use crate::wasm::module_bytes::ModuleBytes;
 
@@ -44,11 +45,6 @@ impl BuildId {
             hashing.and_then(|h| h.join().ok()).unwrap_or_default()
         })
     }
-}
-
-/// `bytes` in lowercase hex, two digits a byte.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -9,6 +9,8 @@
 use std::ops::Range;
 use std::sync::OnceLock;
 
+use super::hex::hex;
+
 /// One object's code in memory.
 #[derive(Debug)]
 pub struct LoadedObject {
@@ -105,10 +107,15 @@ unsafe extern "C" fn one_object(
     let build_id = headers
         .iter()
         .filter(|h| h.p_type == libc::PT_NOTE)
-        .find_map(|h| {
-            // SAFETY: a note segment of a loaded object, mapped while it stays loaded.
+        .map(|h| bias + h.p_vaddr..bias + h.p_vaddr + h.p_memsz)
+        .filter(|notes| loaded(notes, &loads))
+        .find_map(|notes| {
+            // SAFETY: inside a loadable segment of a loaded object (checked).
             let notes = unsafe {
-                std::slice::from_raw_parts((bias + h.p_vaddr) as *const u8, h.p_memsz as usize)
+                std::slice::from_raw_parts(
+                    notes.start as *const u8,
+                    (notes.end - notes.start) as usize,
+                )
             };
             gnu_build_id(notes)
         })
@@ -122,6 +129,14 @@ unsafe extern "C" fn one_object(
         unwind,
     });
     0
+}
+
+/// Whether `range` lies inside one of the loadable segments `loads`: mapped, while the object
+/// stays loaded.
+fn loaded(range: &Range<u64>, loads: &[Range<u64>]) -> bool {
+    loads
+        .iter()
+        .any(|l| l.start <= range.start && range.end <= l.end)
 }
 
 /// The GNU build id among ELF notes (`NT_GNU_BUILD_ID`, named `GNU`), in hex.
@@ -139,7 +154,7 @@ fn gnu_build_id(mut notes: &[u8]) -> Option<String> {
         let desc_at = 12 + aligned(name_size);
         let desc = notes.get(desc_at..desc_at + desc_size)?;
         if kind == NT_GNU_BUILD_ID && name == b"GNU\0" {
-            return Some(desc.iter().map(|b| format!("{b:02x}")).collect());
+            return Some(hex(desc));
         }
         notes = notes.get(desc_at + aligned(desc_size)..)?;
     }
@@ -149,11 +164,10 @@ fn gnu_build_id(mut notes: &[u8]) -> Option<String> {
 /// The tables of an object whose `.eh_frame_hdr` is the `len` bytes at `at`, within its
 /// loadable segments `loads`.
 fn unwind_tables(at: u64, len: u64, loads: &[Range<u64>]) -> Option<UnwindTables> {
-    let within = |a: u64| loads.iter().find(|r| r.contains(&a)).map(|r| r.end);
-    let hdr_end = within(at)?;
-    if at + len > hdr_end {
+    if !loaded(&(at..at + len), loads) {
         return None;
     }
+    let within = |a: u64| loads.iter().find(|r| r.contains(&a)).map(|r| r.end);
     // SAFETY: inside a loadable segment of a loaded object, mapped while it stays loaded.
     let eh_frame_hdr = unsafe { std::slice::from_raw_parts(at as *const u8, len as usize) };
     let bases = gimli::BaseAddresses::default().set_eh_frame_hdr(at);
