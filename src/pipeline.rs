@@ -21,6 +21,7 @@ use crate::capture::{DumpedStack, LabelsKey, NativeSample, SampleValues, Sink, S
 use crate::clock::{monotonic_ns, Clock};
 use crate::profile::{Labels, Profile, PULLEY_NEXT_LABEL, PULLEY_OP_LABEL, PULLEY_PREV_LABEL};
 use crate::record::heap::Block;
+use crate::record::packed_labels::PackedLabels;
 use crate::record::{KindCounts, Mark, Recorder};
 use crate::resolve::pulley_ops::OpcodeAt;
 use crate::resolve::Resolver;
@@ -88,7 +89,7 @@ pub struct Pipeline {
     /// Events the full queue turned away.
     dropped: AtomicU64,
     /// The registered sets of labels, with when each was registered (`CLOCK_MONOTONIC`).
-    labels: Mutex<FxHashMap<LabelsKey, (Labels, u64)>>,
+    labels: Mutex<FxHashMap<LabelsKey, (PackedLabels, u64)>>,
     /// Sets no longer registered (`CLOCK_MONOTONIC` when dropped), forgotten once their last
     /// samples must have been resolved.
     retired: Mutex<VecDeque<(u64, LabelsKey)>>,
@@ -121,14 +122,15 @@ impl Pipeline {
 
     /// Registers `labels` for the samples that carry the returned key, until it is dropped;
     /// `None` for no labels.
-    pub fn register_labels(self: &Arc<Self>, labels: Labels) -> Option<RegisteredLabels> {
+    pub fn register_labels(self: &Arc<Self>, labels: &[(&str, &str)]) -> Option<RegisteredLabels> {
         if labels.is_empty() {
             return None;
         }
         // Interned by the recorder when a sample comes: a store is labeled without waiting
         // for a profile being built.
         let key = LabelsKey::unique();
-        lock(&self.labels).insert(key, (labels, monotonic_ns()));
+        let packed = PackedLabels::new(labels);
+        lock(&self.labels).insert(key, (packed, monotonic_ns()));
         Some(RegisteredLabels {
             pipeline: Arc::downgrade(self),
             key,
@@ -182,7 +184,9 @@ impl Pipeline {
     /// A registered set of labels, with when it was registered (`CLOCK_MONOTONIC`): when a
     /// server began the request it names.
     pub fn labels_since(&self, key: Option<LabelsKey>) -> Option<(Labels, u64)> {
-        key.and_then(|k| lock(&self.labels).get(&k).cloned())
+        let labels = lock(&self.labels);
+        let (packed, since) = labels.get(&key?)?;
+        Some((packed.unpack(), *since))
     }
 
     /// A profile of `stacks` (a stack dump's), a sample each, named and symbolized as the
@@ -409,10 +413,10 @@ mod tests {
             Recorder::new(1000, Clock::Cpu, "signal"),
         ));
         let labels: Labels = [("request".to_string(), "1".to_string())].into();
-        let registered = pipeline.register_labels(labels.clone()).unwrap();
+        let registered = pipeline.register_labels(&[("request", "1")]).unwrap();
         let key = Some(registered.key());
         assert_eq!(pipeline.labels_of(key), Some(labels.clone()));
-        assert!(pipeline.register_labels(Labels::default()).is_none());
+        assert!(pipeline.register_labels(&[]).is_none());
         drop(registered);
         pipeline.flush();
         assert_eq!(

@@ -73,7 +73,9 @@ pub struct RequestLabels {
 /// What every instance is made from.
 pub struct Instances {
     pub proxy: Proxy,
-    pub profiler: ProfilerHandle,
+    /// Shared with every instance's [`Worker`]: one reference count, where a handle has one
+    /// for each of its parts.
+    pub profiler: Arc<ProfilerHandle>,
     pub reuse: Reuse,
     /// `-W timeout`: how long a request may take; `Duration::MAX` for no limit.
     pub request_timeout: Duration,
@@ -94,7 +96,7 @@ impl Instances {
     ) -> Self {
         Instances {
             proxy,
-            profiler,
+            profiler: Arc::new(profiler),
             reuse,
             request_timeout,
             next_instance: AtomicU64::new(0),
@@ -260,7 +262,7 @@ impl WorkerExpiration for Expiration {
 /// An instance's state.
 pub struct Worker {
     id: u64,
-    profiler: ProfilerHandle,
+    profiler: Arc<ProfilerHandle>,
     labeling: Option<Labeling>,
     requests: usize,
     concurrent: usize,

@@ -1,7 +1,7 @@
 //! Attaching stores and threads: what the profiler keeps of each store it samples (its key,
 //! its labels, its runtime instance once shown), the hooks it sets in it (the epoch callback,
 //! the instructions clock's call hook), and the threads bound to the sampler until they end.
-//! What a store must keep alive while it is sampled, it owns ([`keep_until_dropped`]), and
+//! What a store must keep alive while it is sampled, it owns ([`StoreKeeper`](crate::capture::StoreKeeper)), and
 //! what the profiler keeps of it is taken out as it drops ([`StoreAttached`]).
 
 use std::sync::atomic::Ordering;
@@ -14,11 +14,10 @@ use super::{Interrupted, Profiler, ProfilerHandle, Result, SharedSampler};
 use crate::capture::allocations::{Allocations, StoreData};
 use crate::capture::epoch;
 use crate::capture::instructions::FuelSampling;
-use crate::capture::{keep_until_dropped, LabelsNow, SampleValues, StoreKey, Taken};
+use crate::capture::{LabelsNow, SampleValues, StoreKey, Taken};
 use crate::clock::{monotonic_ns, thread_cpu_ns};
 use crate::error::Error;
 use crate::pipeline::Pipeline;
-use crate::profile::Labels;
 use crate::runtimes::RuntimeInstance;
 use crate::store_labels::{SampleLabels, StoreLabels};
 use crate::sync::lock;
@@ -100,11 +99,11 @@ impl Profiler {
 impl ProfilerHandle {
     /// Installs the profiler in `store`, on the thread that will run the guest. Any number of
     /// stores may be attached, on any threads, before or after [`start`](Profiler::start): the
-    /// signal sampler samples every thread that attached one. With the signal sampler this adds to the
-    /// store an empty instance and a host function, by which the signal handler reads, for a
-    /// sample taken in host code (a host call, a libcall), Wasmtime's record of where the guest
-    /// left Wasm, until the store is dropped; it sets no call hook, so the guest runs as fast
-    /// as without the profiler. On an engine with epoch interruption it replaces the store's
+    /// signal sampler samples every thread that attached one. With the signal sampler this adds
+    /// to the store a host function (and to the first store of each type of data an empty
+    /// instance), by which the signal handler reads, for a sample taken in host code (a host
+    /// call, a libcall), Wasmtime's record of where the guest left Wasm, until the store is
+    /// dropped; it sets no call hook, so the guest runs as fast as without the profiler. On an engine with epoch interruption it replaces the store's
     /// epoch-deadline callback and deadline (the epoch sampler samples there, and
     /// [`ProfilerHandle::interrupt`] stops the guest there).
     pub fn attach<T: 'static>(&self, store: &mut Store<T>) -> Result<()> {
@@ -164,17 +163,14 @@ impl ProfilerHandle {
         });
         // One value the store owns, withdrawn when it drops: one host function a store, made
         // for each request `wasmspy serve` answers.
-        keep_until_dropped(store, (attached, publication, labels.clone(), memory));
+        self.keeper
+            .keep(store, (attached, publication, labels.clone(), memory));
         Ok(labels)
     }
 
     /// A set of labels to give stores with [`StoreLabels::set`]: made once (the profile
     /// registers it), given as often as a store switches to the work it names.
     pub fn labels(&self, labels: &[(&str, &str)]) -> SampleLabels {
-        let labels: Labels = labels
-            .iter()
-            .map(|&(k, v)| (k.to_string(), v.to_string()))
-            .collect();
         SampleLabels::new(self.pipeline.register_labels(labels))
     }
 

@@ -53,7 +53,7 @@ use wasmtime::{Config, Engine};
 use crate::capture::allocations::{Allocations, StoreData};
 use crate::capture::epoch::EpochSampler;
 use crate::capture::instructions::InstructionSampler;
-use crate::capture::{Sampler, SamplerKind, SIGNALS_AVAILABLE};
+use crate::capture::{Sampler, SamplerKind, StoreKeeper, SIGNALS_AVAILABLE};
 use crate::clock::Clock;
 use crate::pipeline::Pipeline;
 use crate::profile::Profile;
@@ -201,6 +201,8 @@ pub struct ProfilerHandle {
     runtimes: Arc<Mutex<Vec<RuntimeText>>>,
     /// The attached stores, by the address of their data, while they live.
     stores: Arc<Mutex<FxHashMap<StoreData, AttachedStore>>>,
+    /// What ties what the profiler keeps of a store to the store's life.
+    keeper: StoreKeeper,
 }
 
 /// A runtime's module's text, with the runtime.
@@ -310,6 +312,7 @@ impl Profiler {
                 allocations,
                 runtimes: Arc::default(),
                 stores: Arc::default(),
+                keeper: StoreKeeper::new(engine),
             },
         })
     }

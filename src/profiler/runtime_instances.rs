@@ -136,7 +136,7 @@ impl ProfilerHandle {
         };
         if self.store_contexts.is_some() {
             // SAFETY: the caller's contract; `key` is the store's.
-            unsafe { publish_runtime(store, key, runtime)? };
+            unsafe { publish_runtime(&self.keeper, store, key, runtime)? };
         }
         Ok(())
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use wasmtime::{AsContextMut, Config};
 
 use super::Result;
-use crate::capture::{Sampler, Sink, StoreKey};
+use crate::capture::{Sampler, Sink, StoreKeeper, StoreKey};
 use crate::runtimes::RuntimeInstance;
 
 #[cfg(all(
@@ -83,12 +83,13 @@ pub(super) fn new_signal_sampler(_: u32, _: bool, _: bool, _: Arc<dyn Sink>) -> 
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
 pub(super) unsafe fn publish_runtime<T: 'static>(
+    keeper: &StoreKeeper,
     store: impl AsContextMut<Data = T>,
     key: StoreKey,
     runtime: RuntimeInstance,
 ) -> Result<()> {
     // SAFETY: the caller's contract.
-    Ok(unsafe { runtime_instances::publish(store, key, runtime) }?)
+    Ok(unsafe { runtime_instances::publish(keeper, store, key, runtime) }?)
 }
 
 /// No signal sampler: no instance is published (`attach_instance` returns before).
@@ -97,6 +98,7 @@ pub(super) unsafe fn publish_runtime<T: 'static>(
     any(target_arch = "x86_64", target_arch = "aarch64")
 )))]
 pub(super) unsafe fn publish_runtime<T: 'static>(
+    _: &StoreKeeper,
     _: impl AsContextMut<Data = T>,
     _: StoreKey,
     _: RuntimeInstance,

@@ -7,6 +7,7 @@
 pub mod heap;
 mod host_frames;
 pub mod labels;
+pub mod packed_labels;
 pub mod timeline;
 
 use std::time::{SystemTime, UNIX_EPOCH};

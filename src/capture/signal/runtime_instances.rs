@@ -4,7 +4,7 @@
 //!
 //! Invariants the handler relies on:
 //! - an instance is published only while its store lives: the publication, owned by the store
-//!   ([`keep_until_dropped`]), withdraws it and waits for running handlers before the store's
+//!   ([`StoreKeeper`]), withdraws it and waits for running handlers before the store's
 //!   memory is freed, and keeps the runtime (and the view's anchor, where it is a cell)
 //!   allocated until then;
 //! - [`walk`] is async-signal-safe: atomic loads over a fixed table, bounded by its size (see
@@ -17,7 +17,7 @@ use anyhow::{Context, Result};
 
 use super::slot_table::{self, Payload, SlotTable};
 use super::store_contexts;
-use crate::capture::{keep_until_dropped, StoreKey};
+use crate::capture::{StoreKeeper, StoreKey};
 use crate::runtimes::{id_of, InstanceView, Runtime, RuntimeInstance};
 
 /// Instances published at once: one per store, as many stores as can be attached.
@@ -56,6 +56,7 @@ struct Publication {
 /// # Safety
 /// `instance` must be of an instance in `store`, and `key` the store's.
 pub unsafe fn publish<T: 'static>(
+    keeper: &StoreKeeper,
     store: impl wasmtime::AsContextMut<Data = T>,
     key: StoreKey,
     instance: RuntimeInstance,
@@ -73,7 +74,7 @@ pub unsafe fn publish<T: 'static>(
             slot.root.store(view.root(), Ordering::Relaxed);
         })
         .with_context(|| format!("more than {MAX_INSTANCES} runtime instances at once"))?;
-    keep_until_dropped(
+    keeper.keep(
         store,
         Publication {
             _slot: slot,

@@ -11,7 +11,7 @@
 //!
 //! A [`Publication`] withdraws its slot when dropped: whoever publishes must keep it exactly
 //! as long as what the slot describes (a store owns its own, see
-//! [`crate::capture::keep_until_dropped`]).
+//! [`crate::capture::StoreKeeper`]).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -52,15 +52,21 @@ impl<S: Payload, const N: usize> SlotTable<S, N> {
     /// are taken.
     pub fn publish(&'static self, live: usize, fill: impl FnOnce(&S)) -> Option<Publication> {
         debug_assert_ne!(live, 0);
+        // A taken slot is passed by a load: a compare-and-swap, failed or not, takes its cache
+        // line from the threads that read it.
         let i = self.slots.iter().position(|slot| {
-            slot.taken
-                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
+            !slot.taken.load(Ordering::Relaxed)
+                && slot
+                    .taken
+                    .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
         })?;
         let slot = &self.slots[i];
         fill(&slot.payload);
         slot.live.store(live, Ordering::Release);
-        self.used.fetch_max(i + 1, Ordering::SeqCst);
+        if self.used.load(Ordering::SeqCst) <= i {
+            self.used.fetch_max(i + 1, Ordering::SeqCst);
+        }
         Some(Publication {
             live: &slot.live,
             taken: &slot.taken,

@@ -11,14 +11,15 @@
 //!
 //! Wasmtime has no public accessor for the record. Its layout is `wasmtime-environ`'s, the
 //! crate from which Wasmtime's compiler takes the same offsets (the exact version Wasmtime
-//! depends on). The store's context is found through a probe instance made in the store: the
-//! `VMFuncRef` of an exported function (`Func::to_raw`) names its instance's `VMContext`, which
-//! holds the store context's address.
+//! depends on). The store's context is found through a probe instance made in the store (the
+//! `VMFuncRef` of an exported function, `Func::to_raw`, names its instance's `VMContext`, which
+//! holds the store context's address), in the first store of each type of data only: the
+//! next ones' are found from where their data is ([`ContextFinder`]).
 //!
 //! Invariants the handler relies on:
 //! - a context is published only while its store's memory is alive: the [`Publication`], which
 //!   [`StoreContexts::publish`] returns for the store to own
-//!   ([`keep_until_dropped`](crate::capture::keep_until_dropped)), withdraws it and waits for
+//!   ([`StoreKeeper`](crate::capture::StoreKeeper)), withdraws it and waits for
 //!   running handlers to finish;
 //! - [`for_each`] is async-signal-safe: atomic loads over a fixed table, bounded by [`SLOTS`];
 //!   a slot's key and thread are written before its context, so a context read comes with
@@ -162,7 +163,7 @@ struct PulleyStores {
 }
 
 /// Keeps a store's context published while it lives: for the store to own
-/// ([`keep_until_dropped`](crate::capture::keep_until_dropped)), with whatever else the store
+/// ([`StoreKeeper`](crate::capture::StoreKeeper)), with whatever else the store
 /// keeps (one host function a store).
 #[must_use = "the store's context is withdrawn when this drops"]
 pub struct Publication {
@@ -185,7 +186,7 @@ impl StoreContexts {
     }
 
     /// Publishes `store`'s context, its `key` and its `labels`, for the handler, until the
-    /// [`Publication`] returned is dropped: the store is to own it. Adds the probe's instance
+    /// [`Publication`] returned is dropped: the store is to own it. May add the probe's instance
     /// to the store.
     pub fn publish<T: 'static>(
         &self,
@@ -231,7 +232,7 @@ mod tests {
     use wasmtime::{Func, Instance, Module};
 
     use super::*;
-    use crate::capture::{keep_until_dropped, LabelsKey};
+    use crate::capture::{LabelsKey, StoreKeeper};
 
     /// # Safety
     /// `addr` must be valid for reads of a `T`, and aligned for it.
@@ -244,7 +245,7 @@ mod tests {
         let publication = contexts
             .publish(store, StoreKey::unique(), Arc::default())
             .unwrap();
-        keep_until_dropped(store, publication);
+        StoreKeeper::new(store.engine()).keep(store, publication);
     }
 
     fn published() -> Vec<usize> {
@@ -306,7 +307,7 @@ mod tests {
         let mut store = Store::new(&engine, ());
         let (key, labels) = (StoreKey::unique(), Arc::new(LabelsNow::default()));
         let publication = contexts.publish(&mut store, key, labels.clone()).unwrap();
-        keep_until_dropped(&mut store, publication);
+        StoreKeeper::new(&engine).keep(&mut store, publication);
         assert_eq!(labels_of(key.0), 0);
         let (first, second) = (LabelsKey::unique(), LabelsKey::unique());
         labels.set(Some(first));
