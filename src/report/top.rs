@@ -82,12 +82,55 @@ type Counted = (
 /// The node a line of a frame counts to: its function, or with `lines` its function and line.
 fn node_name(profile: &Profile, line: &crate::profile::Line, lines: bool) -> String {
     let f = &profile.functions[line.function];
+    let name = shown_name(f);
     match (lines, line.line, f.file.is_empty()) {
-        (false, _, _) => f.name.clone(),
-        (true, 0, true) => f.name.clone(),
-        (true, 0, false) => format!("{} {}", f.name, clean(&f.file)),
-        (true, n, _) => format!("{} {}:{n}", f.name, clean(&f.file)),
+        (false, _, _) => name,
+        (true, 0, true) => name,
+        (true, 0, false) => format!("{name} {}", clean(&f.file)),
+        (true, n, _) => format!("{name} {}:{n}", clean(&f.file)),
     }
+}
+
+/// A function's name as `go tool pprof` shows it: a name the profile gives as its own system
+/// name (a host function named from DWARF, `{async_fn#0}<T>`) pprof takes for one it could not
+/// demangle, and, where it looks like demangled C++ (or Rust), drops its parameters and then
+/// its template arguments, as its default (`simple`) demangling does. Two such functions that
+/// differ by their arguments alone are one node.
+fn shown_name(f: &crate::profile::Function) -> String {
+    let looks_demangled = !f.name.contains(".<")
+        && !f.name.contains("]).")
+        && (f.name.contains(['<', '>', '[', ']']) || f.name.contains("::"));
+    if f.name != f.system_name || !looks_demangled {
+        return f.name.clone();
+    }
+    without_matching(&without_matching(&f.name, '(', ')'), '<', '>')
+}
+
+/// `name` without its outermost `open`…`close` groups, as pprof removes them: up to a close
+/// without its open, and not a group left open.
+fn without_matching(name: &str, open: char, close: char) -> String {
+    let mut kept = String::with_capacity(name.len());
+    let mut depth = 0usize;
+    let mut group_start = 0;
+    for (i, c) in name.char_indices() {
+        if c == open {
+            if depth == 0 {
+                group_start = i;
+            }
+            depth += 1;
+        } else if c == close && depth == 0 {
+            kept.push_str(&name[i..]);
+            return kept;
+        } else if c == close {
+            depth -= 1;
+        } else if depth == 0 {
+            kept.push(c);
+        }
+    }
+    if depth > 0 {
+        kept.push_str(&name[group_start..]);
+    }
+    kept
 }
 
 fn count(profile: &Profile, index: usize, lines: bool) -> Counted {
@@ -198,7 +241,7 @@ pub fn top(profile: &Profile, index: usize, lines: bool) -> Top {
     } else {
         for line in profile.frames.iter().flat_map(|f| &f.lines) {
             let f = &profile.functions[line.function];
-            if let Some(node) = nodes.get_mut(f.name.as_str()) {
+            if let Some(node) = nodes.get_mut(shown_name(f).as_str()) {
                 if node.location.is_empty() && !f.file.is_empty() {
                     node.location = match f.start_line {
                         0 => f.file.clone(),
@@ -484,5 +527,26 @@ mod tests {
         assert_eq!(scaled_label(2047, "count", "count"), "2047");
         assert_eq!(scaled_label(0, "nanoseconds", "ms"), "0");
         assert_eq!(scale(3_000_000, "nanoseconds", "minimum").1, "ms");
+    }
+
+    /// As `go tool pprof` shows the functions of a profile written with these names (checked
+    /// against Go 1.27 on wasmspy's own profiles, whose host frames DWARF names).
+    #[test]
+    fn names_read_as_pprof_shows_them() {
+        let function = |name: &str, system_name: &str| crate::profile::Function {
+            name: name.into(),
+            system_name: system_name.into(),
+            file: String::new(),
+            start_line: 0,
+        };
+        let same = |name: &str| shown_name(&function(name, name));
+        assert_eq!(same("{async_fn#0}<&mut Store<Host>>"), "{async_fn#0}");
+        assert_eq!(same("call_once<fn(), ()>"), "call_once");
+        assert_eq!(same("a<b>c<d"), "ac<d");
+        assert_eq!(same("f(int) const>x"), "f const>x");
+        assert_eq!(same("hot_function"), "hot_function");
+        assert_eq!(same("java.Class.<init>"), "java.Class.<init>");
+        let demangled = "<core::pin::Pin<P> as Future>::poll";
+        assert_eq!(shown_name(&function(demangled, "_RNvXs_poll")), demangled);
     }
 }

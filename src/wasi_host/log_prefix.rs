@@ -4,23 +4,91 @@
 
 use std::io::Write;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use wasmtime_wasi::cli::AsyncStdoutStream;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 
-/// How much the guest may write ahead of the host: what Wasmtime's own stdout stream allows.
+use crate::sync::lock;
+
+/// How much the guest may write at once: what Wasmtime's own stdout stream allows.
 const BUDGET: usize = 64 * 1024;
 
-/// This process's stdout (or, `stderr`, its stderr), each line of it prefixed with `prefix`.
-pub fn stream(prefix: String, stderr: bool) -> AsyncStdoutStream {
-    AsyncStdoutStream::new(
-        BUDGET,
-        PrefixedLines {
-            prefix,
-            stderr,
-            at_line_start: true,
-        },
-    )
+/// This process's stdout (or, `stderr`, its stderr), each line of it prefixed with `prefix`,
+/// written at once on the guest's thread, as `wasmtime serve` writes them. (Wasmtime's
+/// `AsyncStdoutStream` hands each write to a task of its own: two tasks spawned, and dropped,
+/// per store, a store per request.)
+pub fn stream(prefix: String, stderr: bool) -> PrefixedStream {
+    PrefixedStream(Arc::new(Mutex::new(PrefixedLines {
+        prefix,
+        stderr,
+        at_line_start: true,
+    })))
+}
+
+/// A served instance's stdout or stderr: the guest's streams of it (WASI 0.2's and 0.3's)
+/// share where a line stands.
+#[derive(Clone)]
+pub struct PrefixedStream(Arc<Mutex<PrefixedLines>>);
+
+impl StdoutStream for PrefixedStream {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+impl IsTerminal for PrefixedStream {
+    fn is_terminal(&self) -> bool {
+        match lock(&self.0).stderr {
+            true => std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            false => std::io::IsTerminal::is_terminal(&std::io::stdout()),
+        }
+    }
+}
+
+impl OutputStream for PrefixedStream {
+    fn write(&mut self, bytes: bytes::Bytes) -> StreamResult<()> {
+        lock(&self.0)
+            .write_all(&bytes)
+            .map_err(|e| StreamError::LastOperationFailed(e.into()))
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(BUDGET)
+    }
+}
+
+#[async_trait::async_trait]
+impl Pollable for PrefixedStream {
+    /// Always ready: a write is done when it returns.
+    async fn ready(&mut self) {}
+}
+
+impl tokio::io::AsyncWrite for PrefixedStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Poll::Ready(lock(&self.0).write_all(buf).map(|()| buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
 }
 
 struct PrefixedLines {
@@ -53,24 +121,6 @@ impl PrefixedLines {
             bytes = rest;
         }
         out.flush()
-    }
-}
-
-impl tokio::io::AsyncWrite for PrefixedLines {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Poll::Ready(self.write_all(buf).map(|()| buf.len()))
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
     }
 }
 
