@@ -17,8 +17,9 @@
 //!    whether issue 49's targets are met: `/hello` ≥ ×0.97 at the default rate and ≥ ×0.95 at
 //!    1 kHz, the 30 ms handler ≥ ×0.99 at the default rate. Short turns, with the servers up:
 //!    on these virtual machines a server's throughput on `/hello` drifts by a third over
-//!    minutes, whole-server rounds of 5 s (a server started for each) put ×0.81 to ×0.93 on the
-//!    same build, 15 pairs of 1 s turns ×0.82 to ×0.86.
+//!    minutes: whole-server rounds of 5 s (a server started for each) put, in one run, the
+//!    1 Hz column at ×0.81 below the 100 Hz one at ×0.93; 15 pairs of 1 s turns gave one build
+//!    ×0.82 to ×0.86 run after run.
 //!
 //! `-- --soak S` instead: `wasmspy serve` (default rate, its live endpoint on) and, beside it,
 //! `wasmtime serve`, each under steady load for S seconds, `/hello` and `/spin?rounds=1` in

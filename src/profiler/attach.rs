@@ -1,8 +1,9 @@
 //! Attaching stores and threads: what the profiler keeps of each store it samples (its key,
 //! its labels, its runtime instance once shown), the hooks it sets in it (the epoch callback,
 //! the instructions clock's call hook), and the threads bound to the sampler until they end.
-//! What a store must keep alive while it is sampled, it owns ([`StoreKeeper`](crate::capture::StoreKeeper)), and
-//! what the profiler keeps of it is taken out as it drops ([`StoreAttached`]).
+//! What a store must keep alive while it is sampled, it owns
+//! ([`StoreKeeper`](crate::capture::StoreKeeper)), and what the profiler keeps of it is taken
+//! out as it drops ([`StoreAttached`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -103,9 +104,10 @@ impl ProfilerHandle {
     /// to the store a host function (and to the first store of each type of data an empty
     /// instance), by which the signal handler reads, for a sample taken in host code (a host
     /// call, a libcall), Wasmtime's record of where the guest left Wasm, until the store is
-    /// dropped; it sets no call hook, so the guest runs as fast as without the profiler. On an engine with epoch interruption it replaces the store's
-    /// epoch-deadline callback and deadline (the epoch sampler samples there, and
-    /// [`ProfilerHandle::interrupt`] stops the guest there).
+    /// dropped; it sets no call hook, so the guest runs as fast as without the profiler. On an
+    /// engine with epoch interruption it replaces the store's epoch-deadline callback and
+    /// deadline (the epoch sampler samples there, and [`ProfilerHandle::interrupt`] stops the
+    /// guest there).
     pub fn attach<T: 'static>(&self, store: &mut Store<T>) -> Result<()> {
         self.attach_with_labels(store, &[]).map(|_| ())
     }

@@ -7,11 +7,15 @@
 
 use std::any::TypeId;
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::task::{Context as PollContext, Poll, Waker};
 
 use anyhow::{bail, Context, Result};
+use rustc_hash::FxHashMap;
 use wasmtime::{AsContextMut, Engine, ExternType, Instance, Module, Store};
 use wasmtime_environ::{HostPtr, PtrSize, VMOffsetsFields, VMCONTEXT_MAGIC};
+
+use crate::sync::lock;
 
 /// The address of the `VMContext` of the instance that defines `func`, alive as long as its
 /// store.
@@ -66,8 +70,9 @@ pub fn context_of_instance(vmctx: usize) -> usize {
 #[derive(Clone)]
 pub struct ContextFinder {
     probe: Module,
-    /// The context's address less the data's, by the type of the data.
-    from_data: std::sync::Arc<std::sync::RwLock<rustc_hash::FxHashMap<TypeId, isize>>>,
+    /// The context's address less the data's, by the type of the data; shared by the finder's
+    /// clones (an instructions sampler's).
+    from_data: Arc<Mutex<FxHashMap<TypeId, isize>>>,
 }
 
 const PROBE: &str = r#"(module (func (export "probe")))"#;
@@ -84,12 +89,7 @@ impl ContextFinder {
     /// instance to the first store of each type of data.
     pub fn find<T: 'static>(&self, store: &mut Store<T>) -> Result<usize> {
         let data = store.data() as *const T as usize;
-        let known = self
-            .from_data
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&TypeId::of::<T>())
-            .copied();
+        let known = lock(&self.from_data).get(&TypeId::of::<T>()).copied();
         if let Some(distance) = known {
             let context = data.wrapping_add_signed(distance);
             // SAFETY: the distance was measured in a store of the same type, whose context
@@ -102,10 +102,7 @@ impl ContextFinder {
         let context = self.probed(store)?;
         // SAFETY: the probe's instance gave the store's context.
         if unsafe { data_of_context(context) } == data {
-            self.from_data
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(TypeId::of::<T>(), context.wrapping_sub(data) as isize);
+            lock(&self.from_data).insert(TypeId::of::<T>(), context.wrapping_sub(data) as isize);
         }
         Ok(context)
     }
@@ -214,7 +211,10 @@ mod tests {
         for store in &mut words {
             assert_eq!(finder.find(store).unwrap(), finder.probed(store).unwrap());
         }
-        let distances = finder.from_data.read().unwrap();
-        assert_eq!(distances.len(), 2, "one distance for each type of data");
+        assert_eq!(
+            lock(&finder.from_data).len(),
+            2,
+            "one distance for each type of data"
+        );
     }
 }
