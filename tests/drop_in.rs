@@ -325,6 +325,58 @@ fn profiles_are_the_same_with_and_without_the_compile_cache() {
     assert_eq!(hot_line(&cached), hot_line(&fresh));
 }
 
+/// A component's entry in wasmspy's cache keeps its core modules' build ids once a run has
+/// hashed them: a run from the entry gives the ids a run without the cache hashed, and an
+/// entry whose ids are damaged is not believed (they are hashed again, and kept anew).
+#[test]
+fn a_cached_component_keeps_its_build_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cache, cache_config) = own_cache(dir.path());
+    let build_ids = |flags: &[&str]| -> Vec<String> {
+        let out_path = dir.path().join("out.pb.gz");
+        let out = wasmspy()
+            .args(["record", "-o"])
+            .arg(&out_path)
+            .args(flags)
+            .arg("--")
+            .arg(fixture(COMPONENT))
+            .args(["exit", "0"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let p = Decoded::load_whole(&out_path);
+        let guest = p.0.mapping.iter().filter(|m| m.memory_start == 0);
+        guest.map(|m| p.str(m.build_id).to_string()).collect()
+    };
+    let fresh = build_ids(&["-C", "cache=n"]);
+    assert_eq!(fresh.len(), 3, "{fresh:?}");
+    assert!(fresh.iter().all(|id| id.len() == 64), "{fresh:?}");
+    let kept = || -> Vec<PathBuf> {
+        let entries = std::fs::read_dir(cache.join("modules")).unwrap();
+        let ours = entries.map(|e| e.unwrap().path()).filter(|d| {
+            let name = d.file_name().unwrap().to_string_lossy().into_owned();
+            name.starts_with("wasmspy-")
+        });
+        ours.flat_map(|d| std::fs::read_dir(d).unwrap().map(|e| e.unwrap().path()))
+            .filter(|f| f.to_string_lossy().ends_with("-ids"))
+            .collect()
+    };
+    assert_eq!(build_ids(&["-C", &cache_config]), fresh);
+    let [ids_file] = &kept()[..] else {
+        panic!("not one file of build ids: {:?}", kept());
+    };
+    assert_eq!(std::fs::read_to_string(ids_file).unwrap(), fresh.join("\n"));
+    assert_eq!(build_ids(&["-C", &cache_config]), fresh);
+    // Taken from the entry, not hashed (trusted as the compiled code beside them is).
+    let planted = vec!["ab".repeat(32); 3];
+    std::fs::write(ids_file, planted.join("\n")).unwrap();
+    assert_eq!(build_ids(&["-C", &cache_config]), planted);
+
+    std::fs::write(ids_file, "not an id\n").unwrap();
+    assert_eq!(build_ids(&["-C", &cache_config]), fresh);
+    assert_eq!(std::fs::read_to_string(ids_file).unwrap(), fresh.join("\n"));
+}
+
 /// The names of the functions `--perfmap` listed, sorted: the file its stderr names.
 fn perf_map_names(out: &Output) -> Vec<String> {
     let err = stderr(out);

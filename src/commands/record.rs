@@ -158,6 +158,8 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
     let compile_time = compile_start.elapsed();
 
     profiler.module_path(&name, &args.module);
+    // A component's core modules, whose build ids its cache entry keeps once hashed.
+    let mut registered = Vec::new();
     match (&program, &rewritten.allocators) {
         (Program::Module(module), Rewrite::Module(r)) => {
             profiler.add_rewritten_module(&name, module, wasm.clone(), r.clone())?
@@ -167,7 +169,12 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
             profiler.add_rewritten_component(&name, component, wasm.clone(), r)?
         }
         (Program::Component(component), _) => {
-            profiler.add_component(&name, component, rewritten.registered(&wasm))?
+            registered = profiler.add_component_with_ids(
+                &name,
+                component,
+                rewritten.registered(&wasm),
+                rewritten.build_ids(),
+            )?
         }
     }
     for (preload_name, path) in &args.preloads {
@@ -277,6 +284,7 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
         }
     };
     let saved = outputs.save(&profiler.handle(), &profile);
+    rewritten.keep_build_ids(|| profiler.handle().build_ids(&registered));
     if args.profiling.verbose {
         eprintln!(
             "wasmspy: compiling took {:.3} s{}; from the guest's end to the profile written {:.3} s; peak memory {} MiB",

@@ -18,17 +18,12 @@ pub struct Instrumented {
     pub allocators: Rewrite,
     /// A component with language runtimes inside, probed (after the allocator rewrite).
     probed: Option<Arc<[u8]>>,
-    compile: Compile,
-}
-
-/// How the program is compiled.
-enum Compile {
-    /// By Wasmtime, through its cache if it has one.
-    Wasmtime,
-    /// Compiled already: wasmspy's cache had it.
-    Cached(Component),
-    /// By Wasmtime, into this entry of wasmspy's cache.
-    Into(Entry),
+    /// The component compiled already: wasmspy's cache had it.
+    cached: Option<Component>,
+    /// Its entry in wasmspy's cache, if it has one: what compiles it compiles into it.
+    entry: Option<Entry>,
+    /// Its core modules' build ids, where the entry kept them.
+    build_ids: Option<Vec<String>>,
 }
 
 impl Instrumented {
@@ -47,11 +42,18 @@ impl Instrumented {
             (false, true, Some(cache)) => Some(cache.entry(engine, wasm)),
             _ => None,
         };
-        if let Some(Cached { component, probed }) = entry.as_ref().and_then(|e| e.read(engine)) {
+        if let Some(cached) = entry.as_ref().and_then(|e| e.read(engine)) {
+            let Cached {
+                component,
+                probed,
+                build_ids,
+            } = cached;
             return Ok(Instrumented {
                 allocators: Rewrite::None,
                 probed,
-                compile: Compile::Cached(component),
+                cached: Some(component),
+                entry,
+                build_ids,
             });
         }
         let mut allocators = match memory {
@@ -63,7 +65,6 @@ impl Instrumented {
                 .with_context(|| format!("cannot show the language runtimes inside `{name}`"))?,
             false => None,
         };
-        let compile = entry.map_or(Compile::Wasmtime, Compile::Into);
         // The rewrite maps the code compiled back to the original: the probed component's.
         if let Rewrite::Component(r) = &mut allocators {
             if let Some(probed) = probed.take() {
@@ -73,7 +74,9 @@ impl Instrumented {
         Ok(Instrumented {
             allocators,
             probed,
-            compile,
+            cached: None,
+            entry,
+            build_ids: None,
         })
     }
 
@@ -83,18 +86,32 @@ impl Instrumented {
             Some(probed) => probed,
             None => self.allocators.code(original),
         };
-        Ok(match &self.compile {
-            Compile::Cached(component) => Program::Component(component.clone()),
-            Compile::Into(entry) => {
+        Ok(match (&self.cached, &self.entry) {
+            (Some(component), _) => Program::Component(component.clone()),
+            (None, Some(entry)) => {
                 Program::Component(entry.write(engine, code, self.probed.is_some())?)
             }
-            Compile::Wasmtime => wasi_host::compile(engine, code)?,
+            // By Wasmtime, through its cache if it has one.
+            (None, None) => wasi_host::compile(engine, code)?,
         })
+    }
+
+    /// The build ids of the component's core modules, where wasmspy's cache kept them.
+    pub fn build_ids(&self) -> Option<Vec<String>> {
+        self.build_ids.clone()
+    }
+
+    /// Keeps the build ids of the component's core modules in its entry, if it has one that
+    /// does not hold them yet; `ids` gives them (waiting for their hashing).
+    pub fn keep_build_ids(&self, ids: impl FnOnce() -> Vec<String>) {
+        if let (Some(entry), None) = (&self.entry, &self.build_ids) {
+            entry.keep_build_ids(&ids());
+        }
     }
 
     /// Whether wasmspy's cache had the program compiled.
     pub fn was_cached(&self) -> bool {
-        matches!(self.compile, Compile::Cached(_))
+        self.cached.is_some()
     }
 
     /// What to register the compiled program as, without an allocator rewrite: the probed

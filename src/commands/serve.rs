@@ -196,11 +196,20 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
         unreachable!("checked to be a component")
     };
     profiler.module_path(&name, &args.component);
+    // Its core modules, whose build ids its cache entry keeps once hashed.
+    let mut registered = Vec::new();
     match &rewritten.allocators {
         Rewrite::Component(r) => {
             profiler.add_rewritten_component(&name, &component, wasm.clone(), r)?
         }
-        _ => profiler.add_component(&name, &component, rewritten.registered(&wasm))?,
+        _ => {
+            registered = profiler.add_component_with_ids(
+                &name,
+                &component,
+                rewritten.registered(&wasm),
+                rewritten.build_ids(),
+            )?
+        }
     }
     print_warnings(&profiler.handle());
     if let Some(first) = outputs.first_path() {
@@ -331,6 +340,7 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
         counts.print(&profiler.handle());
     }
     let saved = outputs.save(&profiler.handle(), &profile);
+    rewritten.keep_build_ids(|| profiler.handle().build_ids(&registered));
     if let Some(server) = server {
         server.stop();
     }

@@ -7,13 +7,10 @@ use std::sync::Arc;
 
 use wasmtime::Module;
 
-use super::{Profiler, Result};
+use super::{Profiler, ProfilerHandle, Result};
 use crate::memory::rewrite::Rewritten;
 use crate::shared::ModuleId;
 use crate::sync::lock;
-
-#[cfg(doc)]
-use super::ProfilerHandle;
 
 impl Profiler {
     /// Shows the sampler the code of a module just registered (one registered after
@@ -82,9 +79,28 @@ impl Profiler {
     ) -> Result<()> {
         self.handle
             .resolver()
-            .add_component(file_name, component, wasm.into(), None)?;
+            .add_component(file_name, component, wasm.into(), None, None)?;
         self.code_registered();
         Ok(())
+    }
+
+    /// As [`add_component`](Self::add_component), its core modules' build ids given where a
+    /// command kept them from an earlier run (else hashed); returns its modules, whose ids
+    /// [`ProfilerHandle::build_ids`] gives.
+    #[cfg(feature = "cli")]
+    pub(crate) fn add_component_with_ids(
+        &self,
+        file_name: &str,
+        component: &wasmtime::component::Component,
+        wasm: Arc<[u8]>,
+        build_ids: Option<Vec<String>>,
+    ) -> Result<Vec<ModuleId>> {
+        let modules = self
+            .handle
+            .resolver()
+            .add_component(file_name, component, wasm, None, build_ids)?;
+        self.code_registered();
+        Ok(modules)
     }
 
     /// As [`add_component`](Self::add_component), for a component compiled from
@@ -103,6 +119,7 @@ impl Profiler {
             component,
             original.into(),
             Some(rewritten),
+            None,
         )?;
         self.code_registered();
         Ok(())
@@ -127,5 +144,13 @@ impl Profiler {
         self.code_registered();
         self.runtime_registered(id, module);
         Ok(())
+    }
+}
+
+impl ProfilerHandle {
+    /// The build ids of registered modules `modules`, waiting for those still being hashed.
+    #[cfg(feature = "cli")]
+    pub(crate) fn build_ids(&self, modules: &[ModuleId]) -> Vec<String> {
+        self.resolver().build_ids(modules)
     }
 }

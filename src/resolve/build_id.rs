@@ -1,6 +1,7 @@
 //! A registered module's build id, the hex SHA-256 of its bytes, hashed on a thread of its
 //! own from registration on: the profile needs it when written, the guest's start need not
-//! wait for it (10 ms for a 16 MB component's core module here).
+//! wait for it (10 ms for a 16 MB component's core module here). A command that has them from
+//! an earlier run (wasmspy's compile cache) gives them as known.
 
 use std::sync::{Mutex, OnceLock};
 use std::thread::JoinHandle;
@@ -33,6 +34,14 @@ impl BuildId {
         BuildId {
             id,
             hashing: Mutex::new(hashing),
+        }
+    }
+
+    /// An id known already (kept from an earlier run of the same bytes): nothing to hash.
+    pub fn known(id: String) -> Self {
+        BuildId {
+            id: OnceLock::from(id),
+            hashing: Mutex::new(None),
         }
     }
 

@@ -45,7 +45,7 @@ impl Resolver {
                 None => Some(index),
             });
         }
-        self.register(file_name, compiled, 0, symbolizer, rewritten);
+        self.register(file_name, compiled, 0, symbolizer, rewritten, None);
         Ok(id)
     }
 
@@ -70,13 +70,16 @@ impl Resolver {
     /// `FILE/NAME` by its `name` section's module name (`FILE/module0` without one), its
     /// imports named by the WIT functions they lower. When `component` was compiled from
     /// `rewritten`, the allocator rewrite of `wasm`, its code is mapped back to `wasm`'s.
+    /// `build_ids`: its core modules' build ids, in order, where they are known (else hashed).
+    /// Returns the modules registered, in order.
     pub fn add_component(
         &mut self,
         file_name: &str,
         component: &Component,
         wasm: Arc<[u8]>,
         rewritten: Option<&RewrittenComponent>,
-    ) -> Result<()> {
+        build_ids: Option<Vec<String>>,
+    ) -> Result<Vec<ModuleId>> {
         let text = component.text().as_ptr_range();
         let text = text.start as usize..text.end as usize;
         // Where each core module is in the binary compiled.
@@ -131,8 +134,13 @@ impl Resolver {
             }
         }
         let first = self.modules.len();
+        // Ids for another component's modules (a different count) are not its.
+        let mut build_ids = build_ids
+            .filter(|ids| ids.len() == registered.len())
+            .map(Vec::into_iter);
         for (name, compiled_as, start, symbolizer, rewrite) in registered {
-            self.register(&name, compiled_as, start, symbolizer, rewrite);
+            let build_id = build_ids.as_mut().and_then(Iterator::next);
+            self.register(&name, compiled_as, start, symbolizer, rewrite, build_id);
         }
         // A runtime's code may be in any module of the component.
         let modules = &self.modules;
@@ -147,7 +155,15 @@ impl Resolver {
             }
         }
         self.code_map.add_component(component, owners);
-        Ok(())
+        Ok((first..self.modules.len())
+            .map(ModuleId::from_index)
+            .collect())
+    }
+
+    /// The build ids of registered modules `modules`, each once hashed.
+    pub fn build_ids(&self, modules: &[ModuleId]) -> Vec<String> {
+        let ids = modules.iter().map(|&m| self.modules[m].build_id.get());
+        ids.map(str::to_string).collect()
     }
 
     fn register(
@@ -157,6 +173,7 @@ impl Resolver {
         start: u32,
         symbolizer: ModuleSymbolizer,
         rewritten: Option<Arc<Rewritten>>,
+        build_id: Option<String>,
     ) {
         if let Some(runtime) = symbolizer.runtime() {
             let module = self.next_module();
@@ -170,7 +187,10 @@ impl Resolver {
         self.modules.push(RegisteredModule {
             compiled,
             start,
-            build_id: BuildId::of(symbolizer.shared_wasm()),
+            build_id: match build_id {
+                Some(id) => BuildId::known(id),
+                None => BuildId::of(symbolizer.shared_wasm()),
+            },
             symbolizer,
             file_name: file_name.to_string(),
             rewritten,
