@@ -49,11 +49,11 @@ pub struct InstructionSampler {
 }
 
 impl InstructionSampler {
-    pub fn new(engine: &Engine) -> Result<Self> {
-        Ok(InstructionSampler {
+    pub fn new(engine: &Engine) -> Self {
+        InstructionSampler {
             running: Arc::default(),
-            contexts: ContextFinder::new(engine)?,
-        })
+            contexts: ContextFinder::new(engine),
+        }
     }
 
     /// Gives `store` its fuel and the first interval (mean `interval`): the state its call

@@ -286,7 +286,7 @@ impl Profiler {
         let wall = options.clock == Clock::Wall;
         let mut fuel = None;
         let (sampler, store_contexts): (Box<dyn Sampler>, _) = if instructions {
-            let sampler = InstructionSampler::new(engine)?;
+            let sampler = InstructionSampler::new(engine);
             fuel = Some((sampler.clone(), options.instruction_interval));
             (Box::new(sampler), None)
         } else if use_signals {

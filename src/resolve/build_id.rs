@@ -3,56 +3,31 @@
 //! wait for it (10 ms for a 16 MB component's core module here). A command that has them from
 //! an earlier run (wasmspy's compile cache) gives them as known.
 
-use std::sync::{Mutex, OnceLock};
-use std::thread::JoinHandle;
-
 use sha2::{Digest, Sha256};
 
+use crate::shared::background::Background;
 use crate::shared::hex::hex;
-use crate::sync::lock;
 use crate::wasm::module_bytes::ModuleBytes;
 
-pub struct BuildId {
-    id: OnceLock<String>,
-    hashing: Mutex<Option<JoinHandle<String>>>,
-}
+pub struct BuildId(Background<String>);
 
 impl BuildId {
-    /// Starts hashing `wasm`; where no thread can be had, hashes it now.
+    /// Starts hashing `wasm`.
     pub fn of(wasm: ModuleBytes) -> Self {
-        let id = OnceLock::new();
-        let hashing = std::thread::Builder::new()
-            .name("wasmspy-build-id".into())
-            .spawn({
-                let wasm = wasm.clone();
-                move || hex(&Sha256::digest(&*wasm))
-            })
-            .ok();
-        if hashing.is_none() {
-            let _ = id.set(hex(&Sha256::digest(&*wasm)));
-        }
-        BuildId {
-            id,
-            hashing: Mutex::new(hashing),
-        }
+        BuildId(Background::spawn("wasmspy-build-id", move || {
+            hex(&Sha256::digest(&*wasm))
+        }))
     }
 
     /// An id known already (kept from an earlier run of the same bytes): nothing to hash.
     pub fn known(id: String) -> Self {
-        BuildId {
-            id: OnceLock::from(id),
-            hashing: Mutex::new(None),
-        }
+        BuildId(Background::ready(id))
     }
 
-    /// The id, once hashed.
+    /// The id, once hashed. A hashing thread cannot panic short of running out of memory; an
+    /// id left empty then is what a profile without build ids has.
     pub fn get(&self) -> &str {
-        self.id.get_or_init(|| {
-            let hashing = lock(&self.hashing).take();
-            // A hashing thread cannot panic short of running out of memory; an id left empty
-            // then is what a profile without build ids has.
-            hashing.and_then(|h| h.join().ok()).unwrap_or_default()
-        })
+        self.0.get().map_or("", String::as_str)
     }
 }
 

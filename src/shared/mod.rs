@@ -2,11 +2,13 @@
 //! linear memory ([`guest_memory`]), what wasmspy reads of Wasmtime's instances ([`vmctx`]), a
 //! stack taken on the guest's thread ([`guest_stack`]), a frame resolved to a module's code
 //! ([`raw_frame`]), the host's executable and libraries in memory ([`loaded_objects`]), a
-//! source file's path as every view shows it ([`source_path`]), bytes as hex ([`hex`]) and the
-//! reading of a file that an untrusted path names ([`regular_file`]). The language runtimes'
+//! source file's path as every view shows it ([`source_path`]), bytes as hex ([`hex`]), the
+//! reading of a file that an untrusted path names ([`regular_file`]) and a value computed on
+//! a thread of its own ([`background`]). The language runtimes'
 //! walks, the samplers, the resolver, the recorder and the report all speak it; it uses none
 //! of them.
 
+pub mod background;
 pub mod guest_memory;
 pub mod guest_stack;
 pub mod hex;

@@ -15,6 +15,7 @@ use rustc_hash::FxHashMap;
 use wasmtime::{AsContextMut, Engine, ExternType, Instance, Module, Store};
 use wasmtime_environ::{HostPtr, PtrSize, VMOffsetsFields, VMCONTEXT_MAGIC};
 
+use crate::shared::background::Background;
 use crate::sync::lock;
 
 /// The address of the `VMContext` of the instance that defines `func`, alive as long as its
@@ -69,7 +70,11 @@ pub fn context_of_instance(vmctx: usize) -> usize {
 /// some 3 µs per request; this is one read.
 #[derive(Clone)]
 pub struct ContextFinder {
-    probe: Module,
+    engine: Engine,
+    /// Compiled on a thread of its own from the finder's making (0.5 ms of a start, out of
+    /// Wasmtime's cache), while the program's own compilation goes on; waited for by the
+    /// first store's find.
+    probe: Arc<Background<Result<Module, String>>>,
     /// The context's address less the data's, by the type of the data; shared by the finder's
     /// clones (an instructions sampler's).
     from_data: Arc<Mutex<FxHashMap<TypeId, isize>>>,
@@ -78,11 +83,17 @@ pub struct ContextFinder {
 const PROBE: &str = r#"(module (func (export "probe")))"#;
 
 impl ContextFinder {
-    pub fn new(engine: &Engine) -> Result<Self> {
-        Ok(ContextFinder {
-            probe: Module::new(engine, wat::parse_str(PROBE)?)?,
+    pub fn new(engine: &Engine) -> Self {
+        let compiling = engine.clone();
+        let probe = Background::spawn("wasmspy-probe", move || {
+            let wasm = wat::parse_str(PROBE).map_err(|e| e.to_string())?;
+            Module::new(&compiling, wasm).map_err(|e| format!("{e:#}"))
+        });
+        ContextFinder {
+            engine: engine.clone(),
+            probe: Arc::new(probe),
             from_data: Default::default(),
-        })
+        }
     }
 
     /// The address of `store`'s `VMStoreContext`, alive as long as the store. Adds the probe's
@@ -113,8 +124,12 @@ impl ContextFinder {
         // a synchronous store or an asynchronous one alike: one poll completes it.
         // A store of another engine than the profiler's (a mistake, but one that works).
         let other;
-        let probe = if Engine::same(store.engine(), self.probe.engine()) {
-            &self.probe
+        let probe = if Engine::same(store.engine(), &self.engine) {
+            match self.probe.get() {
+                Some(Ok(probe)) => probe,
+                Some(Err(e)) => bail!("cannot compile the probe module: {e}"),
+                None => bail!("compiling the probe module panicked"),
+            }
         } else {
             other = Module::new(store.engine(), wat::parse_str(PROBE)?)?;
             &other
@@ -202,7 +217,7 @@ mod tests {
     #[test]
     fn a_store_is_found_from_its_data_where_the_probe_finds_it() {
         let engine = Engine::default();
-        let finder = ContextFinder::new(&engine).unwrap();
+        let finder = ContextFinder::new(&engine);
         let mut units: Vec<Store<()>> = (0..3).map(|_| Store::new(&engine, ())).collect();
         let mut words: Vec<Store<[u64; 5]>> = (0..3).map(|i| Store::new(&engine, [i; 5])).collect();
         for store in &mut units {

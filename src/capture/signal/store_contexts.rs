@@ -174,7 +174,7 @@ pub struct Publication {
 
 impl StoreContexts {
     pub fn new(engine: &Engine) -> Result<Self> {
-        let contexts = ContextFinder::new(engine)?;
+        let contexts = ContextFinder::new(engine);
         let pulley = match engine.is_pulley() {
             true => Some(PulleyStores {
                 layout: pulley_stack::interpreter()?.layout,
