@@ -100,7 +100,7 @@ fn start(case: &Case, reps: usize, scratch: &Path, tools: &[PathBuf; 2], cache_c
     let command = |tool: usize, cache: &str| -> Command {
         let mut command = match tool {
             0 => {
-                let mut c = Command::new(&wasmtime);
+                let mut c = Command::new(wasmtime);
                 c.arg("run");
                 c
             }
