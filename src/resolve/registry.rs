@@ -161,6 +161,7 @@ impl Resolver {
     }
 
     /// The build ids of registered modules `modules`, each once hashed.
+    #[cfg(feature = "cli")]
     pub fn build_ids(&self, modules: &[ModuleId]) -> Vec<String> {
         let ids = modules.iter().map(|&m| self.modules[m].build_id.get());
         ids.map(str::to_string).collect()
