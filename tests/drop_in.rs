@@ -333,18 +333,9 @@ fn a_cached_component_keeps_its_build_ids() {
     let dir = tempfile::tempdir().unwrap();
     let (cache, cache_config) = own_cache(dir.path());
     let build_ids = |flags: &[&str]| -> Vec<String> {
-        let out_path = dir.path().join("out.pb.gz");
-        let out = wasmspy()
-            .args(["record", "-o"])
-            .arg(&out_path)
-            .args(flags)
-            .arg("--")
-            .arg(fixture(COMPONENT))
-            .args(["exit", "0"])
-            .output()
-            .unwrap();
+        let (out, path) = record(dir.path(), flags, &fixture(COMPONENT), &["exit", "0"]);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        let p = Decoded::load_whole(&out_path);
+        let p = Decoded::load_whole(&path);
         let guest = p.0.mapping.iter().filter(|m| m.memory_start == 0);
         guest.map(|m| p.str(m.build_id).to_string()).collect()
     };

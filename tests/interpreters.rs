@@ -695,7 +695,7 @@ fn a_probed_component_starts_from_wasmspys_cache_as_compiled() {
         ],
         "{compiled:?}"
     );
-    // One entry: the compiled component and the probed bytes.
+    // One entry: the compiled component, the probed bytes and the core modules' build ids.
     let entries: Vec<PathBuf> = std::fs::read_dir(cache.join("modules"))
         .unwrap()
         .flatten()
@@ -703,10 +703,13 @@ fn a_probed_component_starts_from_wasmspys_cache_as_compiled() {
         .flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten())
         .map(|f| f.path())
         .collect();
-    assert_eq!(entries.len(), 2, "{entries:?}");
+    assert_eq!(entries.len(), 3, "{entries:?}");
     let artifact = entries
         .iter()
-        .find(|p| !p.to_string_lossy().ends_with("-wasm"))
+        .find(|p| {
+            let p = p.to_string_lossy();
+            !p.ends_with("-wasm") && !p.ends_with("-ids")
+        })
         .unwrap();
     let size = std::fs::metadata(artifact).unwrap().len();
     assert_eq!(shown("cached"), compiled);
