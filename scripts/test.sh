@@ -48,5 +48,8 @@ tests/fixtures/sourcemaps/build.sh || [ -z "${CI:-}" ]
 tests/fixtures/cpython/fetch.sh || [ -z "${CI:-}" ]
 wait "$compiling"
 
-echo "test.sh: the tests' setup took ${SECONDS} s" >&2
+setup=$SECONDS
+echo "test.sh: the tests' setup took $setup s" >&2
+# Said again at the end, however the tests end: the tail of CI's log shows it.
+trap 'echo "test.sh: the setup took $setup s, the tests $((SECONDS - setup)) s" >&2' EXIT
 cargo test --features internals --no-fail-fast "$@"
