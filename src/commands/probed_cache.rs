@@ -126,8 +126,10 @@ impl Entry {
 
     /// Keeps `ids`, the build ids of the component's core modules in order.
     pub fn keep_build_ids(&self, ids: &[String]) {
-        if build_ids(&ids.join("\n")).is_some() {
-            let _ = write_atomically(&self.build_ids, ids.join("\n").as_bytes());
+        let file = ids.join("\n");
+        // Only ids a later start will believe (none left empty by a failed hash).
+        if build_ids(&file).is_some() {
+            let _ = write_atomically(&self.build_ids, file.as_bytes());
         }
     }
 

@@ -158,25 +158,7 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
     let compile_time = compile_start.elapsed();
 
     profiler.module_path(&name, &args.module);
-    // A component's core modules, whose build ids its cache entry keeps once hashed.
-    let mut registered = Vec::new();
-    match (&program, &rewritten.allocators) {
-        (Program::Module(module), Rewrite::Module(r)) => {
-            profiler.add_rewritten_module(&name, module, wasm.clone(), r.clone())?
-        }
-        (Program::Module(module), _) => profiler.add_module(&name, module, wasm.clone())?,
-        (Program::Component(component), Rewrite::Component(r)) => {
-            profiler.add_rewritten_component(&name, component, wasm.clone(), r)?
-        }
-        (Program::Component(component), _) => {
-            registered = profiler.add_component_with_ids(
-                &name,
-                component,
-                rewritten.registered(&wasm),
-                rewritten.build_ids(),
-            )?
-        }
-    }
+    let registered = rewritten.register(&profiler, &name, &program, &wasm)?;
     for (preload_name, path) in &args.preloads {
         let module = preload(&engine, &mut profiler, preload_name, path)?;
         wasi.preloads.push((preload_name.clone(), module));
@@ -284,7 +266,7 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
         }
     };
     let saved = outputs.save(&profiler.handle(), &profile);
-    rewritten.keep_build_ids(|| profiler.handle().build_ids(&registered));
+    rewritten.keep_build_ids(&profiler.handle(), &registered);
     if args.profiling.verbose {
         eprintln!(
             "wasmspy: compiling took {:.3} s{}; from the guest's end to the profile written {:.3} s; peak memory {} MiB",

@@ -8,7 +8,9 @@ use crate::commands::probed_cache::{Cached, Entry, ProbedCache};
 use crate::memory::component::{rewrite_component_noting, RewrittenComponent};
 use crate::memory::rewrite::{rewrite, Rewritten};
 use crate::runtime_probe::probe_runtimes;
+use crate::shared::ModuleId;
 use crate::wasi_host::{self, Program};
+use crate::{Profiler, ProfilerHandle};
 use anyhow::{Context, Result};
 use wasmtime::component::Component;
 use wasmtime::Engine;
@@ -96,16 +98,45 @@ impl Instrumented {
         })
     }
 
-    /// The build ids of the component's core modules, where wasmspy's cache kept them.
-    pub fn build_ids(&self) -> Option<Vec<String>> {
-        self.build_ids.clone()
+    /// Registers `program`, compiled from `original` (the program named `name`), with
+    /// `profiler`: in the original's terms where its allocators were rewritten, as the probed
+    /// component where its runtimes were probed, its core modules' build ids taken from its
+    /// cache entry where the entry kept them. Returns what [`keep_build_ids`](Self::keep_build_ids)
+    /// needs.
+    pub fn register(
+        &self,
+        profiler: &Profiler,
+        name: &str,
+        program: &Program,
+        original: &Arc<[u8]>,
+    ) -> Result<Registered> {
+        let mut modules = Vec::new();
+        match (program, &self.allocators) {
+            (Program::Module(module), Rewrite::Module(r)) => {
+                profiler.add_rewritten_module(name, module, original.clone(), r.clone())?
+            }
+            (Program::Module(module), _) => profiler.add_module(name, module, original.clone())?,
+            (Program::Component(component), Rewrite::Component(r)) => {
+                profiler.add_rewritten_component(name, component, original.clone(), r)?
+            }
+            (Program::Component(component), _) => {
+                modules = profiler.add_component_with_ids(
+                    name,
+                    component,
+                    self.registered(original),
+                    self.build_ids.clone(),
+                )?
+            }
+        }
+        Ok(Registered(modules))
     }
 
     /// Keeps the build ids of the component's core modules in its entry, if it has one that
-    /// does not hold them yet; `ids` gives them (waiting for their hashing).
-    pub fn keep_build_ids(&self, ids: impl FnOnce() -> Vec<String>) {
+    /// does not hold them yet (waiting for their hashing): after the profile is written, which
+    /// needed them too.
+    pub fn keep_build_ids(&self, profiler: &ProfilerHandle, registered: &Registered) {
         if let (Some(entry), None) = (&self.entry, &self.build_ids) {
-            entry.keep_build_ids(&ids());
+            entry.keep_build_ids(&profiler.build_ids(&registered.0));
         }
     }
 
@@ -117,13 +148,16 @@ impl Instrumented {
     /// What to register the compiled program as, without an allocator rewrite: the probed
     /// component (the probes inside nested components move the modules after them in the
     /// binary, by whose offsets Wasmtime maps their code), or `original`.
-    pub fn registered(&self, original: &Arc<[u8]>) -> Arc<[u8]> {
+    fn registered(&self, original: &Arc<[u8]>) -> Arc<[u8]> {
         match &self.probed {
             Some(probed) => probed.clone(),
             None => original.clone(),
         }
     }
 }
+
+/// A registered component's core modules (none for a module, or a rewritten component).
+pub struct Registered(Vec<ModuleId>);
 
 pub enum Rewrite {
     Module(Arc<Rewritten>),

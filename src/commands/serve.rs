@@ -188,29 +188,15 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
         &name,
     )?;
     refuse_one_threads_clock(&profiler, &args.profiling)?;
-    let Program::Component(component) = rewritten
+    let program = rewritten
         .compile(&engine, &wasm)
         .map_err(anyhow::Error::from)
-        .with_context(|| format!("cannot compile `{}`", args.component.display()))?
-    else {
+        .with_context(|| format!("cannot compile `{}`", args.component.display()))?;
+    let Program::Component(component) = &program else {
         unreachable!("checked to be a component")
     };
     profiler.module_path(&name, &args.component);
-    // Its core modules, whose build ids its cache entry keeps once hashed.
-    let mut registered = Vec::new();
-    match &rewritten.allocators {
-        Rewrite::Component(r) => {
-            profiler.add_rewritten_component(&name, &component, wasm.clone(), r)?
-        }
-        _ => {
-            registered = profiler.add_component_with_ids(
-                &name,
-                &component,
-                rewritten.registered(&wasm),
-                rewritten.build_ids(),
-            )?
-        }
-    }
+    let registered = rewritten.register(&profiler, &name, &program, &wasm)?;
     print_warnings(&profiler.handle());
     if let Some(first) = outputs.first_path() {
         carried_sources::write(&profiler, first);
@@ -220,8 +206,8 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
     // As `wasmtime serve`: the proxy world's interfaces unless `-S cli` asks for all of WASI.
     let wasi = args.guest.wasi_config(argv.clone())?;
     let headers = RequestHeaders::parse(&args.headers)?;
-    let proxy = Proxy::new(&component, wasi, !args.no_logging_prefix, |linker| {
-        profiler.define_runtime_probe(linker, &component)?;
+    let proxy = Proxy::new(component, wasi, !args.no_logging_prefix, |linker| {
+        profiler.define_runtime_probe(linker, component)?;
         match rewritten.allocators {
             Rewrite::Component(_) => profiler.define_component_allocator_hook(linker),
             _ => Ok(()),
@@ -340,7 +326,7 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
         counts.print(&profiler.handle());
     }
     let saved = outputs.save(&profiler.handle(), &profile);
-    rewritten.keep_build_ids(|| profiler.handle().build_ids(&registered));
+    rewritten.keep_build_ids(&profiler.handle(), &registered);
     if let Some(server) = server {
         server.stop();
     }

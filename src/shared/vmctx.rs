@@ -86,8 +86,7 @@ impl ContextFinder {
     pub fn new(engine: &Engine) -> Self {
         let compiling = engine.clone();
         let probe = Background::spawn("wasmspy-probe", move || {
-            let wasm = wat::parse_str(PROBE).map_err(|e| e.to_string())?;
-            Module::new(&compiling, wasm).map_err(|e| format!("{e:#}"))
+            compile_probe(&compiling).map_err(|e| format!("{e:#}"))
         });
         ContextFinder {
             engine: engine.clone(),
@@ -131,7 +130,7 @@ impl ContextFinder {
                 None => bail!("compiling the probe module panicked"),
             }
         } else {
-            other = Module::new(store.engine(), wat::parse_str(PROBE)?)?;
+            other = compile_probe(store.engine())?;
             &other
         };
         let instance = {
@@ -146,6 +145,11 @@ impl ContextFinder {
             .context("the probe module exports its function")?;
         Ok(context_of_instance(vmctx_of(&mut *store, func)?))
     }
+}
+
+/// The probe module, compiled by `engine`.
+fn compile_probe(engine: &Engine) -> Result<Module> {
+    Ok(Module::new(engine, wat::parse_str(PROBE)?)?)
 }
 
 /// Where the data of the store whose `VMStoreContext` is at `context` is, as the context
