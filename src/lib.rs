@@ -72,6 +72,8 @@ mod wasm;
 // The `wasmspy` executable: its whole `main` is `wasmspy::cli::main()`; the modules only its
 // commands use.
 #[cfg(feature = "cli")]
+mod annotate;
+#[cfg(feature = "cli")]
 #[doc(hidden)]
 pub mod cli;
 #[cfg(feature = "cli")]

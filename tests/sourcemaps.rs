@@ -880,3 +880,49 @@ fn the_live_server_top_and_dump_take_the_map() {
         "{text}"
     );
 }
+
+/// `wasmspy annotate` lists the hottest function of Emscripten's module between the lines its
+/// map gives: the hot line's instructions hold at least 90 % of the function's time (as
+/// `emscripten_lines` finds of the samples), the line with its text.
+#[test]
+fn annotate_shows_the_maps_lines_between_the_instructions() {
+    let Some(module) = built("annotate_shows_the_maps_lines", "emcc/hot.wasm") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (out, profile) = record(dir.path(), &["--rate", "1000"], &module, &["150000000"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = wasmspy()
+        .arg("annotate")
+        .arg(&profile)
+        .args(["--top", "1", "--wasm"])
+        .arg(&module)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let functions = common::annotated::parse(&text);
+    // hot is inlined into its caller, which the map cannot say: the function holding it.
+    let (heading, rows) = &functions[0];
+    assert!(heading.contains(" in hot.wasm "), "{text}");
+    let mut line = String::new();
+    let (mut on_hot_line, mut all) = (0.0, 0.0);
+    for row in rows {
+        if row.offset.is_none() && !row.text.starts_with(";; hot block") {
+            line = row.text.clone();
+        } else {
+            all += row.flat;
+            if line.contains("hot.c:9") {
+                on_hot_line += row.flat;
+            }
+        }
+    }
+    assert!(
+        all > 0.0 && on_hot_line >= 0.9 * all,
+        "hot.c:9 holds {on_hot_line} of {all} ns:\n{text}"
+    );
+    assert!(
+        text.contains("hot.c:9  for (uint32_t i = 0; i < n; i++) h = (h ^ i) * 16777619u;"),
+        "{text}"
+    );
+}

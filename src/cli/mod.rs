@@ -4,6 +4,7 @@
 use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
 
+use crate::commands::annotate::AnnotateArgs;
 use crate::commands::dump::DumpArgs;
 use crate::commands::record::RecordArgs;
 use crate::commands::report::{ConvertArgs, DiffArgs, ReportArgs};
@@ -31,6 +32,9 @@ enum Command {
     Report(ReportArgs),
     /// Write a profile in another format.
     Convert(ConvertArgs),
+    /// Show where a profile's hottest (or named) functions spend it, Wasm instruction by
+    /// instruction, between their source lines, as `perf annotate` and `pprof -list` do.
+    Annotate(AnnotateArgs),
     /// Compare two profiles: what grew and what shrank, totals first, and a verdict for CI.
     Diff(DiffArgs),
     /// Show the functions taking a running guest's CPU now, refreshed, from its live server
@@ -78,6 +82,7 @@ pub fn main() -> ! {
         Command::Serve(args) => crate::commands::serve::serve(args),
         Command::Report(args) => crate::commands::report::report(args),
         Command::Convert(args) => crate::commands::report::convert(args),
+        Command::Annotate(args) => crate::commands::annotate::annotate(args),
         Command::Diff(args) => crate::commands::report::diff(args),
         Command::Top(args) => crate::commands::top::top(args),
         Command::Dump(args) => crate::commands::dump::dump(args),

@@ -4,7 +4,7 @@
 //! [`rewrite`] instrumenting the allocators for a memory profile, [`perf_files`] telling Linux
 //! perf of the guest's code, [`request_headers`] setting `serve -H`'s headers, [`instances`] the instances `serve`
 //! answers with), `report` and
-//! `convert` read profiles back, [`top`] shows the live view of a running guest and [`dump`]
+//! `convert` read profiles back, [`annotate`] lists a profile's functions by Wasm instruction, [`top`] shows the live view of a running guest and [`dump`]
 //! its stacks now.
 
 /// `eprintln!` that does not panic where stderr is gone (a closed terminal, whose SIGHUP ends
@@ -15,11 +15,13 @@ macro_rules! say {
         let _ = writeln!(std::io::stderr(), $($arg)*);
     }};
 }
+pub mod annotate;
 pub mod carried_sources;
 pub mod dump;
 pub mod guest_args;
 pub mod instances;
 pub mod interrupt;
+pub mod module_files;
 pub mod outputs;
 pub mod perf_files;
 pub mod probed_cache;

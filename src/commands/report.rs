@@ -8,6 +8,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 
 use super::carried_sources::SourceText;
+use super::module_files::Sidecars;
 use super::v8_wasm::V8WasmFrames;
 use crate::commands::outputs::write_whole;
 use crate::diff::{compare, negated_base, write_flamegraph};
@@ -70,17 +71,8 @@ pub struct ConvertArgs {
     #[arg(long, value_name = "MODULE")]
     pub wasm: Vec<PathBuf>,
 
-    /// The DWARF of a `--wasm` module that was split off (Emscripten's `-gseparate-dwarf`),
-    /// where it is not beside the module under the name the module gives it; may be given
-    /// several times, each matched to its module by its code.
-    #[arg(long, value_name = "FILE", requires = "wasm")]
-    pub debug_file: Vec<PathBuf>,
-
-    /// The source map (v3) of a `--wasm` module without DWARF, where its `sourceMappingURL`
-    /// section does not point to it and it is not beside the module (`MODULE.map`); may be
-    /// given several times, each matched to the module its `file` names, else by its offsets.
-    #[arg(long, value_name = "FILE", requires = "wasm")]
-    pub source_map: Vec<PathBuf>,
+    #[command(flatten)]
+    pub sidecars: Sidecars,
 }
 
 #[derive(Args, Debug)]
@@ -245,7 +237,7 @@ fn read_v8(args: &ConvertArgs) -> Result<Profile> {
             path.display()
         );
     }
-    let mut frames = V8WasmFrames::open(&args.wasm, &args.debug_file, &args.source_map)?;
+    let mut frames = V8WasmFrames::open(&args.wasm, &args.sidecars)?;
     let profile = export::read_cpuprofile(&bytes, &mut frames)
         .map_err(|e| anyhow!("`{}` {e:#}", path.display()))?;
     for warning in frames.take_warnings() {
@@ -254,13 +246,13 @@ fn read_v8(args: &ConvertArgs) -> Result<Profile> {
     Ok(profile)
 }
 
-fn read(path: &Path) -> Result<Profile> {
+pub(super) fn read(path: &Path) -> Result<Profile> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
     export::read(&bytes).map_err(|e| anyhow!("`{}` {e:#}", path.display()))
 }
 
 /// The sample type named or numbered `chosen`, else the profile's default.
-fn sample_index(profile: &Profile, chosen: Option<&str>) -> Result<usize> {
+pub(super) fn sample_index(profile: &Profile, chosen: Option<&str>) -> Result<usize> {
     let Some(chosen) = chosen else {
         return Ok(profile.default_sample_type);
     };

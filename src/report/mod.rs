@@ -8,5 +8,5 @@ mod top;
 #[cfg(feature = "cli")]
 pub(crate) use opcodes::opcodes;
 #[cfg(feature = "cli")]
-pub(crate) use top::values;
+pub(crate) use top::{percentage, scaled_label, values};
 pub use top::{top, Row, Top};

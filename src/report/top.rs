@@ -447,7 +447,7 @@ fn scale(value: i64, from: &str, to: &str) -> (f64, String) {
 }
 
 /// pprof's value label: two decimals, `.00` dropped.
-fn scaled_label(value: i64, from: &str, to: &str) -> String {
+pub(crate) fn scaled_label(value: i64, from: &str, to: &str) -> String {
     let (v, unit) = scale(value, from, to);
     let text = format!("{v:.2}");
     let text = text.strip_suffix(".00").unwrap_or(&text);
@@ -459,7 +459,7 @@ fn scaled_label(value: i64, from: &str, to: &str) -> String {
 
 /// pprof's percentage: `  100%`, two decimals from 1 %, two significant digits (Go's `%.2g`)
 /// below.
-fn percentage(value: i64, total: i64) -> String {
+pub(crate) fn percentage(value: i64, total: i64) -> String {
     let ratio = if total != 0 {
         (value as f64 / total as f64).abs() * 100.0
     } else {

@@ -12,6 +12,8 @@ pub mod code_map;
 mod frames;
 pub mod pulley_ops;
 mod registry;
+#[cfg(feature = "cli")]
+pub use registry::core_module_symbolizer;
 pub mod symbolize;
 
 use std::collections::HashMap;

@@ -19,7 +19,7 @@ use crate::memory::rewrite::Rewritten;
 use crate::profile::Id;
 use crate::runtimes::{id_of, Runtime};
 use crate::shared::ModuleId;
-use crate::wasm::component::{core_modules, PROBE_MODULE};
+use crate::wasm::component::{core_modules, CoreModule, PROBE_MODULE};
 use crate::wasm::module_bytes::ModuleBytes;
 
 impl Resolver {
@@ -90,28 +90,13 @@ impl Resolver {
         let mut owners = Vec::new();
         let mut registered = Vec::new();
         for (index, core) in core_modules(&wasm)?.into_iter().enumerate() {
-            let module_name = match &core.name {
-                Some(name) => name.clone(),
-                None => format!("module{index}"),
-            };
-            let name = format!("{file_name}/{module_name}");
-            let bytes = ModuleBytes::within(wasm.clone(), core.range.clone())
-                .context("a core module beyond the component's end")?;
-            let mut symbolizer = ModuleSymbolizer::new(&name, bytes, self.use_dwarf)?;
-            symbolizer.qualify_unnamed(&module_name);
-            // wit-component's adapters, shims and fixups carry no debug info, nor do the
-            // modules that show wasmspy a runtime's instance.
-            if module_name.starts_with("wit-component:") || module_name == PROBE_MODULE {
-                symbolizer.expect_no_dwarf();
-            } else {
+            let range = core.range.clone();
+            let (name, mut symbolizer, tooling) =
+                core_module_symbolizer(file_name, &wasm, index, core, self.use_dwarf)?;
+            if !tooling {
                 self.find_source_map(&mut symbolizer, file_name, Searched::InComponent);
             }
-            symbolizer.name_imports(&core.lowered_imports);
-            symbolizer.name_functions(&core.stub_names);
-            symbolizer.name_lowered_indirect_calls(core.lowered_indirect_calls);
-            let start = compiled
-                .get(index)
-                .map_or(core.range.start, |c| c.range.start) as u32;
+            let start = compiled.get(index).map_or(range.start, |c| c.range.start) as u32;
             let rewrite = rewritten.and_then(|r| r.modules.get(index).cloned().flatten());
             // Allocators found by their code's shape, where the module names none.
             if let Some(rewrite) = &rewrite {
@@ -197,4 +182,37 @@ impl Resolver {
             rewritten,
         });
     }
+}
+
+/// Core module `index` of the component `wasm` (read from `file_name`), `core`, as a profile
+/// names it (`FILE/NAME` by its `name` section's module name, `FILE/module0` without one),
+/// with its symbolizer: its imports named by the WIT functions they lower, a shim's stubs and
+/// calls named; and whether tooling made it (an adapter, a shim: no debug info, no source map
+/// to look for).
+pub fn core_module_symbolizer(
+    file_name: &str,
+    wasm: &Arc<[u8]>,
+    index: usize,
+    core: CoreModule,
+    use_dwarf: bool,
+) -> Result<(String, ModuleSymbolizer, bool)> {
+    let module_name = match &core.name {
+        Some(name) => name.clone(),
+        None => format!("module{index}"),
+    };
+    let name = format!("{file_name}/{module_name}");
+    let bytes = ModuleBytes::within(wasm.clone(), core.range.clone())
+        .context("a core module beyond the component's end")?;
+    let mut symbolizer = ModuleSymbolizer::new(&name, bytes, use_dwarf)?;
+    symbolizer.qualify_unnamed(&module_name);
+    // wit-component's adapters, shims and fixups carry no debug info, nor do the modules
+    // that show wasmspy a runtime's instance.
+    let tooling = module_name.starts_with("wit-component:") || module_name == PROBE_MODULE;
+    if tooling {
+        symbolizer.expect_no_dwarf();
+    }
+    symbolizer.name_imports(&core.lowered_imports);
+    symbolizer.name_functions(&core.stub_names);
+    symbolizer.name_lowered_indirect_calls(core.lowered_indirect_calls);
+    Ok((name, symbolizer, tooling))
 }

@@ -5,6 +5,7 @@
 compile_error!("the tests reach wasmspy's internals: run them with `cargo test --features internals` (scripts/test.sh does)");
 
 pub mod allocs_py;
+pub mod annotated;
 pub mod child;
 pub mod gofmt;
 pub mod lines_input;

@@ -1,0 +1,326 @@
+//! `wasmspy annotate`: where in a function its samples fall, instruction by instruction, as
+//! `perf annotate` and `pprof -list` show it: the Wasm instructions as `wasm-tools print`
+//! prints them, each with its flat and cumulative value, between the source lines they were
+//! compiled from, the hottest basic blocks marked.
+//!
+//! A profile wasmspy wrote gives each Wasm frame its module (a mapping, with the module's build
+//! id) and the offset of its instruction in the module's bytes: the sampled instruction for a
+//! leaf, the call for a caller. Given the module's bytes, that is all it takes.
+
+mod blocks;
+mod counts;
+mod listing;
+mod text;
+
+use std::collections::HashMap;
+
+use anyhow::{bail, Context, Result};
+use rustc_hash::FxHashMap;
+
+pub use counts::instruction;
+pub use counts::Value;
+use counts::{count, Counts};
+use listing::Bodies;
+pub use text::render;
+
+use crate::profile::{MappingId, Profile, ValueType};
+use crate::resolve::symbolize::ModuleSymbolizer;
+use crate::warning::Warning;
+
+/// How many of a function's basic blocks are marked as hot, the hottest first.
+const HOT_BLOCKS: usize = 3;
+
+/// A module's code, for its functions to be listed: its names and source lines (from its name
+/// section, DWARF or source map) and its function bodies.
+pub struct ModuleCode {
+    symbolizer: ModuleSymbolizer,
+    bodies: Bodies,
+}
+
+impl ModuleCode {
+    /// The code of the module `symbolizer` reads.
+    pub fn new(symbolizer: ModuleSymbolizer) -> Result<Self> {
+        let bodies = Bodies::of(symbolizer.wasm())?;
+        Ok(ModuleCode { symbolizer, bodies })
+    }
+
+    /// What was found wrong with the module's names or debug info, once each.
+    pub fn take_warnings(&mut self) -> Vec<Warning> {
+        self.symbolizer.take_warnings()
+    }
+}
+
+/// Which functions to annotate.
+pub enum Selection<'a> {
+    /// The `n` with the highest flat value (then cumulative).
+    Hottest(usize),
+    /// Those of these names (each a function's whole name, else a part of it), in the order
+    /// of their values.
+    Named(&'a [String]),
+}
+
+/// The functions annotated, hottest first.
+pub struct Annotation {
+    pub sample_type: ValueType,
+    /// The sum of every sample's value (as absolute values), which percentages are of.
+    pub total: i64,
+    pub functions: Vec<AnnotatedFunction>,
+}
+
+/// A function, line by line.
+pub struct AnnotatedFunction {
+    pub name: String,
+    /// The module's name, as the profile's mapping gives it.
+    pub module: String,
+    pub index: u32,
+    pub value: Value,
+    pub rows: Vec<Row>,
+}
+
+/// A row of a function's listing.
+pub enum Row {
+    /// The source line the instructions below were compiled from.
+    Source {
+        file: String,
+        line: u32,
+        /// The function the line is in, where it was inlined into the one listed.
+        inlined: Option<String>,
+        /// The line's text, where it was found (filled in by the caller).
+        text: String,
+    },
+    /// A hot basic block starts: its rank (1 for the hottest) and its share of the function's
+    /// flat value.
+    HotBlock { rank: usize, value: Value },
+    /// An instruction (or the function's other printed lines: its opening, its locals).
+    Code {
+        offset: usize,
+        text: String,
+        /// `None` for a line that is no instruction.
+        value: Option<Value>,
+        /// The rank of the hot block it is in.
+        hot: Option<usize>,
+    },
+}
+
+/// Annotates `selection`'s functions of `profile`, by its sample type `index`, from the
+/// modules' code in `modules` (a mapping left out: its functions too).
+pub fn annotate(
+    profile: &Profile,
+    index: usize,
+    modules: &mut FxHashMap<MappingId, ModuleCode>,
+    selection: Selection<'_>,
+) -> Result<Annotation> {
+    let counts = count(profile, index, |(mapping, address)| {
+        let code = modules.get(&mapping)?;
+        Some(code.bodies.at(usize::try_from(address).ok()?)?.0)
+    });
+    let chosen = choose(profile, modules, &counts, selection)?;
+    let mut by_module: HashMap<MappingId, Vec<u32>> = HashMap::new();
+    for &(mapping, index) in &chosen {
+        by_module.entry(mapping).or_default().push(index);
+    }
+    let mut listed = HashMap::new();
+    for (mapping, indices) in by_module {
+        let code = modules
+            .get_mut(&mapping)
+            .context("a chosen function's module")?;
+        let ranges: Vec<_> = indices
+            .iter()
+            .map(|&i| {
+                code.bodies
+                    .of_function(i)
+                    .context("a chosen function's body")
+            })
+            .collect::<Result<_>>()?;
+        let printed = listing::print(code.symbolizer.wasm(), &code.bodies, &ranges)?;
+        for ((index, range), lines) in indices.into_iter().zip(ranges).zip(printed) {
+            let rows = rows(code, &counts, mapping, index, range, lines)?;
+            listed.insert((mapping, index), rows);
+        }
+    }
+    let functions = chosen
+        .into_iter()
+        .map(|(mapping, index)| AnnotatedFunction {
+            name: modules[&mapping].symbolizer.function_name(index).name,
+            module: profile.mappings[mapping].file_name.clone(),
+            index,
+            value: counts
+                .functions
+                .get(&(mapping, index))
+                .copied()
+                .unwrap_or_default(),
+            rows: listed.remove(&(mapping, index)).unwrap_or_default(),
+        })
+        .collect();
+    Ok(Annotation {
+        sample_type: profile.sample_types[index].clone(),
+        total: counts.total,
+        functions,
+    })
+}
+
+/// The functions `selection` names, hottest first.
+fn choose(
+    profile: &Profile,
+    modules: &FxHashMap<MappingId, ModuleCode>,
+    counts: &Counts,
+    selection: Selection<'_>,
+) -> Result<Vec<(MappingId, u32)>> {
+    let value = |f: &(MappingId, u32)| counts.functions.get(f).copied().unwrap_or_default();
+    let mut chosen: Vec<(MappingId, u32)> = match selection {
+        Selection::Hottest(n) => {
+            let mut hot: Vec<_> = counts
+                .functions
+                .iter()
+                .filter(|(_, v)| v.flat != 0 || v.cum != 0)
+                .map(|(&f, _)| f)
+                .collect();
+            sort(&mut hot, value, profile);
+            hot.truncate(n);
+            return Ok(hot);
+        }
+        Selection::Named(names) => {
+            let mut chosen = Vec::new();
+            for name in names {
+                let found = named(modules, name);
+                if found.is_empty() {
+                    bail!("no function of the profile's modules is named `{name}`");
+                }
+                chosen.extend(found);
+            }
+            chosen
+        }
+    };
+    sort(&mut chosen, value, profile);
+    chosen.dedup();
+    Ok(chosen)
+}
+
+/// By flat value, then cumulative, then module and index: the same order every run.
+fn sort(
+    functions: &mut [(MappingId, u32)],
+    value: impl Fn(&(MappingId, u32)) -> Value,
+    profile: &Profile,
+) {
+    functions.sort_by(|a, b| {
+        let (va, vb) = (value(a), value(b));
+        (vb.flat.abs(), vb.cum.abs())
+            .cmp(&(va.flat.abs(), va.cum.abs()))
+            .then_with(|| {
+                let name = |f: &(MappingId, u32)| &profile.mappings[f.0].file_name;
+                (name(a), a.1).cmp(&(name(b), b.1))
+            })
+    });
+}
+
+/// The functions whose name (or name as written in the module) is `name`; else those whose
+/// name has it in it.
+fn named(modules: &FxHashMap<MappingId, ModuleCode>, name: &str) -> Vec<(MappingId, u32)> {
+    let mut whole = Vec::new();
+    let mut part = Vec::new();
+    for (&mapping, code) in modules {
+        for &(_, index) in &code.bodies.bodies {
+            let f = code.symbolizer.function_name(index);
+            if f.name == name || f.system_name == name {
+                whole.push((mapping, index));
+            } else if f.name.contains(name) {
+                part.push((mapping, index));
+            }
+        }
+    }
+    if whole.is_empty() {
+        part
+    } else {
+        whole
+    }
+}
+
+/// A function's rows: its printed lines, each instruction with its values, the source lines
+/// between, the hot blocks marked.
+fn rows(
+    code: &mut ModuleCode,
+    counts: &Counts,
+    mapping: MappingId,
+    index: u32,
+    range: std::ops::Range<usize>,
+    lines: Vec<listing::Line>,
+) -> Result<Vec<Row>> {
+    let wasm = code.symbolizer.wasm();
+    let shape = blocks::shape(wasm, range)?;
+    let value_at = |offset: usize| {
+        counts
+            .instructions
+            .get(&(mapping, offset as u64))
+            .copied()
+            .unwrap_or_default()
+    };
+    // Each block's flat value; the hottest ranked.
+    let mut block_values = vec![Value::default(); shape.block_starts.len()];
+    for &offset in &shape.instructions {
+        let v = value_at(offset);
+        let block = &mut block_values[blocks::block_of(&shape.block_starts, offset)];
+        block.flat += v.flat;
+        block.cum = block.cum.max(v.cum);
+    }
+    let mut ranked: Vec<usize> = (0..block_values.len())
+        .filter(|&b| block_values[b].flat != 0)
+        .collect();
+    ranked.sort_by_key(|&b| (std::cmp::Reverse(block_values[b].flat.abs()), b));
+    ranked.truncate(HOT_BLOCKS);
+    let rank_of = |block: usize| ranked.iter().position(|&b| b == block).map(|r| r + 1);
+
+    let addresses: Vec<(u32, u32)> = shape
+        .instructions
+        .iter()
+        .filter_map(|&o| Some((index, u32::try_from(o).ok()?)))
+        .collect();
+    code.symbolizer.symbolize(&addresses);
+    let mut rows = Vec::with_capacity(lines.len() * 2);
+    let mut last_source = None;
+    for line in lines {
+        let is_instruction = shape.instructions.binary_search(&line.offset).is_ok();
+        if !is_instruction {
+            rows.push(Row::Code {
+                offset: line.offset,
+                text: line.text,
+                value: None,
+                hot: None,
+            });
+            continue;
+        }
+        let frames = code
+            .symbolizer
+            .source_frames(index, u32::try_from(line.offset).unwrap_or(u32::MAX));
+        if let Some(innermost) = frames.first().filter(|f| !f.file.is_empty()) {
+            let source = (innermost.file.clone(), innermost.line);
+            // Line 0: code of no line (the compiler's own); the next line is shown again.
+            if source.1 != 0 && last_source.as_ref() != Some(&source) {
+                let inlined = (frames.len() > 1).then(|| innermost.function.name.clone());
+                rows.push(Row::Source {
+                    file: source.0.clone(),
+                    line: source.1,
+                    inlined,
+                    text: String::new(),
+                });
+            }
+            last_source = Some(source);
+        }
+        let block = blocks::block_of(&shape.block_starts, line.offset);
+        let hot = rank_of(block);
+        if let Some(rank) = hot {
+            if shape.block_starts.get(block) == Some(&line.offset) {
+                rows.push(Row::HotBlock {
+                    rank,
+                    value: block_values[block],
+                });
+            }
+        }
+        rows.push(Row::Code {
+            offset: line.offset,
+            text: line.text,
+            value: Some(value_at(line.offset)),
+            hot,
+        });
+    }
+    Ok(rows)
+}

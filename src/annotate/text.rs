@@ -1,0 +1,84 @@
+//! An annotation as text, laid out as `pprof -list` lays out a function: a heading per
+//! function with its flat and cumulative value and share of the total, then a row per line,
+//! `.` for nothing.
+
+use std::fmt::Write;
+
+use super::{Annotation, Row};
+use crate::report::{percentage, scaled_label};
+use crate::shared::source_path::clean;
+
+/// `annotation` as text.
+pub fn render(annotation: &Annotation) -> String {
+    let unit = &annotation.sample_type.unit;
+    let value = |v: i64| {
+        if v == 0 {
+            ".".to_string()
+        } else {
+            scaled_label(v, unit, "minimum")
+        }
+    };
+    let mut out = String::new();
+    for f in &annotation.functions {
+        let _ = writeln!(
+            out,
+            "ROUTINE ======================== {} in {} (function {})",
+            f.name, f.module, f.index
+        );
+        let _ = writeln!(
+            out,
+            "{:>10} {:>10} (flat, cum) {} of Total",
+            value(f.value.flat),
+            value(f.value.cum),
+            percentage(f.value.cum, annotation.total).trim_start()
+        );
+        let _ = writeln!(
+            out,
+            "{:>10} {:>10} {:>3} {:>8}",
+            "flat", "cum", "hot", "offset"
+        );
+        for row in &f.rows {
+            match row {
+                Row::Source {
+                    file,
+                    line,
+                    inlined,
+                    text,
+                } => {
+                    let _ = write!(out, "{:36};; {}:{line}", "", clean(file));
+                    if let Some(function) = inlined {
+                        let _ = write!(out, " (inlined: {function})");
+                    }
+                    if !text.is_empty() {
+                        let _ = write!(out, "  {text}");
+                    }
+                    out.push('\n');
+                }
+                Row::HotBlock { rank, value: v } => {
+                    let _ = writeln!(
+                        out,
+                        "{:36};; hot block #{rank}: {} flat, {} of the function's",
+                        "",
+                        value(v.flat),
+                        percentage(v.flat, f.value.flat).trim_start()
+                    );
+                }
+                Row::Code {
+                    offset,
+                    text,
+                    value: v,
+                    hot,
+                } => {
+                    let (flat, cum) = match v {
+                        Some(v) => (value(v.flat), value(v.cum)),
+                        None => (String::new(), String::new()),
+                    };
+                    let hot = hot.map(|r| format!("#{r}")).unwrap_or_default();
+                    let _ = writeln!(out, "{flat:>10} {cum:>10} {hot:>3} {offset:>#8x}  {text}");
+                }
+            }
+        }
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,197 @@
+//! `wasmspy annotate`: a profile's functions by Wasm instruction, from a program whose hot
+//! instruction is known in advance (a division), a component's, and the refusals.
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+use common::annotated::{parse, Listed};
+use common::*;
+
+/// `tests/fixtures/c/divide.c`: `spin`'s loop divides by a divisor read at run time, and
+/// calls `mix` every 256 rounds.
+const DIVIDE: &str = "c/divide.wasm";
+
+fn annotate(args: &[&std::ffi::OsStr]) -> Output {
+    wasmspy().arg("annotate").args(args).output().unwrap()
+}
+
+/// `wasmspy annotate PROFILE FUNCTION --wasm MODULE`, which must list that one function: the
+/// output, and the function's heading and rows.
+fn annotate_one(profile: &Path, function: &str, module: &Path) -> (String, String, Vec<Listed>) {
+    let out = annotate(&[
+        profile.as_os_str(),
+        function.as_ref(),
+        "--wasm".as_ref(),
+        module.as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let mut functions = parse(&text);
+    assert_eq!(functions.len(), 1, "{text}");
+    let (heading, rows) = functions.remove(0);
+    (text, heading, rows)
+}
+
+/// Records `divide.wasm` at 1 kHz: about a second of CPU.
+fn record_divide(dir: &Path) -> std::path::PathBuf {
+    let (out, path) = record(
+        dir,
+        &["--rate", "1000"],
+        &fixture(DIVIDE),
+        &["7", "100000000"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    path
+}
+
+#[test]
+fn the_division_holds_the_most_of_its_functions_samples_and_the_call_its_callees() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = record_divide(dir.path());
+    let module = fixture(DIVIDE);
+    let (text, heading, rows) = annotate_one(&profile, "spin", &module);
+    assert!(heading.starts_with("spin in divide.wasm"), "{heading}");
+    let code: Vec<&Listed> = rows.iter().filter(|r| r.offset.is_some()).collect();
+
+    // A timer's sample blames the instruction after a long one (skid): the division's, or the
+    // one after it, holds the most.
+    let hottest = code
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.flat.total_cmp(&b.1.flat))
+        .map(|(i, _)| i)
+        .unwrap();
+    let division = code
+        .iter()
+        .position(|r| r.text == "i32.div_u")
+        .unwrap_or_else(|| panic!("no i32.div_u in spin: {text}"));
+    assert!(
+        hottest == division || hottest == division + 1,
+        "the hottest instruction is `{}`, not the division or the one after it:\n{text}",
+        code[hottest].text
+    );
+    // The division is in the hottest basic block.
+    assert_eq!(code[division].hot, Some(1), "{text}");
+    // Its source line is shown above it.
+    let line_of_division = rows
+        .iter()
+        .take_while(|r| r.offset != code[division].offset)
+        .filter(|r| r.text.starts_with(";; tests/fixtures/c/divide.c:"))
+        .last()
+        .unwrap_or_else(|| panic!("no source line before the division: {text}"));
+    assert!(
+        line_of_division
+            .text
+            .starts_with(";; tests/fixtures/c/divide.c:23"),
+        "{}",
+        line_of_division.text
+    );
+
+    // The call of `mix` has, as its cumulative value, all of `mix`'s: every sample in `mix`
+    // went through that one call. Both are of the same samples, so equal up to the printed
+    // rounding (two decimals of the unit shown).
+    let call = code
+        .iter()
+        .find(|r| r.text == "call $mix")
+        .unwrap_or_else(|| panic!("no call of mix in spin: {text}"));
+    let p = Decoded::load(&profile);
+    let mix: f64 = p
+        .stacks()
+        .iter()
+        .filter(|(names, _)| names.iter().any(|n| n == "mix"))
+        .map(|(_, values)| values[p.value_index("cpu")] as f64)
+        .sum();
+    assert!(mix > 0.0, "no samples in mix");
+    assert!(
+        (call.cum - mix).abs() <= 0.005e6 + mix * 1e-4,
+        "call $mix: {} ns cumulative, mix: {mix} ns\n{text}",
+        call.cum
+    );
+    assert_eq!(call.flat, 0.0, "a call is not a leaf: {text}");
+}
+
+#[test]
+fn the_hottest_functions_are_annotated_when_none_is_named_from_the_module_beside_the_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = record_divide(dir.path());
+    // No --wasm: the profile names `divide.wasm`, found beside it.
+    std::fs::copy(fixture(DIVIDE), dir.path().join("divide.wasm")).unwrap();
+    let out = annotate(&[profile.as_os_str(), "--top".as_ref(), "2".as_ref()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let headings: Vec<String> = parse(&text).into_iter().map(|(h, _)| h).collect();
+    assert_eq!(headings.len(), 2, "{text}");
+    assert!(
+        headings[0].starts_with("spin in divide.wasm"),
+        "{headings:?}"
+    );
+    assert!(
+        headings[1].starts_with("mix in divide.wasm"),
+        "{headings:?}"
+    );
+}
+
+#[test]
+fn a_components_function_is_annotated_from_its_core_module() {
+    let dir = tempfile::tempdir().unwrap();
+    let component = fixture("rust/component.wasm");
+    let (out, profile) = record(dir.path(), &["--rate", "1000"], &component, &["hot", "8"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let (text, heading, rows) = annotate_one(&profile, "component::engine::hot_path", &component);
+    assert!(
+        heading.starts_with("component::engine::hot_path in component.wasm/component.wasm"),
+        "{heading}"
+    );
+    // The loop's line, from the core module's DWARF, and its multiplication in the hottest
+    // block.
+    assert!(
+        rows.iter()
+            .any(|r| r.text.starts_with(";; tests/fixtures/rust/component.rs:21")),
+        "{text}"
+    );
+    assert!(
+        rows.iter().any(|r| r.hot == Some(1) && r.text == "i64.mul"),
+        "{text}"
+    );
+}
+
+#[test]
+fn bad_input_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = record_divide(dir.path());
+    let module = fixture(DIVIDE);
+    let other = fixture("c/cprog.wasm");
+    let folded = dir.path().join("out.folded");
+    let converted = wasmspy()
+        .args(["convert".as_ref(), profile.as_os_str(), "-o".as_ref()])
+        .arg(&folded)
+        .output()
+        .unwrap();
+    assert!(converted.status.success(), "{}", stderr(&converted));
+    let cases: [(Vec<&std::ffi::OsStr>, &str); 4] = [
+        (
+            vec![profile.as_os_str(), "--wasm".as_ref(), other.as_os_str()],
+            "is not a module this profile was taken of",
+        ),
+        (
+            vec![folded.as_os_str()],
+            "has no Wasm instruction addresses",
+        ),
+        (
+            vec![
+                profile.as_os_str(),
+                "no_such_function".as_ref(),
+                "--wasm".as_ref(),
+                module.as_os_str(),
+            ],
+            "no function of the profile's modules is named `no_such_function`",
+        ),
+        (vec![profile.as_os_str()], "none of the modules"),
+    ];
+    for (args, expect) in cases {
+        let out = annotate(&args);
+        assert_one_line_error(&out, expect, &args);
+    }
+}

@@ -1,0 +1,71 @@
+//! `wasmspy annotate`'s output, read back.
+
+/// A row of an annotated function: flat and cumulative values (ns), its hot block's rank, its
+/// text; a source line's row has no offset.
+#[derive(Debug)]
+pub struct Listed {
+    pub flat: f64,
+    pub cum: f64,
+    pub hot: Option<u32>,
+    pub offset: Option<u64>,
+    pub text: String,
+}
+
+/// The rows of each function `annotate` printed, by its heading (`NAME in MODULE`).
+pub fn parse(out: &str) -> Vec<(String, Vec<Listed>)> {
+    let mut functions: Vec<(String, Vec<Listed>)> = Vec::new();
+    for line in out.lines() {
+        if let Some(heading) = line.strip_prefix("ROUTINE ======================== ") {
+            functions.push((heading.to_string(), Vec::new()));
+            continue;
+        }
+        let Some((_, rows)) = functions.last_mut() else {
+            continue;
+        };
+        let trimmed = line.trim_start();
+        if trimmed.starts_with(";;") {
+            rows.push(Listed {
+                flat: 0.0,
+                cum: 0.0,
+                hot: None,
+                offset: None,
+                text: trimmed.to_string(),
+            });
+            continue;
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        // flat, cum, [#rank], offset, text...
+        let Some(at) = words.iter().position(|w| w.starts_with("0x")) else {
+            continue;
+        };
+        if at < 2 {
+            continue;
+        }
+        let hot = words[2].strip_prefix('#').and_then(|r| r.parse().ok());
+        let text_start = line.find(words[at]).unwrap() + words[at].len();
+        rows.push(Listed {
+            flat: nanoseconds(words[0]),
+            cum: nanoseconds(words[1]),
+            hot,
+            offset: u64::from_str_radix(&words[at][2..], 16).ok(),
+            text: line[text_start..].trim().to_string(),
+        });
+    }
+    functions
+}
+
+/// A value as annotate prints one of time: `.`, `12.5ms`, `1.2s`...
+fn nanoseconds(value: &str) -> f64 {
+    if value == "." {
+        return 0.0;
+    }
+    let units = [("ns", 1.0), ("us", 1e3), ("ms", 1e6), ("s", 1e9)];
+    for (unit, factor) in units {
+        if let Some(n) = value.strip_suffix(unit) {
+            if let Ok(n) = n.parse::<f64>() {
+                return n * factor;
+            }
+        }
+    }
+    panic!("not a value of time: {value}")
+}
