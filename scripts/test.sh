@@ -37,8 +37,9 @@ if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# The tests compile while the fixtures build (which waits for weval, still building in CI):
-# each fills the other's idle core.
+# The tests compile while the fixtures build (in CI, the JavaScript and Python components are
+# built already, or being built by .ci/run, which these scripts wait for): each fills the
+# other's idle core.
 cargo test --features internals --no-run "$@" &
 compiling=$!
 # Outside CI a machine without npm or PyPI still runs the rest (tests/interpreters.rs,
