@@ -157,6 +157,46 @@ fn a_components_function_is_annotated_from_its_core_module() {
     );
 }
 
+/// A memory profile annotates by bytes: each allocating call holds what its callee allocated
+/// from there (`tests/fixtures/c/alloc.c`: 10 x 24 bytes, and a block grown to 4096 from 64).
+#[test]
+fn a_memory_profile_puts_the_bytes_on_the_allocating_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let module = fixture("c/alloc.wasm");
+    let (out, heap) = record_every_allocation(dir.path(), &module, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for (function, call, bytes) in [
+        ("make_small", "call $malloc", 10.0 * 24.0),
+        (
+            "grow",
+            "call $realloc",
+            (6..=12).map(|k| f64::from(1 << k)).sum(),
+        ),
+    ] {
+        let out = annotate(&[
+            heap.as_os_str(),
+            function.as_ref(),
+            "--sample-index".as_ref(),
+            "alloc_space".as_ref(),
+            "--wasm".as_ref(),
+            module.as_os_str(),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let text = stdout(&out);
+        let (_, rows) = &parse(&text)[0];
+        let row = rows
+            .iter()
+            .find(|r| r.text == call)
+            .unwrap_or_else(|| panic!("no `{call}` in {function}: {text}"));
+        // Printed to two decimals of the unit shown (kB for grow's).
+        assert!(
+            (row.cum - bytes).abs() <= 0.005 * 1024.0,
+            "{function}'s `{call}`: {} bytes, not {bytes}:\n{text}",
+            row.cum
+        );
+    }
+}
+
 #[test]
 fn bad_input_is_refused_in_one_line() {
     let dir = tempfile::tempdir().unwrap();

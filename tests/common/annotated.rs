@@ -1,6 +1,7 @@
 //! `wasmspy annotate`'s output, read back.
 
-/// A row of an annotated function: flat and cumulative values (ns), its hot block's rank, its
+/// A row of an annotated function: flat and cumulative values (in nanoseconds or bytes), its
+/// hot block's rank, its
 /// text; a source line's row has no offset.
 #[derive(Debug)]
 pub struct Listed {
@@ -44,8 +45,8 @@ pub fn parse(out: &str) -> Vec<(String, Vec<Listed>)> {
         let hot = words[2].strip_prefix('#').and_then(|r| r.parse().ok());
         let text_start = line.find(words[at]).unwrap() + words[at].len();
         rows.push(Listed {
-            flat: nanoseconds(words[0]),
-            cum: nanoseconds(words[1]),
+            flat: base_units(words[0]),
+            cum: base_units(words[1]),
             hot,
             offset: u64::from_str_radix(&words[at][2..], 16).ok(),
             text: line[text_start..].trim().to_string(),
@@ -54,12 +55,22 @@ pub fn parse(out: &str) -> Vec<(String, Vec<Listed>)> {
     functions
 }
 
-/// A value as annotate prints one of time: `.`, `12.5ms`, `1.2s`...
-fn nanoseconds(value: &str) -> f64 {
+/// A value as annotate prints it, in its family's base unit (nanoseconds, bytes): `.`,
+/// `12.5ms`, `1.2s`, `240B`, `7.94kB`...
+fn base_units(value: &str) -> f64 {
     if value == "." {
         return 0.0;
     }
-    let units = [("ns", 1.0), ("us", 1e3), ("ms", 1e6), ("s", 1e9)];
+    let units = [
+        ("ns", 1.0),
+        ("us", 1e3),
+        ("ms", 1e6),
+        ("kB", 1024.0),
+        ("MB", 1048576.0),
+        ("GB", 1073741824.0),
+        ("s", 1e9),
+        ("B", 1.0),
+    ];
     for (unit, factor) in units {
         if let Some(n) = value.strip_suffix(unit) {
             if let Ok(n) = n.parse::<f64>() {
@@ -67,5 +78,5 @@ fn nanoseconds(value: &str) -> f64 {
             }
         }
     }
-    panic!("not a value of time: {value}")
+    panic!("not a value annotate prints: {value}")
 }
