@@ -157,6 +157,43 @@ fn a_components_function_is_annotated_from_its_core_module() {
     );
 }
 
+/// `-o annotate.html`: one page, opened in Chromium (tests/browser/check.js): `spin` in its
+/// function list, its hottest row the division (or the instruction after it), drawn hot.
+#[test]
+fn the_html_page_shows_the_hot_row_highlighted_in_a_browser() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = record_divide(dir.path());
+    let module = fixture(DIVIDE);
+    let page = dir.path().join("annotate.html");
+    let out = annotate(&[
+        profile.as_os_str(),
+        "--wasm".as_ref(),
+        module.as_os_str(),
+        "-o".as_ref(),
+        page.as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).is_empty(), "{}", stdout(&out));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("tests/fixtures/c/divide.c:23"),
+        "no source column"
+    );
+    let Some(seen) = browser_check("annotate", &page, "spin", &dir.path().join("annotate.png"))
+    else {
+        return;
+    };
+    let hottest = seen
+        .split(" hottest=")
+        .nth(1)
+        .and_then(|rest| rest.split(" background=").next())
+        .unwrap_or_else(|| panic!("{seen}"));
+    assert!(
+        ["i32.div_u", "i32.sub"].contains(&hottest.trim()),
+        "the hottest row is `{hottest}`: {seen}"
+    );
+}
+
 /// A memory profile annotates by bytes: each allocating call holds what its callee allocated
 /// from there (`tests/fixtures/c/alloc.c`: 10 x 24 bytes, and a block grown to 4096 from 64).
 #[test]

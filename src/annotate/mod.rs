@@ -9,6 +9,7 @@
 
 mod blocks;
 mod counts;
+mod html;
 mod listing;
 mod text;
 
@@ -20,6 +21,7 @@ use rustc_hash::FxHashMap;
 pub use counts::instruction;
 pub use counts::Value;
 use counts::{count, Counts};
+pub use html::page;
 use listing::Bodies;
 pub use text::render;
 

@@ -11,8 +11,9 @@ use rustc_hash::FxHashMap;
 
 use super::carried_sources::SourceText;
 use super::module_files::{self, ModuleFile, Sidecars};
+use super::outputs::replace_whole;
 use super::report::{read, sample_index};
-use crate::annotate::{annotate as annotated, render, ModuleCode, Row, Selection};
+use crate::annotate::{annotate as annotated, page, render, ModuleCode, Row, Selection};
 use crate::profile::{MappingId, Profile};
 
 #[derive(Args, Debug)]
@@ -41,6 +42,12 @@ pub struct AnnotateArgs {
     /// index; the profile's default unless given.
     #[arg(long, value_name = "TYPE")]
     pub sample_index: Option<String>,
+
+    /// Write the listing to OUT rather than print it: a self-contained HTML page (a list of
+    /// the functions, each one's source and Wasm columns, rows coloured by heat) when OUT
+    /// ends in `.html`, else the text.
+    #[arg(short, long, value_name = "OUT")]
+    pub output: Option<PathBuf>,
 
     /// How many of the hottest functions to annotate, when none is named.
     #[arg(long, value_name = "N", default_value_t = 5)]
@@ -117,7 +124,24 @@ pub fn annotate(args: AnnotateArgs) -> Result<i32> {
             }
         }
     }
-    print!("{}", render(&annotation));
+    let Some(output) = &args.output else {
+        print!("{}", render(&annotation));
+        return Ok(0);
+    };
+    let html = output
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("html") || e.eq_ignore_ascii_case("htm"));
+    let text = match html {
+        true => page(&annotation, &args.profile.display().to_string()),
+        false => render(&annotation),
+    };
+    replace_whole(output, text.as_bytes())?;
+    eprintln!(
+        "wasmspy: wrote {} ({} functions{})",
+        output.display(),
+        annotation.functions.len(),
+        if html { "; open it in a browser" } else { "" }
+    );
     Ok(0)
 }
 

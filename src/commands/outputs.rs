@@ -281,14 +281,19 @@ impl Output {
 /// complete, so that a write that fails leaves whatever was there untouched; reported on
 /// stderr as the profile of `format` it is.
 pub fn write_whole(path: &Path, format: Format, bytes: &[u8]) -> Result<()> {
-    persist(temp_file_beside(path)?, bytes, path)
-        .with_context(|| format!("cannot write `{}`", path.display()))?;
+    replace_whole(path, bytes)?;
     say!(
         "wasmspy: wrote {} ({format}); view it with: {}",
         path.display(),
         format.how_to_view(path)
     );
     Ok(())
+}
+
+/// Writes `bytes` to `path` whole, as [`write_whole`] does, saying nothing.
+pub fn replace_whole(path: &Path, bytes: &[u8]) -> Result<()> {
+    persist(temp_file_beside(path)?, bytes, path)
+        .with_context(|| format!("cannot write `{}`", path.display()))
 }
 
 /// `bytes` written to `file`, synced, then `file` renamed to `path`.

@@ -3,6 +3,7 @@
 //
 //   node check.js speedscope PROFILE.json EXPECTED_NAME SCREENSHOT.png
 //   node check.js svg        FILE.svg     EXPECTED_NAME SCREENSHOT.png
+//   node check.js annotate   FILE.html    EXPECTED_NAME SCREENSHOT.png
 //
 // speedscope: opens the real speedscope app (the release build shipped in the
 //   `speedscope` npm package) from file://, loads PROFILE.json the same way the
@@ -16,6 +17,11 @@
 //   is an <svg> with <text> elements and that EXPECTED_NAME occurs in the text; prints the
 //   colour its frame is drawn in, where it has one
 //   content of a <title> or <text> element; fails on an uncaught page exception.
+//
+// annotate: opens `wasmspy annotate -o FILE.html`'s page, follows the function list's link
+//   named EXPECTED_NAME to its section, finds the row with the most flat samples
+//   (`data-flat`), checks it is drawn in another colour than a row without samples, and
+//   prints that row's Wasm instruction (`hottest=...`); fails on a page exception.
 //
 // Either way a PNG screenshot is written, the line `ok MODE: found NAME` is
 // printed and the exit code is 0; otherwise a reason goes to stderr, exit 1
@@ -40,7 +46,8 @@ const remaining = () => Math.max(1000, TOTAL_MS - 2000 - (Date.now() - START));
 function usage() {
   process.stderr.write(
     'usage: node check.js speedscope PROFILE.json EXPECTED_NAME SCREENSHOT.png\n' +
-      '       node check.js svg FILE.svg EXPECTED_NAME SCREENSHOT.png\n',
+      '       node check.js svg FILE.svg EXPECTED_NAME SCREENSHOT.png\n' +
+      '       node check.js annotate FILE.html EXPECTED_NAME SCREENSHOT.png\n',
   );
   process.exit(2);
 }
@@ -234,9 +241,34 @@ async function checkSvg(page, errors, svgPath, name, shot) {
   return info.fill ? ` (fill ${info.fill})` : '';
 }
 
+async function checkAnnotate(page, errors, htmlPath, name, shot) {
+  await page.goto(pathToFileURL(path.resolve(htmlPath)).href, { waitUntil: 'load', timeout: remaining() });
+  const info = await page.evaluate(n => {
+    const link = [...document.querySelectorAll('#functions a')].find(a => a.textContent === n);
+    if (!link) return { error: `no function ${n} in the page's list` };
+    const section = document.querySelector(link.getAttribute('href'));
+    if (!section) return { error: `the list's link to ${n} leads nowhere` };
+    const rows = [...section.querySelectorAll('tr.code')];
+    const flat = r => Number(r.dataset.flat);
+    const hottest = rows.reduce((best, r) => (best && flat(best) >= flat(r) ? best : r), null);
+    if (!hottest || flat(hottest) === 0) return { error: `${n} has no row with samples` };
+    const cold = rows.find(r => flat(r) === 0);
+    return {
+      hottest: hottest.querySelector('td.wasm').textContent,
+      background: getComputedStyle(hottest).backgroundColor,
+      cold: cold ? getComputedStyle(cold).backgroundColor : null,
+    };
+  }, name);
+  if (info.error) fail(info.error);
+  if (info.background === info.cold) fail(`the hottest row is drawn as a row without samples (${info.background})`);
+  if (errors.length) fail(`page errors in ${htmlPath}: ${errors.join(' | ')}`);
+  await page.screenshot({ path: shot, timeout: remaining() });
+  return ` hottest=${info.hottest} background=${info.background}`;
+}
+
 async function main() {
   const [mode, input, name, shot] = process.argv.slice(2);
-  if (process.argv.length !== 6 || !['speedscope', 'svg'].includes(mode) || !name) usage();
+  if (process.argv.length !== 6 || !['speedscope', 'svg', 'annotate'].includes(mode) || !name) usage();
   if (!fs.existsSync(input)) {
     console.error(`FAIL ${mode}: input file ${input} does not exist`);
     return 1;
@@ -277,7 +309,8 @@ async function main() {
 
     let drawn = '';
     if (mode === 'speedscope') await checkSpeedscope(page, errors, input, name, shot, tmpDir);
-    else drawn = await checkSvg(page, errors, input, name, shot);
+    else if (mode === 'svg') drawn = await checkSvg(page, errors, input, name, shot);
+    else drawn = await checkAnnotate(page, errors, input, name, shot);
 
     console.log(`ok ${mode}: found ${name}${drawn}`);
     return 0;
