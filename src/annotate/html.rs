@@ -4,9 +4,8 @@
 
 use std::fmt::Write;
 
-use super::{AnnotatedFunction, Annotation, Row};
-use crate::report::{percentage, scaled_label};
-use crate::shared::source_path::clean;
+use super::{shown_value, AnnotatedFunction, Annotation, Row};
+use crate::report::percentage;
 
 /// `annotation` of the profile `title` names, as a page.
 pub fn page(annotation: &Annotation, title: &str) -> String {
@@ -17,7 +16,7 @@ pub fn page(annotation: &Annotation, title: &str) -> String {
         escape(title),
         escape(title),
         escape(&annotation.sample_type.kind),
-        escape(&value(annotation.total, &annotation.sample_type.unit))
+        escape(&shown_value(annotation.total, &annotation.sample_type.unit))
     );
     for (i, f) in annotation.functions.iter().enumerate() {
         let _ = writeln!(
@@ -55,34 +54,21 @@ fn function(out: &mut String, i: usize, f: &AnnotatedFunction, annotation: &Anno
         escape(&f.name),
         escape(&f.module),
         f.index,
-        escape(&value(f.value.flat, unit)),
-        escape(&value(f.value.cum, unit)),
+        escape(&shown_value(f.value.flat, unit)),
+        escape(&shown_value(f.value.cum, unit)),
         percentage(f.value.cum, annotation.total).trim()
     );
     out.push_str("<table><thead><tr><th>flat</th><th>cum</th><th>hot</th><th>source</th><th>offset</th><th>Wasm</th></tr></thead><tbody>\n");
     let mut source = String::new();
     for row in &f.rows {
         match row {
-            Row::Source {
-                file,
-                line,
-                inlined,
-                text,
-            } => {
-                source = format!("{}:{line}", clean(file));
-                if let Some(function) = inlined {
-                    let _ = write!(source, " (inlined: {function})");
-                }
-                if !text.is_empty() {
-                    let _ = write!(source, "  {text}");
-                }
-            }
+            Row::Source(line) => source = line.label(),
             Row::HotBlock { rank, value: v } => {
+                let label = Row::hot_block_label(*rank, *v, f.value.flat, unit);
                 let _ = writeln!(
                     out,
-                    "<tr class=\"block\"><td colspan=\"6\">hot block #{rank}: {} flat, {} of the function's</td></tr>",
-                    escape(&value(v.flat, unit)),
-                    percentage(v.flat, f.value.flat).trim()
+                    "<tr class=\"block\"><td colspan=\"6\">{}</td></tr>",
+                    escape(&label)
                 );
             }
             Row::Code {
@@ -93,8 +79,8 @@ fn function(out: &mut String, i: usize, f: &AnnotatedFunction, annotation: &Anno
             } => {
                 let (flat, cum, heat) = match v {
                     Some(v) => (
-                        value(v.flat, unit),
-                        value(v.cum, unit),
+                        shown_value(v.flat, unit),
+                        shown_value(v.cum, unit),
                         v.flat.abs() as f64 / hottest.max(1) as f64,
                     ),
                     None => (String::new(), String::new(), 0.0),
@@ -122,15 +108,6 @@ fn function(out: &mut String, i: usize, f: &AnnotatedFunction, annotation: &Anno
         }
     }
     out.push_str("</tbody></table></section>\n");
-}
-
-/// A value as the text shows it: `.` for none.
-fn value(v: i64, unit: &str) -> String {
-    if v == 0 {
-        ".".to_string()
-    } else {
-        scaled_label(v, unit, "minimum")
-    }
 }
 
 /// `text` safe inside HTML's text and attribute values.

@@ -26,7 +26,9 @@ use listing::Bodies;
 pub use text::render;
 
 use crate::profile::{MappingId, Profile, ValueType};
+use crate::report::{percentage, scaled_label};
 use crate::resolve::symbolize::ModuleSymbolizer;
+use crate::shared::source_path::clean;
 use crate::warning::Warning;
 
 /// How many of a function's basic blocks are marked as hot, the hottest first.
@@ -79,17 +81,35 @@ pub struct AnnotatedFunction {
     pub rows: Vec<Row>,
 }
 
+/// A source line of a listing.
+pub struct SourceLine {
+    pub file: String,
+    pub line: u32,
+    /// The function the line is in, where it was inlined into the one listed.
+    pub inlined: Option<String>,
+    /// The line's text, where it was found (filled in by the caller).
+    pub text: String,
+}
+
+impl SourceLine {
+    /// As both listings show it: `file:line (inlined: F)  text`.
+    fn label(&self) -> String {
+        let mut label = format!("{}:{}", clean(&self.file), self.line);
+        if let Some(function) = &self.inlined {
+            label.push_str(&format!(" (inlined: {function})"));
+        }
+        if !self.text.is_empty() {
+            label.push_str("  ");
+            label.push_str(&self.text);
+        }
+        label
+    }
+}
+
 /// A row of a function's listing.
 pub enum Row {
     /// The source line the instructions below were compiled from.
-    Source {
-        file: String,
-        line: u32,
-        /// The function the line is in, where it was inlined into the one listed.
-        inlined: Option<String>,
-        /// The line's text, where it was found (filled in by the caller).
-        text: String,
-    },
+    Source(SourceLine),
     /// A hot basic block starts: its rank (1 for the hottest) and its share of the function's
     /// flat value.
     HotBlock { rank: usize, value: Value },
@@ -102,6 +122,26 @@ pub enum Row {
         /// The rank of the hot block it is in.
         hot: Option<usize>,
     },
+}
+
+impl Row {
+    /// A hot block's announcement, its value in `unit` and its share of `function_flat`.
+    fn hot_block_label(rank: usize, value: Value, function_flat: i64, unit: &str) -> String {
+        format!(
+            "hot block #{rank}: {} flat, {} of the function's",
+            shown_value(value.flat, unit),
+            percentage(value.flat, function_flat).trim_start()
+        )
+    }
+}
+
+/// A value as the listings show it, in `unit` scaled as pprof scales it: `.` for none.
+fn shown_value(value: i64, unit: &str) -> String {
+    if value == 0 {
+        ".".to_string()
+    } else {
+        scaled_label(value, unit, "minimum")
+    }
 }
 
 /// Annotates `selection`'s functions of `profile`, by its sample type `index`, from the
@@ -298,12 +338,12 @@ fn rows(
             // Line 0: code of no line (the compiler's own); the next line is shown again.
             if source.1 != 0 && last_source.as_ref() != Some(&source) {
                 let inlined = (frames.len() > 1).then(|| innermost.function.name.clone());
-                rows.push(Row::Source {
+                rows.push(Row::Source(SourceLine {
                     file: source.0.clone(),
                     line: source.1,
                     inlined,
                     text: String::new(),
-                });
+                }));
             }
             last_source = Some(source);
         }

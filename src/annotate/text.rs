@@ -4,20 +4,13 @@
 
 use std::fmt::Write;
 
-use super::{Annotation, Row};
-use crate::report::{percentage, scaled_label};
-use crate::shared::source_path::clean;
+use super::{shown_value, Annotation, Row};
+use crate::report::percentage;
 
 /// `annotation` as text.
 pub fn render(annotation: &Annotation) -> String {
     let unit = &annotation.sample_type.unit;
-    let value = |v: i64| {
-        if v == 0 {
-            ".".to_string()
-        } else {
-            scaled_label(v, unit, "minimum")
-        }
-    };
+    let value = |v: i64| shown_value(v, unit);
     let mut out = String::new();
     for f in &annotation.functions {
         let _ = writeln!(
@@ -39,29 +32,12 @@ pub fn render(annotation: &Annotation) -> String {
         );
         for row in &f.rows {
             match row {
-                Row::Source {
-                    file,
-                    line,
-                    inlined,
-                    text,
-                } => {
-                    let _ = write!(out, "{:36};; {}:{line}", "", clean(file));
-                    if let Some(function) = inlined {
-                        let _ = write!(out, " (inlined: {function})");
-                    }
-                    if !text.is_empty() {
-                        let _ = write!(out, "  {text}");
-                    }
-                    out.push('\n');
+                Row::Source(source) => {
+                    let _ = writeln!(out, "{:36};; {}", "", source.label());
                 }
                 Row::HotBlock { rank, value: v } => {
-                    let _ = writeln!(
-                        out,
-                        "{:36};; hot block #{rank}: {} flat, {} of the function's",
-                        "",
-                        value(v.flat),
-                        percentage(v.flat, f.value.flat).trim_start()
-                    );
+                    let label = Row::hot_block_label(*rank, *v, f.value.flat, unit);
+                    let _ = writeln!(out, "{:36};; {label}", "");
                 }
                 Row::Code {
                     offset,

@@ -116,11 +116,8 @@ pub fn annotate(args: AnnotateArgs) -> Result<i32> {
     let mut sources = SourceText::of(&args.profile);
     for f in &mut annotation.functions {
         for row in &mut f.rows {
-            if let Row::Source {
-                file, line, text, ..
-            } = row
-            {
-                *text = sources.line(file, *line).unwrap_or_default();
+            if let Row::Source(source) = row {
+                source.text = sources.line(&source.file, source.line).unwrap_or_default();
             }
         }
     }
