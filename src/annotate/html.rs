@@ -63,8 +63,8 @@ fn function(out: &mut String, i: usize, f: &AnnotatedFunction, annotation: &Anno
     for row in &f.rows {
         match row {
             Row::Source(line) => source = line.label(),
-            Row::HotBlock { rank, value: v } => {
-                let label = Row::hot_block_label(*rank, *v, f.value.flat, unit);
+            Row::HotBlock { rank, flat } => {
+                let label = Row::hot_block_label(*rank, *flat, f.value.flat, unit);
                 let _ = writeln!(
                     out,
                     "<tr class=\"block\"><td colspan=\"6\">{}</td></tr>",
@@ -77,14 +77,8 @@ fn function(out: &mut String, i: usize, f: &AnnotatedFunction, annotation: &Anno
                 value: v,
                 hot,
             } => {
-                let (flat, cum, heat) = match v {
-                    Some(v) => (
-                        shown_value(v.flat, unit),
-                        shown_value(v.cum, unit),
-                        v.flat.abs() as f64 / hottest.max(1) as f64,
-                    ),
-                    None => (String::new(), String::new(), 0.0),
-                };
+                let [flat, cum, hot] = Row::code_cells(v, hot, unit);
+                let heat = v.map_or(0.0, |v| v.flat.abs() as f64 / hottest.max(1) as f64);
                 let style = if heat > 0.0 {
                     // White to red by the row's share of the hottest row.
                     format!(
@@ -94,7 +88,6 @@ fn function(out: &mut String, i: usize, f: &AnnotatedFunction, annotation: &Anno
                 } else {
                     String::new()
                 };
-                let hot = hot.map(|r| format!("#{r}")).unwrap_or_default();
                 let _ = writeln!(
                     out,
                     "<tr class=\"code\" data-flat=\"{}\"{style}><td>{}</td><td>{}</td><td>{hot}</td><td class=\"source\">{}</td><td>{offset:#x}</td><td class=\"wasm\">{}</td></tr>",

@@ -112,7 +112,7 @@ pub enum Row {
     Source(SourceLine),
     /// A hot basic block starts: its rank (1 for the hottest) and its share of the function's
     /// flat value.
-    HotBlock { rank: usize, value: Value },
+    HotBlock { rank: usize, flat: i64 },
     /// An instruction (or the function's other printed lines: its opening, its locals).
     Code {
         offset: usize,
@@ -125,13 +125,23 @@ pub enum Row {
 }
 
 impl Row {
-    /// A hot block's announcement, its value in `unit` and its share of `function_flat`.
-    fn hot_block_label(rank: usize, value: Value, function_flat: i64, unit: &str) -> String {
+    /// A hot block's announcement, its flat value in `unit` and its share of `function_flat`.
+    fn hot_block_label(rank: usize, flat: i64, function_flat: i64, unit: &str) -> String {
         format!(
             "hot block #{rank}: {} flat, {} of the function's",
-            shown_value(value.flat, unit),
-            percentage(value.flat, function_flat).trim_start()
+            shown_value(flat, unit),
+            percentage(flat, function_flat).trim_start()
         )
+    }
+
+    /// A code row's flat, cumulative and hot-block cells as both listings show them: empty for
+    /// a line that is no instruction.
+    fn code_cells(value: &Option<Value>, hot: &Option<usize>, unit: &str) -> [String; 3] {
+        let (flat, cum) = match value {
+            Some(v) => (shown_value(v.flat, unit), shown_value(v.cum, unit)),
+            None => (String::new(), String::new()),
+        };
+        [flat, cum, hot.map(|r| format!("#{r}")).unwrap_or_default()]
     }
 }
 
@@ -297,17 +307,14 @@ fn rows(
             .unwrap_or_default()
     };
     // Each block's flat value; the hottest ranked.
-    let mut block_values = vec![Value::default(); shape.block_starts.len()];
+    let mut block_flat = vec![0i64; shape.block_starts.len()];
     for &offset in &shape.instructions {
-        let v = value_at(offset);
-        let block = &mut block_values[blocks::block_of(&shape.block_starts, offset)];
-        block.flat += v.flat;
-        block.cum = block.cum.max(v.cum);
+        block_flat[blocks::block_of(&shape.block_starts, offset)] += value_at(offset).flat;
     }
-    let mut ranked: Vec<usize> = (0..block_values.len())
-        .filter(|&b| block_values[b].flat != 0)
+    let mut ranked: Vec<usize> = (0..block_flat.len())
+        .filter(|&b| block_flat[b] != 0)
         .collect();
-    ranked.sort_by_key(|&b| (std::cmp::Reverse(block_values[b].flat.abs()), b));
+    ranked.sort_by_key(|&b| (std::cmp::Reverse(block_flat[b].abs()), b));
     ranked.truncate(HOT_BLOCKS);
     let rank_of = |block: usize| ranked.iter().position(|&b| b == block).map(|r| r + 1);
 
@@ -353,7 +360,7 @@ fn rows(
             if shape.block_starts.get(block) == Some(&line.offset) {
                 rows.push(Row::HotBlock {
                     rank,
-                    value: block_values[block],
+                    flat: block_flat[block],
                 });
             }
         }

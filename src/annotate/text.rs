@@ -35,8 +35,8 @@ pub fn render(annotation: &Annotation) -> String {
                 Row::Source(source) => {
                     let _ = writeln!(out, "{:36};; {}", "", source.label());
                 }
-                Row::HotBlock { rank, value: v } => {
-                    let label = Row::hot_block_label(*rank, *v, f.value.flat, unit);
+                Row::HotBlock { rank, flat } => {
+                    let label = Row::hot_block_label(*rank, *flat, f.value.flat, unit);
                     let _ = writeln!(out, "{:36};; {label}", "");
                 }
                 Row::Code {
@@ -45,11 +45,7 @@ pub fn render(annotation: &Annotation) -> String {
                     value: v,
                     hot,
                 } => {
-                    let (flat, cum) = match v {
-                        Some(v) => (value(v.flat), value(v.cum)),
-                        None => (String::new(), String::new()),
-                    };
-                    let hot = hot.map(|r| format!("#{r}")).unwrap_or_default();
+                    let [flat, cum, hot] = Row::code_cells(v, hot, unit);
                     let _ = writeln!(out, "{flat:>10} {cum:>10} {hot:>3} {offset:>#8x}  {text}");
                 }
             }
