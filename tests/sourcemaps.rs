@@ -36,8 +36,11 @@ fn built(test: &str, name: &str) -> Option<PathBuf> {
     None
 }
 
-/// What npm's `source-map` says of each offset of the module `map` maps: every `file:line`
-/// at the mapped column that covers it, `-` for code without a line.
+/// What npm's `source-map` says of each offset of the module `map` maps (the module is beside
+/// it, named as the map less `.map`): every `file:line` at the mapped column that covers it,
+/// `-` for code without a line. A column in the body of another function does not cover an
+/// offset (wasmspy's rule, `ModuleMap::segment`: a function the map gives no segment of has no
+/// lines, not the last ones of the function before it): none there.
 fn oracle(map: &Path, offsets: &[u64]) -> HashMap<u64, Vec<String>> {
     let out = Command::new("node")
         .arg(fixture("sourcemaps/oracle.mjs"))
@@ -47,12 +50,34 @@ fn oracle(map: &Path, offsets: &[u64]) -> HashMap<u64, Vec<String>> {
         .output()
         .expect("run node");
     assert!(out.status.success(), "{}", stderr(&out));
+    let module = map.with_extension("");
+    let bodies = function_bodies(&std::fs::read(&module).unwrap());
+    let body_of = |offset: u64| bodies.iter().find(|b| b.contains(&offset));
     stdout(&out)
         .lines()
         .map(|line| {
-            let (offset, lines) = line.split_once('\t').unwrap();
-            let lines = lines.split(' ').filter(|l| !l.is_empty()).map(String::from);
-            (offset.parse().unwrap(), lines.collect())
+            let mut fields = line.split('\t');
+            let (offset, column, lines) = (fields.next(), fields.next(), fields.next());
+            let offset: u64 = offset.unwrap().parse().unwrap();
+            let column = column.unwrap().parse::<u64>().ok();
+            let lines = lines.unwrap().split(' ').filter(|l| !l.is_empty());
+            let covers = column.is_some_and(|c| body_of(c) == body_of(offset));
+            let lines = lines.filter(|_| covers).map(String::from).collect();
+            (offset, lines)
+        })
+        .collect()
+}
+
+/// The byte ranges of the bodies of the functions `wasm` defines.
+fn function_bodies(wasm: &[u8]) -> Vec<std::ops::Range<u64>> {
+    wasmparser::Parser::new(0)
+        .parse_all(wasm)
+        .filter_map(|p| match p.unwrap() {
+            wasmparser::Payload::CodeSectionEntry(body) => {
+                let range = body.range();
+                Some(range.start as u64..range.end as u64)
+            }
+            _ => None,
         })
         .collect()
 }
