@@ -234,6 +234,76 @@ fn a_memory_profile_puts_the_bytes_on_the_allocating_calls() {
     }
 }
 
+/// `--native` on a profile of Pulley: under each instruction, the opcodes of the bytecode it
+/// became that its samples fell on, whose values add up to the instruction's; the division's
+/// `xdiv32_u` under the division (Cranelift and Pulley both blame the instruction after a
+/// long one: under it or the one after); and the page's code column.
+#[test]
+fn pulleys_opcodes_are_shown_under_the_instructions_they_were_compiled_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, profile) = record(
+        dir.path(),
+        &["--target", "pulley64", "--rate", "1000"],
+        &fixture(DIVIDE),
+        &["7", "10000000"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let module = fixture(DIVIDE);
+    let out = annotate(&[
+        profile.as_os_str(),
+        "spin".as_ref(),
+        "--native".as_ref(),
+        "--wasm".as_ref(),
+        module.as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let (_, rows) = parse(&text).remove(0);
+    let code: Vec<&Listed> = rows.iter().filter(|r| r.offset.is_some()).collect();
+    let (mut flat, mut on_ops) = (0.0, 0.0);
+    for row in &code {
+        let ops: f64 = row
+            .native
+            .iter()
+            .filter(|(_, op)| !op.starts_with("pair: "))
+            .map(|(v, _)| v)
+            .sum();
+        // Each value printed to 0.01 ms: the ops' sum may differ from the row's by as much.
+        let rounding = 10_000.0 * (row.native.len() + 1) as f64;
+        assert!(ops <= row.flat + rounding, "{}: {text}", row.text);
+        flat += row.flat;
+        on_ops += ops;
+    }
+    // A sample of Pulley's bytecode carries its opcode unless its PC was not told (none seen).
+    assert!(
+        on_ops >= 0.95 * flat,
+        "{on_ops} of {flat} on opcodes: {text}"
+    );
+    let division = code.iter().position(|r| r.text == "i32.div_u").unwrap();
+    let divides = |r: &Listed| r.native.iter().any(|(v, op)| op == "xdiv32_u" && *v > 0.0);
+    assert!(
+        divides(code[division]) || code.get(division + 1).is_some_and(|r| divides(r)),
+        "no xdiv32_u under the division: {text}"
+    );
+
+    let page = dir.path().join("annotate.html");
+    let out = annotate(&[
+        profile.as_os_str(),
+        "--native".as_ref(),
+        "--wasm".as_ref(),
+        module.as_os_str(),
+        "-o".as_ref(),
+        page.as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("<th>code</th>"), "{html}");
+    assert!(
+        html.contains("<td class=\"native\">xdiv32_u</td>"),
+        "{html}"
+    );
+}
+
 #[test]
 fn bad_input_is_refused_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
@@ -247,7 +317,7 @@ fn bad_input_is_refused_in_one_line() {
         .output()
         .unwrap();
     assert!(converted.status.success(), "{}", stderr(&converted));
-    let cases: [(Vec<&std::ffi::OsStr>, &str); 4] = [
+    let cases: [(Vec<&std::ffi::OsStr>, &str); 5] = [
         (
             vec![profile.as_os_str(), "--wasm".as_ref(), other.as_os_str()],
             "is not a module this profile was taken of",
@@ -266,6 +336,15 @@ fn bad_input_is_refused_in_one_line() {
             "no function of the profile's modules is named `no_such_function`",
         ),
         (vec![profile.as_os_str()], "none of the modules"),
+        (
+            vec![
+                profile.as_os_str(),
+                "--native".as_ref(),
+                "--wasm".as_ref(),
+                module.as_os_str(),
+            ],
+            "has no code of its instructions: --native shows Pulley's bytecode",
+        ),
     ];
     for (args, expect) in cases {
         let out = annotate(&args);

@@ -181,6 +181,7 @@ fn profile_header_describes_the_recording() {
 /// - naming the host's frames, which reads wasmspy's own symbols and DWARF (80 ms) in a run
 ///   that took a sample outside the guest (3 runs in 30 of the one that does no work, 1 in
 ///   CI's work run: a ratio of 0.897): `--host-frames=none`.
+///
 /// Measured so, beside a build: 0.989 to 0.995 in 14 runs of 2 s of work; the bound leaves
 /// a loaded machine twice that and more.
 #[test]

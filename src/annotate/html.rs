@@ -1,6 +1,7 @@
 //! An annotation as one self-contained HTML page (`annotate -o FILE.html`): a list of the
 //! functions, then each function's table with a column of its source lines and one of its
-//! Wasm instructions, every row coloured by its share of the function's hottest row.
+//! Wasm instructions (and, with `--native`, one of the code each became, a row each), every
+//! instruction's row coloured by its share of the function's hottest row.
 
 use std::fmt::Write;
 
@@ -58,7 +59,13 @@ fn function(out: &mut String, i: usize, f: &AnnotatedFunction, annotation: &Anno
         escape(&shown_value(f.value.cum, unit)),
         percentage(f.value.cum, annotation.total).trim()
     );
-    out.push_str("<table><thead><tr><th>flat</th><th>cum</th><th>hot</th><th>source</th><th>offset</th><th>Wasm</th></tr></thead><tbody>\n");
+    let native = annotation.native;
+    let columns = if native { 7 } else { 6 };
+    let _ = writeln!(
+        out,
+        "<table><thead><tr><th>flat</th><th>cum</th><th>hot</th><th>source</th><th>offset</th><th>Wasm</th>{}</tr></thead><tbody>",
+        if native { "<th>code</th>" } else { "" }
+    );
     let mut source = String::new();
     for row in &f.rows {
         match row {
@@ -67,7 +74,7 @@ fn function(out: &mut String, i: usize, f: &AnnotatedFunction, annotation: &Anno
                 let label = Row::hot_block_label(*rank, *flat, f.value.flat, unit);
                 let _ = writeln!(
                     out,
-                    "<tr class=\"block\"><td colspan=\"6\">{}</td></tr>",
+                    "<tr class=\"block\"><td colspan=\"{columns}\">{}</td></tr>",
                     escape(&label)
                 );
             }
@@ -90,11 +97,20 @@ fn function(out: &mut String, i: usize, f: &AnnotatedFunction, annotation: &Anno
                 };
                 let _ = writeln!(
                     out,
-                    "<tr class=\"code\" data-flat=\"{}\"{style}><td>{}</td><td>{}</td><td>{hot}</td><td class=\"source\">{}</td><td>{offset:#x}</td><td class=\"wasm\">{}</td></tr>",
+                    "<tr class=\"code\" data-flat=\"{}\"{style}><td>{}</td><td>{}</td><td>{hot}</td><td class=\"source\">{}</td><td>{offset:#x}</td><td class=\"wasm\">{}</td>{}</tr>",
                     v.map_or(0, |v| v.flat),
                     escape(&flat),
                     escape(&cum),
                     escape(&std::mem::take(&mut source)),
+                    escape(text),
+                    if native { "<td></td>" } else { "" }
+                );
+            }
+            Row::Native { text, flat } => {
+                let _ = writeln!(
+                    out,
+                    "<tr class=\"native\" data-flat=\"{flat}\"><td>{}</td><td></td><td></td><td></td><td></td><td></td><td class=\"native\">{}</td></tr>",
+                    escape(&shown_value(*flat, unit)),
                     escape(text)
                 );
             }
@@ -125,7 +141,7 @@ nav h1{font-size:1em;word-break:break-all}nav .module{color:#777}nav .share{floa
 main{padding:0 1em;overflow:auto}\
 table{border-collapse:collapse;font-family:monospace;white-space:pre}\
 td,th{padding:0 .6em;text-align:left}td:nth-child(-n+2){text-align:right}\
-td.source{color:#2a5db0}tr.block td{color:#a00;font-style:italic}";
+td.source{color:#2a5db0}tr.block td{color:#a00;font-style:italic}td.native{color:#555}";
 
 #[cfg(test)]
 mod tests {

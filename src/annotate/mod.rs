@@ -6,6 +6,11 @@
 //! A profile wasmspy wrote gives each Wasm frame its module (a mapping, with the module's build
 //! id) and the offset of its instruction in the module's bytes: the sampled instruction for a
 //! leaf, the call for a caller. Given the module's bytes, that is all it takes.
+//!
+//! With the code each instruction became (`--native`): a profile of Pulley's bytecode labels
+//! each sample with the opcode it fell on, and the opcodes before and after it in the bytecode
+//! (see [`crate::profile::PULLEY_OP_LABEL`]); under each instruction, the opcodes its samples
+//! fell on and their adjacent pairs, as `report --opcodes` tables them for the whole profile.
 
 mod blocks;
 mod counts;
@@ -26,7 +31,7 @@ use listing::Bodies;
 pub use text::render;
 
 use crate::profile::{MappingId, Profile, ValueType};
-use crate::report::{percentage, scaled_label};
+use crate::report::{opcode_values, percentage, scaled_label, OpcodeValues};
 use crate::resolve::symbolize::ModuleSymbolizer;
 use crate::shared::source_path::clean;
 use crate::warning::Warning;
@@ -66,6 +71,8 @@ pub enum Selection<'a> {
 /// The functions annotated, hottest first.
 pub struct Annotation {
     pub sample_type: ValueType,
+    /// Whether the instructions' code is shown ([`Row::Native`]).
+    pub native: bool,
     /// The sum of every sample's value (as absolute values), which percentages are of.
     pub total: i64,
     pub functions: Vec<AnnotatedFunction>,
@@ -122,6 +129,9 @@ pub enum Row {
         /// The rank of the hot block it is in.
         hot: Option<usize>,
     },
+    /// Under an instruction, code it became that samples fell on (an opcode of Pulley's
+    /// bytecode, or an adjacent pair of them, `a b`), with their flat value.
+    Native { text: String, flat: i64 },
 }
 
 impl Row {
@@ -155,17 +165,33 @@ fn shown_value(value: i64, unit: &str) -> String {
 }
 
 /// Annotates `selection`'s functions of `profile`, by its sample type `index`, from the
-/// modules' code in `modules` (a mapping left out: its functions too).
+/// modules' code in `modules` (a mapping left out: its functions too); with the code each
+/// instruction became if `native`, which fails where the profile has none.
 pub fn annotate(
     profile: &Profile,
     index: usize,
     modules: &mut FxHashMap<MappingId, ModuleCode>,
     selection: Selection<'_>,
+    native: bool,
 ) -> Result<Annotation> {
     let counts = count(profile, index, |(mapping, address)| {
         let code = modules.get(&mapping)?;
         Some(code.bodies.at(usize::try_from(address).ok()?)?.0)
     });
+    let opcodes = match native {
+        true => {
+            let leaf = |s: &crate::profile::Sample| {
+                let frame = *profile.stacks[s.stack].first()?;
+                instruction(profile, &profile.frames[frame])
+            };
+            let opcodes = opcode_values(profile, index, leaf);
+            if opcodes.is_empty() {
+                bail!("the profile has no code of its instructions: --native shows Pulley's bytecode (`record --target pulley64`, signal sampler); Cranelift's and Winch's machine code is not in profiles");
+            }
+            opcodes
+        }
+        false => HashMap::new(),
+    };
     let chosen = choose(profile, modules, &counts, selection)?;
     let mut by_module: HashMap<MappingId, Vec<u32>> = HashMap::new();
     for &(mapping, index) in &chosen {
@@ -186,7 +212,7 @@ pub fn annotate(
             .collect::<Result<_>>()?;
         let printed = listing::print(code.symbolizer.wasm(), &code.bodies, &ranges)?;
         for ((index, range), lines) in indices.into_iter().zip(ranges).zip(printed) {
-            let rows = rows(code, &counts, mapping, index, range, lines)?;
+            let rows = rows(code, &counts, &opcodes, mapping, index, range, lines)?;
             listed.insert((mapping, index), rows);
         }
     }
@@ -206,6 +232,7 @@ pub fn annotate(
         .collect();
     Ok(Annotation {
         sample_type: profile.sample_types[index].clone(),
+        native,
         total: counts.total,
         functions,
     })
@@ -292,6 +319,7 @@ fn named(modules: &FxHashMap<MappingId, ModuleCode>, name: &str) -> Vec<(Mapping
 fn rows(
     code: &mut ModuleCode,
     counts: &Counts,
+    opcodes: &HashMap<counts::Instruction, OpcodeValues>,
     mapping: MappingId,
     index: u32,
     range: std::ops::Range<usize>,
@@ -370,6 +398,26 @@ fn rows(
             value: Some(value_at(line.offset)),
             hot,
         });
+        if let Some(values) = opcodes.get(&(mapping, line.offset as u64)) {
+            rows.extend(native_rows(values));
+        }
     }
     Ok(rows)
+}
+
+/// The opcodes an instruction's samples fell on, then their adjacent pairs, each by flat
+/// value, the highest first.
+fn native_rows(values: &OpcodeValues) -> Vec<Row> {
+    let sorted = |values: &HashMap<String, i64>| {
+        let mut sorted: Vec<(String, i64)> = values.iter().map(|(k, &v)| (k.clone(), v)).collect();
+        sorted.sort_by(|a, b| b.1.abs().cmp(&a.1.abs()).then_with(|| a.0.cmp(&b.0)));
+        sorted
+    };
+    let ops = sorted(&values.ops).into_iter();
+    let pairs = sorted(&values.pairs)
+        .into_iter()
+        .map(|(pair, v)| (format!("pair: {pair}"), v));
+    ops.chain(pairs)
+        .map(|(text, flat)| Row::Native { text, flat })
+        .collect()
 }

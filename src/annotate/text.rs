@@ -1,6 +1,7 @@
 //! An annotation as text, laid out as `pprof -list` lays out a function: a heading per
 //! function with its flat and cumulative value and share of the total, then a row per line,
-//! `.` for nothing.
+//! `.` for nothing; under an instruction, the code it became, each row `|`-marked with its
+//! flat value, as `perf annotate` shows machine code.
 
 use std::fmt::Write;
 
@@ -47,6 +48,9 @@ pub fn render(annotation: &Annotation) -> String {
                 } => {
                     let [flat, cum, hot] = Row::code_cells(v, hot, unit);
                     let _ = writeln!(out, "{flat:>10} {cum:>10} {hot:>3} {offset:>#8x}  {text}");
+                }
+                Row::Native { text, flat } => {
+                    let _ = writeln!(out, "{:>10} {:25}|   {text}", value(*flat), "");
                 }
             }
         }

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use rustc_hash::FxHashMap;
 
@@ -48,6 +48,12 @@ pub struct AnnotateArgs {
     /// ends in `.html`, else the text.
     #[arg(short, long, value_name = "OUT")]
     pub output: Option<PathBuf>,
+
+    /// Show under each instruction the code it became, with the samples that fell on it: for
+    /// a profile of Pulley (`record --target pulley64`, signal sampler), the opcodes of its
+    /// bytecode, and their adjacent pairs, as `report --opcodes` tables them.
+    #[arg(long)]
+    pub native: bool,
 
     /// How many of the hottest functions to annotate, when none is named.
     #[arg(long, value_name = "N", default_value_t = 5)]
@@ -99,7 +105,8 @@ pub fn annotate(args: AnnotateArgs) -> Result<i32> {
     } else {
         Selection::Named(&args.functions)
     };
-    let mut annotation = annotated(&profile, index, &mut modules, selection)?;
+    let mut annotation = annotated(&profile, index, &mut modules, selection, args.native)
+        .with_context(|| format!("cannot annotate `{}`", args.profile.display()))?;
     for code in modules.values_mut() {
         for warning in code.take_warnings() {
             eprintln!("wasmspy: warning: {warning}");

@@ -6,7 +6,7 @@ mod opcodes;
 mod top;
 
 #[cfg(feature = "cli")]
-pub(crate) use opcodes::opcodes;
+pub(crate) use opcodes::{opcode_values, opcodes, OpcodeValues};
 #[cfg(feature = "cli")]
 pub(crate) use top::{percentage, scaled_label, values};
 pub use top::{top, Row, Top};

@@ -8,19 +8,29 @@
 //! what one fused instruction would run in place of the two.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 
 use super::top::{Row, Top};
-use crate::profile::{Profile, PULLEY_NEXT_LABEL, PULLEY_OP_LABEL, PULLEY_PREV_LABEL};
+use crate::profile::{Profile, Sample, PULLEY_NEXT_LABEL, PULLEY_OP_LABEL, PULLEY_PREV_LABEL};
 
-/// Tables of self time per opcode and per adjacent pair, by sample type `index`; `None` when
-/// no sample has an opcode (the profile is not of Pulley, or not from the signal sampler).
-pub fn opcodes(profile: &Profile, index: usize) -> Option<(Top, Top)> {
-    let mut ops: HashMap<&str, i64> = HashMap::new();
-    let mut pairs: HashMap<String, i64> = HashMap::new();
-    let mut total = 0;
+/// Self time by opcode and by adjacent pair (`a b`) of some of a profile's samples.
+#[derive(Default)]
+pub struct OpcodeValues {
+    pub ops: HashMap<String, i64>,
+    pub pairs: HashMap<String, i64>,
+}
+
+/// The [`OpcodeValues`] of the samples with an opcode, by sample type `index`, in the groups
+/// `group` puts them in (`None`: in none); empty when no sample has an opcode (the profile is
+/// not of Pulley, or not from the signal sampler).
+pub fn opcode_values<K: Hash + Eq>(
+    profile: &Profile,
+    index: usize,
+    group: impl Fn(&Sample) -> Option<K>,
+) -> HashMap<K, OpcodeValues> {
+    let mut groups: HashMap<K, OpcodeValues> = HashMap::new();
     for sample in &profile.samples {
         let value = sample.values[index];
-        total += value.abs();
         let label = |key: &str| {
             sample
                 .labels
@@ -31,17 +41,26 @@ pub fn opcodes(profile: &Profile, index: usize) -> Option<(Top, Top)> {
         let Some(op) = label(PULLEY_OP_LABEL) else {
             continue;
         };
-        *ops.entry(op).or_default() += value;
+        let Some(key) = group(sample) else {
+            continue;
+        };
+        let values = groups.entry(key).or_default();
+        *values.ops.entry(op.to_string()).or_default() += value;
         if let Some(prev) = label(PULLEY_PREV_LABEL) {
-            *pairs.entry(format!("{prev} {op}")).or_default() += value;
+            *values.pairs.entry(format!("{prev} {op}")).or_default() += value;
         }
         if let Some(next) = label(PULLEY_NEXT_LABEL) {
-            *pairs.entry(format!("{op} {next}")).or_default() += value;
+            *values.pairs.entry(format!("{op} {next}")).or_default() += value;
         }
     }
-    if ops.is_empty() {
-        return None;
-    }
+    groups
+}
+
+/// Tables of self time per opcode and per adjacent pair, by sample type `index`; `None` when
+/// no sample has an opcode (the profile is not of Pulley, or not from the signal sampler).
+pub fn opcodes(profile: &Profile, index: usize) -> Option<(Top, Top)> {
+    let total = profile.samples.iter().map(|s| s.values[index].abs()).sum();
+    let OpcodeValues { ops, pairs } = opcode_values(profile, index, |_| Some(())).remove(&())?;
     let table = |values: Vec<(String, i64)>| {
         let mut rows: Vec<Row> = values
             .into_iter()
@@ -64,8 +83,10 @@ pub fn opcodes(profile: &Profile, index: usize) -> Option<(Top, Top)> {
             cutoff: 0,
         }
     };
-    let ops = ops.into_iter().map(|(op, v)| (op.to_string(), v)).collect();
-    Some((table(ops), table(pairs.into_iter().collect())))
+    Some((
+        table(ops.into_iter().collect()),
+        table(pairs.into_iter().collect()),
+    ))
 }
 
 #[cfg(test)]

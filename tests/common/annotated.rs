@@ -10,6 +10,8 @@ pub struct Listed {
     pub hot: Option<u32>,
     pub offset: Option<u64>,
     pub text: String,
+    /// With `--native`, the code it became that samples fell on, with their flat values.
+    pub native: Vec<(f64, String)>,
 }
 
 /// The rows of each function `annotate` printed, by its heading (`NAME in MODULE`).
@@ -31,7 +33,14 @@ pub fn parse(out: &str) -> Vec<(String, Vec<Listed>)> {
                 hot: None,
                 offset: None,
                 text: trimmed.to_string(),
+                native: Vec::new(),
             });
+            continue;
+        }
+        if let Some((value, code)) = line.split_once("|   ") {
+            let row = rows.last_mut().expect("code under an instruction");
+            row.native
+                .push((base_units(value.trim()), code.to_string()));
             continue;
         }
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -50,6 +59,7 @@ pub fn parse(out: &str) -> Vec<(String, Vec<Listed>)> {
             hot,
             offset: u64::from_str_radix(&words[at][2..], 16).ok(),
             text: line[text_start..].trim().to_string(),
+            native: Vec::new(),
         });
     }
     functions
