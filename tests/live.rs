@@ -168,6 +168,41 @@ fn a_cpu_profile_of_the_next_seconds() {
     assert!(!err.contains("wasmspy: wrote"), "{err}");
 }
 
+/// A profile from the live server annotates as a written one does: its frames carry their
+/// instructions' offsets and its modules' build ids (`tests/annotate.rs` has the listing's
+/// details). `divide.c`'s loop: the division, or the instruction after it (skid), is hottest.
+#[test]
+fn a_live_profile_is_annotated() {
+    let live = Live::start(&["--rate", "1000"], "c/divide.wasm", &["7", "4000000000"]);
+    let (status, _, body) = get(&live.url("/debug/pprof/profile?seconds=1"));
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("live.pb.gz");
+    std::fs::write(&profile, body).unwrap();
+    let out = wasmspy()
+        .arg("annotate")
+        .arg(&profile)
+        .arg("spin")
+        .arg("--wasm")
+        .arg(fixture("c/divide.wasm"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let (heading, rows) = common::annotated::parse(&text).remove(0);
+    assert!(heading.starts_with("spin in divide.wasm"), "{text}");
+    let code: Vec<_> = rows.iter().filter(|r| r.offset.is_some()).collect();
+    let division = code.iter().position(|r| r.text == "i32.div_u").unwrap();
+    let hottest = (0..code.len())
+        .max_by(|&a, &b| code[a].flat.total_cmp(&code[b].flat))
+        .unwrap();
+    assert!(
+        hottest == division || hottest == division + 1,
+        "the hottest is `{}`: {text}",
+        code[hottest].text
+    );
+}
+
 #[test]
 fn bad_requests_get_the_status_and_text_go_gives() {
     let live = Live::start(
