@@ -30,7 +30,7 @@ pub use html::page;
 use listing::Bodies;
 pub use text::render;
 
-use crate::profile::{MappingId, Profile, ValueType};
+use crate::profile::{MappingId, Profile, Sample, ValueType};
 use crate::report::{opcode_values, percentage, scaled_label, OpcodeValues};
 use crate::resolve::symbolize::ModuleSymbolizer;
 use crate::shared::source_path::clean;
@@ -180,7 +180,7 @@ pub fn annotate(
     });
     let opcodes = match native {
         true => {
-            let leaf = |s: &crate::profile::Sample| {
+            let leaf = |s: &Sample| {
                 let frame = *profile.stacks[s.stack].first()?;
                 instruction(profile, &profile.frames[frame])
             };
