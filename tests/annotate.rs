@@ -6,7 +6,7 @@ mod common;
 use std::path::Path;
 use std::process::Output;
 
-use common::annotated::{parse, Listed};
+use common::annotated::{division_hottest, parse, Listed};
 use common::*;
 
 /// `tests/fixtures/c/divide.c`: `spin`'s loop divides by a divisor read at run time, and
@@ -53,25 +53,7 @@ fn the_division_holds_the_most_of_its_functions_samples_and_the_call_its_callees
     let module = fixture(DIVIDE);
     let (text, heading, rows) = annotate_one(&profile, "spin", &module);
     assert!(heading.starts_with("spin in divide.wasm"), "{heading}");
-    let code: Vec<&Listed> = rows.iter().filter(|r| r.offset.is_some()).collect();
-
-    // A timer's sample blames the instruction after a long one (skid): the division's, or the
-    // one after it, holds the most.
-    let hottest = code
-        .iter()
-        .enumerate()
-        .max_by(|a, b| a.1.flat.total_cmp(&b.1.flat))
-        .map(|(i, _)| i)
-        .unwrap();
-    let division = code
-        .iter()
-        .position(|r| r.text == "i32.div_u")
-        .unwrap_or_else(|| panic!("no i32.div_u in spin: {text}"));
-    assert!(
-        hottest == division || hottest == division + 1,
-        "the hottest instruction is `{}`, not the division or the one after it:\n{text}",
-        code[hottest].text
-    );
+    let (code, division) = division_hottest(&rows, &text);
     // The division is in the hottest basic block.
     assert_eq!(code[division].hot, Some(1), "{text}");
     // Its source line is shown above it.

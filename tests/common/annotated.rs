@@ -90,3 +90,23 @@ fn base_units(value: &str) -> f64 {
     }
     panic!("not a value annotate prints: {value}")
 }
+
+/// `divide.c`'s `spin` as annotated (`rows`, printed as `text`): its instructions, and the
+/// index among them of its `i32.div_u`, checked to hold the most samples, or the instruction
+/// after it to (a timer's sample blames the instruction after a long one: skid).
+pub fn division_hottest<'a>(rows: &'a [Listed], text: &str) -> (Vec<&'a Listed>, usize) {
+    let code: Vec<&Listed> = rows.iter().filter(|r| r.offset.is_some()).collect();
+    let hottest = (0..code.len())
+        .max_by(|&a, &b| code[a].flat.total_cmp(&code[b].flat))
+        .unwrap_or_else(|| panic!("no instruction: {text}"));
+    let division = code
+        .iter()
+        .position(|r| r.text == "i32.div_u")
+        .unwrap_or_else(|| panic!("no i32.div_u in spin: {text}"));
+    assert!(
+        hottest == division || hottest == division + 1,
+        "the hottest instruction is `{}`, not the division or the one after it:\n{text}",
+        code[hottest].text
+    );
+    (code, division)
+}
