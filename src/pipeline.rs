@@ -24,6 +24,7 @@ use crate::record::heap::Block;
 use crate::record::packed_labels::PackedLabels;
 use crate::record::{KindCounts, Mark, Recorder};
 use crate::resolve::pulley_ops::OpcodeAt;
+use crate::resolve::LeafCode;
 use crate::resolve::Resolver;
 use crate::shared::{GuestStack, RawFrame};
 use crate::sync::{lock, BoundedQueue};
@@ -157,12 +158,15 @@ impl Pipeline {
     }
 
     /// Records a resolved sample with its store's labels.
+    /// `code`: the offset of the machine instruction it was taken at in its leaf function.
+    #[allow(clippy::too_many_arguments)]
     fn add_sample(
         &self,
         resolver: &Resolver,
         recorder: &mut Recorder,
         frames: &[RawFrame],
         labels: Option<Labels>,
+        code: Option<u32>,
         taken: Taken,
         values: SampleValues,
     ) {
@@ -172,6 +176,7 @@ impl Pipeline {
             frames,
             labels.as_ref(),
             thread,
+            code,
             values,
             taken.time_ns,
         );
@@ -203,6 +208,7 @@ impl Pipeline {
                 &frames,
                 labels.as_ref(),
                 Some(stack.taken.thread),
+                None,
                 SampleValues::default(),
                 stack.taken.time_ns,
             );
@@ -263,7 +269,15 @@ impl Pipeline {
             } => {
                 let frames = resolver.stack_frames(&stack);
                 let labels = self.labels_of(taken.labels);
-                self.add_sample(&resolver, &mut recorder, &frames, labels, taken, values);
+                self.add_sample(
+                    &resolver,
+                    &mut recorder,
+                    &frames,
+                    labels,
+                    None,
+                    taken,
+                    values,
+                );
             }
             Event::Allocation {
                 stack,
@@ -352,13 +366,26 @@ impl Sink for Pipeline {
     fn native(&self, sample: NativeSample<'_>, taken: Taken, values: SampleValues) {
         let mut resolver = self.resolver();
         let mut frames = lock(&self.frames);
-        let opcode = resolver.native_frames(sample, &mut frames);
+        let code = resolver.native_frames(sample, &mut frames);
         let mut recorder = lock(&self.recorder);
         let mut labels = self.labels_of(taken.labels);
-        if let Some(opcode) = opcode {
-            labels = Some(with_opcode(labels, opcode));
-        }
-        self.add_sample(&resolver, &mut recorder, &frames, labels, taken, values);
+        let offset = match code {
+            Some(LeafCode::Pulley(opcode)) => {
+                labels = Some(with_opcode(labels, opcode));
+                None
+            }
+            Some(LeafCode::Machine(offset)) => Some(offset),
+            None => None,
+        };
+        self.add_sample(
+            &resolver,
+            &mut recorder,
+            &frames,
+            labels,
+            offset,
+            taken,
+            values,
+        );
     }
 
     fn backtrace(&self, stack: GuestStack, taken: Taken, values: SampleValues) {

@@ -261,6 +261,30 @@ pub const PULLEY_PREV_LABEL: &str = "pulley_prev";
 /// The opcode of the instruction after the one sampled ([`PULLEY_OP_LABEL`]).
 pub const PULLEY_NEXT_LABEL: &str = "pulley_next";
 
+/// The machine code a Wasm function was compiled to (by Cranelift or Winch), which a CPU
+/// profile of the signal sampler keeps for the functions its samples' leaves are in, the
+/// hottest first, with the samples taken at each machine instruction: a profile taken on one
+/// machine is annotated on another, with no compiler or engine settings to reproduce.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MachineCode {
+    /// The module the function is in.
+    pub mapping: MappingId,
+    /// The function's index in the module (imports counted).
+    pub func_index: u32,
+    /// The instruction set, as Rust names it (`std::env::consts::ARCH`: `x86_64`, `aarch64`).
+    pub arch: String,
+    /// The function's code, from its first byte.
+    pub bytes: Vec<u8>,
+    /// Where the code of each Wasm instruction starts, by offset in `bytes`: (offset in
+    /// `bytes`, the instruction's offset in the module's bytes), as Wasmtime's address map
+    /// gives them; a Wasm instruction's code may come in several stretches.
+    pub instructions: Vec<(u32, u32)>,
+    /// The samples taken in the function's code, by the offset in `bytes` of the machine
+    /// instruction they were taken at: their values (one per [`Profile::sample_types`]
+    /// entry), added up. They are also among [`Profile::samples`], by stack.
+    pub sampled: Vec<(u32, Vec<i64>)>,
+}
+
 /// The operating system's id of the thread a sample was taken on (Linux's `gettid`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ThreadId(pub u32);
@@ -326,6 +350,8 @@ pub struct Profile {
     pub samples: Vec<Sample>,
     /// Notes for whoever reads the profile: how it was recorded, what it leaves out.
     pub comments: Vec<String>,
+    /// The machine code of the functions samples fell in, where the profile keeps it.
+    pub code: Vec<MachineCode>,
 }
 
 /// The frame of samples in Wasmtime's own code.
@@ -561,6 +587,7 @@ impl ProfileBuilder {
             stacks: self.stacks.items.clone(),
             samples,
             comments: header.comments,
+            code: Vec::new(),
         }
     }
 }

@@ -137,6 +137,28 @@ fn a_components_function_is_annotated_from_its_core_module() {
         rows.iter().any(|r| r.hot == Some(1) && r.text == "i64.mul"),
         "{text}"
     );
+    // The core module's machine code, with the function's samples on its instructions.
+    let out = annotate(&[
+        profile.as_os_str(),
+        "component::engine::hot_path".as_ref(),
+        "--native".as_ref(),
+        "--wasm".as_ref(),
+        component.as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let (_, rows) = parse(&text).remove(0);
+    let flat: f64 = rows.iter().map(|r| r.flat).sum();
+    let natives: Vec<f64> = rows
+        .iter()
+        .flat_map(|r| r.native.iter().map(|n| n.0))
+        .collect();
+    // Each value printed to 0.01 ms at most.
+    let rounding = 10_000.0 * (rows.len() + natives.len()) as f64;
+    assert!(
+        flat > 0.0 && (natives.iter().sum::<f64>() - flat).abs() <= rounding,
+        "{text}"
+    );
 }
 
 /// `-o annotate.html`: one page, opened in Chromium (tests/browser/check.js): `spin` in its
@@ -214,6 +236,14 @@ fn a_memory_profile_puts_the_bytes_on_the_allocating_calls() {
             row.cum
         );
     }
+    // Allocations are sampled by stack, not by the machine instruction.
+    let args = [
+        heap.as_os_str(),
+        "--native".as_ref(),
+        "--wasm".as_ref(),
+        module.as_os_str(),
+    ];
+    assert_one_line_error(&annotate(&args), "has no code of its instructions", &args);
 }
 
 /// `--native` on a profile of Pulley: under each instruction, the opcodes of the bytecode it
@@ -286,6 +316,92 @@ fn pulleys_opcodes_are_shown_under_the_instructions_they_were_compiled_from() {
     );
 }
 
+/// `--native` on Cranelift's and Winch's code: under each instruction the machine instructions
+/// it was compiled to, by address, whose values add up to the instruction's (every sample of
+/// the signal sampler in Wasm code says where in the machine code it was); the machine `div`
+/// under the division; the hottest machine instruction the `div` or the one after it (skid).
+#[test]
+fn the_machine_code_is_shown_under_the_instructions_it_was_compiled_from() {
+    for compiler in ["cranelift", "winch"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (out, profile) = record(
+            dir.path(),
+            &["-C", &format!("compiler={compiler}"), "--rate", "1000"],
+            &fixture(DIVIDE),
+            &["7", "30000000"],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let module = fixture(DIVIDE);
+        let out = annotate(&[
+            profile.as_os_str(),
+            "spin".as_ref(),
+            "--native".as_ref(),
+            "--wasm".as_ref(),
+            module.as_os_str(),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let text = stdout(&out);
+        let (_, rows) = parse(&text).remove(0);
+        let code: Vec<&Listed> = rows.iter().filter(|r| r.offset.is_some()).collect();
+        // (address, flat, text) of each machine instruction, and the Wasm instruction's.
+        let mut machine: Vec<(u64, f64, &str, &str)> = Vec::new();
+        for row in &code {
+            let on_code: f64 = row.native.iter().map(|(v, _)| v).sum();
+            // Each value printed to 0.01 ms at most: the sum may differ from the row's by as
+            // much for each value added.
+            let rounding = 10_000.0 * (row.native.len() + 1) as f64;
+            assert!(
+                (on_code - row.flat).abs() <= rounding,
+                "{compiler}: {}'s machine code holds {on_code}, it {}: {text}",
+                row.text,
+                row.flat
+            );
+            for (flat, line) in &row.native {
+                let (address, instruction) = line.trim().split_once(":  ").unwrap();
+                let address = u64::from_str_radix(address, 16).unwrap();
+                machine.push((address, *flat, instruction, &row.text));
+            }
+        }
+        // x86_64's `div`, aarch64's `udiv`.
+        let is_div = |i: &str| i.starts_with("div ") || i.starts_with("udiv ");
+        assert!(
+            machine
+                .iter()
+                .any(|&(_, _, i, wasm)| wasm == "i32.div_u" && is_div(i)),
+            "{compiler}: no `div` under the division: {text}"
+        );
+        machine.sort_by_key(|&(address, ..)| address);
+        let hottest = (0..machine.len())
+            .max_by(|&a, &b| machine[a].1.total_cmp(&machine[b].1))
+            .unwrap();
+        assert!(
+            is_div(machine[hottest].2) || hottest > 0 && is_div(machine[hottest - 1].2),
+            "{compiler}: the hottest machine instruction is `{}`: {text}",
+            machine[hottest].2
+        );
+        let page = dir.path().join("annotate.html");
+        let out = annotate(&[
+            profile.as_os_str(),
+            "--native".as_ref(),
+            "--wasm".as_ref(),
+            module.as_os_str(),
+            "-o".as_ref(),
+            page.as_os_str(),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let html = std::fs::read_to_string(&page).unwrap();
+        let division = machine.iter().find(|m| is_div(m.2)).unwrap();
+        assert!(
+            html.contains(&format!(
+                "<td class=\"native\">{:>5x}:  {}</td>",
+                division.0, division.2
+            )),
+            "{compiler}: no row of `{}` in the page: {html}",
+            division.2
+        );
+    }
+}
+
 #[test]
 fn bad_input_is_refused_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
@@ -299,6 +415,15 @@ fn bad_input_is_refused_in_one_line() {
         .output()
         .unwrap();
     assert!(converted.status.success(), "{}", stderr(&converted));
+    // The epoch sampler's samples are Wasmtime's backtraces: no machine instruction.
+    let epoch = tempfile::tempdir().unwrap();
+    let (out, no_code) = record(
+        epoch.path(),
+        &["--sampler", "epoch"],
+        &module,
+        &["7", "1000000"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let cases: [(Vec<&std::ffi::OsStr>, &str); 5] = [
         (
             vec![profile.as_os_str(), "--wasm".as_ref(), other.as_os_str()],
@@ -320,12 +445,12 @@ fn bad_input_is_refused_in_one_line() {
         (vec![profile.as_os_str()], "none of the modules"),
         (
             vec![
-                profile.as_os_str(),
+                no_code.as_os_str(),
                 "--native".as_ref(),
                 "--wasm".as_ref(),
                 module.as_os_str(),
             ],
-            "has no code of its instructions: --native shows Pulley's bytecode",
+            "has no code of its instructions: --native shows the machine code",
         ),
     ];
     for (args, expect) in cases {

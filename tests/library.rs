@@ -864,8 +864,12 @@ fn the_epoch_sampler_on_the_cpu_clock_takes_one_thread() {
     let (engine, _, _, profiler) = compiled(options, &guest());
     let handle = profiler.handle();
     for _ in 0..2 {
+        // Joined: the thread has ended, its thread-locals (which release it) dropped; the
+        // scope's own wait ends before them.
         std::thread::scope(|s| {
-            s.spawn(|| handle.attach(&mut Store::new(&engine, ())).unwrap());
+            s.spawn(|| handle.attach(&mut Store::new(&engine, ())).unwrap())
+                .join()
+                .unwrap();
         });
     }
     for clock in [Clock::Cpu, Clock::Wall] {

@@ -84,7 +84,10 @@ fn a_host_call_is_the_leaf_under_the_guest_stack_that_made_it() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(stdout(&out), "slept 400 ms\n");
     let [_, host, _, lost] = counts(&stderr(&out));
-    assert!(host >= 350, "{}", stderr(&out));
+    // 400 periods of 1 ms: a loaded machine runs the sleeping thread late and merges the
+    // timer's expirations into fewer signals (307 seen beside a build), each sample's `wall`
+    // value then spanning several periods; the wall time is checked below.
+    assert!(host >= 100, "{}", stderr(&out));
     assert_eq!(lost, 0);
 
     let p = Decoded::load(&path);
@@ -102,6 +105,10 @@ fn a_host_call_is_the_leaf_under_the_guest_stack_that_made_it() {
             values[p.value_index("wall")]
         })
         .sum();
+    // The guest slept 400 ms, all of it under its call but for what the period before the
+    // first sample and the last signals' delivery (late on a loaded machine: tens of ms at
+    // most) give to the code around it.
+    assert!(sleeping >= 360_000_000, "{sleeping} ns in poll_oneoff");
     let share = sleeping as f64 / p.total("wall") as f64;
     assert!(share > 0.9, "poll_oneoff has {share:.3} of the wall time");
     // On the CPU clock a sleeping guest is not sampled.

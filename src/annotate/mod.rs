@@ -7,8 +7,11 @@
 //! id) and the offset of its instruction in the module's bytes: the sampled instruction for a
 //! leaf, the call for a caller. Given the module's bytes, that is all it takes.
 //!
-//! With the code each instruction became (`--native`): a profile of Pulley's bytecode labels
-//! each sample with the opcode it fell on, and the opcodes before and after it in the bytecode
+//! With the code each instruction became (`--native`): a CPU profile of code Cranelift or
+//! Winch compiled keeps the machine code of its hottest functions with the samples taken at
+//! each machine instruction (see [`crate::profile::MachineCode`]);
+//! under each instruction, its machine instructions by address ([`machine`]). A profile of
+//! Pulley's bytecode labels each sample with the opcode it fell on, and the opcodes before and after it in the bytecode
 //! (see [`crate::profile::PULLEY_OP_LABEL`]); under each instruction, the opcodes its samples
 //! fell on and their adjacent pairs, as `report --opcodes` tables them for the whole profile.
 
@@ -16,6 +19,7 @@ mod blocks;
 mod counts;
 mod html;
 mod listing;
+mod machine;
 mod text;
 
 use std::collections::HashMap;
@@ -28,6 +32,7 @@ pub use counts::Value;
 use counts::{count, Counts};
 pub use html::page;
 use listing::Bodies;
+use machine::MachineListing;
 pub use text::render;
 
 use crate::profile::{MappingId, Profile, Sample, ValueType};
@@ -57,6 +62,14 @@ impl ModuleCode {
     pub fn take_warnings(&mut self) -> Vec<Warning> {
         self.symbolizer.take_warnings()
     }
+}
+
+/// The code each instruction became, for `--native`: the machine code the profile keeps, or
+/// else the Pulley opcodes its samples fell on.
+#[derive(Default)]
+struct NativeCode {
+    machine: MachineListing,
+    opcodes: HashMap<counts::Instruction, OpcodeValues>,
 }
 
 /// Which functions to annotate.
@@ -129,8 +142,9 @@ pub enum Row {
         /// The rank of the hot block it is in.
         hot: Option<usize>,
     },
-    /// Under an instruction, code it became that samples fell on (an opcode of Pulley's
-    /// bytecode, or an adjacent pair of them, `a b`), with their flat value.
+    /// Under an instruction, code it became, with its flat value: each machine instruction
+    /// (`offset:  mnemonic operands`, by address), or the opcodes of Pulley's bytecode its
+    /// samples fell on and their adjacent pairs (`pair: a b`).
     Native { text: String, flat: i64 },
 }
 
@@ -174,24 +188,25 @@ pub fn annotate(
     selection: Selection<'_>,
     native: bool,
 ) -> Result<Annotation> {
-    let counts = count(profile, index, |(mapping, address)| {
+    let function_of = |(mapping, address): counts::Instruction| {
         let code = modules.get(&mapping)?;
         Some(code.bodies.at(usize::try_from(address).ok()?)?.0)
-    });
-    let opcodes = match native {
-        true => {
+    };
+    let counts = count(profile, index, function_of);
+    let mut native_code = NativeCode::default();
+    if native {
+        native_code.machine = MachineListing::new(profile, index)?;
+        if native_code.machine.is_empty() {
             let leaf = |s: &Sample| {
                 let frame = *profile.stacks[s.stack].first()?;
                 instruction(profile, &profile.frames[frame])
             };
-            let opcodes = opcode_values(profile, index, leaf);
-            if opcodes.is_empty() {
-                bail!("the profile has no code of its instructions: --native shows Pulley's bytecode (`record --target pulley64`, signal sampler); Cranelift's and Winch's machine code is not in profiles");
-            }
-            opcodes
+            native_code.opcodes = opcode_values(profile, index, leaf);
         }
-        false => HashMap::new(),
-    };
+        if native_code.machine.is_empty() && native_code.opcodes.is_empty() {
+            bail!("the profile has no code of its instructions: --native shows the machine code (Cranelift's, Winch's) or Pulley's bytecode of a CPU profile that wasmspy's signal sampler recorded");
+        }
+    }
     let chosen = choose(profile, modules, &counts, selection)?;
     let mut by_module: HashMap<MappingId, Vec<u32>> = HashMap::new();
     for &(mapping, index) in &chosen {
@@ -212,7 +227,7 @@ pub fn annotate(
             .collect::<Result<_>>()?;
         let printed = listing::print(code.symbolizer.wasm(), &code.bodies, &ranges)?;
         for ((index, range), lines) in indices.into_iter().zip(ranges).zip(printed) {
-            let rows = rows(code, &counts, &opcodes, mapping, index, range, lines)?;
+            let rows = rows(code, &counts, &native_code, mapping, index, range, lines)?;
             listed.insert((mapping, index), rows);
         }
     }
@@ -319,7 +334,7 @@ fn named(modules: &FxHashMap<MappingId, ModuleCode>, name: &str) -> Vec<(Mapping
 fn rows(
     code: &mut ModuleCode,
     counts: &Counts,
-    opcodes: &HashMap<counts::Instruction, OpcodeValues>,
+    native: &NativeCode,
     mapping: MappingId,
     index: u32,
     range: std::ops::Range<usize>,
@@ -398,7 +413,9 @@ fn rows(
             value: Some(value_at(line.offset)),
             hot,
         });
-        if let Some(values) = opcodes.get(&(mapping, line.offset as u64)) {
+        let at = line.offset as u64;
+        rows.extend(native.machine.rows((mapping, index), at));
+        if let Some(values) = native.opcodes.get(&(mapping, at)) {
             rows.extend(native_rows(values));
         }
     }

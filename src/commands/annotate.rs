@@ -49,9 +49,11 @@ pub struct AnnotateArgs {
     #[arg(short, long, value_name = "OUT")]
     pub output: Option<PathBuf>,
 
-    /// Show under each instruction the code it became, with the samples that fell on it: for
-    /// a profile of Pulley (`record --target pulley64`, signal sampler), the opcodes of its
-    /// bytecode, and their adjacent pairs, as `report --opcodes` tables them.
+    /// Show under each instruction the code it became, with the samples that fell on it: the
+    /// machine code Cranelift or Winch compiled it to (kept in CPU profiles of the signal
+    /// sampler for their hottest functions), disassembled; for a profile of Pulley
+    /// (`record --target pulley64`), the opcodes of its bytecode, and their adjacent pairs, as
+    /// `report --opcodes` tables them.
     #[arg(long)]
     pub native: bool,
 

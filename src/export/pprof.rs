@@ -14,8 +14,8 @@ use super::pprof_proto as proto;
 use super::read_error::damaged;
 use super::{ReadError, WriteError};
 use crate::profile::{
-    Frame, FrameId, Function, Id, Labels, Line, Mapping, Profile, ProfileBuilder, ProfileHeader,
-    Sample, StackId, ValueType,
+    Frame, FrameId, Function, Id, Labels, Line, MachineCode, Mapping, Profile, ProfileBuilder,
+    ProfileHeader, Sample, StackId, ValueType,
 };
 
 /// pprof's id of an item: its place in its table, from 1 (0 means none).
@@ -153,6 +153,23 @@ pub fn to_proto(profile: &Profile) -> proto::Profile {
             }
         }
     }
+    out.wasmspy_code = profile
+        .code
+        .iter()
+        .map(|c| proto::MachineCode {
+            mapping_id: pprof_id(c.mapping),
+            func_index: c.func_index,
+            arch: strings.id(&c.arch),
+            bytes: c.bytes.clone(),
+            instructions: c.instructions.iter().flat_map(|&(a, b)| [a, b]).collect(),
+            sampled_offsets: c.sampled.iter().map(|(offset, _)| *offset).collect(),
+            sampled_values: c
+                .sampled
+                .iter()
+                .flat_map(|(_, v)| v.iter().copied())
+                .collect(),
+        })
+        .collect();
     out.string_table = strings.strings;
     out
 }
@@ -354,7 +371,41 @@ pub fn from_proto(p: &proto::Profile) -> Result<Profile, ReadError> {
             .map(|&c| str(c))
             .collect::<Result<_, _>>()?,
     };
-    Ok(builder.build(header, samples))
+    let mut profile = builder.build(header, samples);
+    let types = profile.sample_types.len();
+    for c in &p.wasmspy_code {
+        if c.sampled_values.len() != c.sampled_offsets.len() * types {
+            return Err(damaged!(
+                "machine code has {} values for {} instructions of {types} sample types",
+                c.sampled_values.len(),
+                c.sampled_offsets.len()
+            ));
+        }
+        let (mapping, _) = mappings.get(&c.mapping_id).ok_or_else(|| {
+            damaged!(
+                "machine code names mapping {}, which it does not have",
+                c.mapping_id
+            )
+        })?;
+        profile.code.push(MachineCode {
+            mapping: *mapping,
+            func_index: c.func_index,
+            arch: str(c.arch)?,
+            bytes: c.bytes.clone(),
+            instructions: c
+                .instructions
+                .chunks_exact(2)
+                .map(|p| (p[0], p[1]))
+                .collect(),
+            sampled: c
+                .sampled_offsets
+                .iter()
+                .zip(c.sampled_values.chunks_exact(types.max(1)))
+                .map(|(&offset, values)| (offset, values.to_vec()))
+                .collect(),
+        });
+    }
+    Ok(profile)
 }
 
 #[cfg(test)]
@@ -412,9 +463,20 @@ mod tests {
             duration_ns: 9,
             comments: vec!["hello".into()],
         };
-        let profile = b.build(header, samples);
+        let mut profile = b.build(header, samples);
+        profile.code.push(MachineCode {
+            mapping: m,
+            func_index: 3,
+            arch: "x86_64".into(),
+            bytes: vec![0x55, 0xc3],
+            instructions: vec![(0, 38), (1, 40)],
+            sampled: vec![(1, vec![2, 170])],
+        });
 
-        let p = decode(&encode(&profile).unwrap()).unwrap();
+        let encoded = encode(&profile).unwrap();
+        // The machine code comes back as it was written.
+        assert_eq!(read(&encoded).unwrap().code, profile.code);
+        let p = decode(&encoded).unwrap();
         let s = |i: i64| p.string_table[i as usize].as_str();
         assert_eq!(s(0), "");
         assert_eq!(p.sample.len(), 2);

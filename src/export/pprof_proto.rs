@@ -49,6 +49,39 @@ pub struct Profile {
     /// The type of the preferred sample value (string index); unset: the last one.
     #[prost(int64, tag = "14")]
     pub default_sample_type: i64,
+    /// wasmspy's: the machine code of the functions samples fell in (`annotate --native`).
+    /// A number far from profile.proto's own; readers skip fields they do not know, as
+    /// protobuf's decoders (and pprof's own) do.
+    #[prost(message, repeated, tag = "1000")]
+    pub wasmspy_code: Vec<MachineCode>,
+}
+
+/// wasmspy's: the machine code a Wasm function was compiled to.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MachineCode {
+    /// The id of the `Mapping` of its module.
+    #[prost(uint64, tag = "1")]
+    pub mapping_id: u64,
+    /// The function's index in the module.
+    #[prost(uint32, tag = "2")]
+    pub func_index: u32,
+    /// The instruction set, as Rust names it (string index).
+    #[prost(int64, tag = "3")]
+    pub arch: i64,
+    /// The code.
+    #[prost(bytes = "vec", tag = "4")]
+    pub bytes: Vec<u8>,
+    /// Pairs, flattened: offset in `bytes` where a Wasm instruction's code starts, then that
+    /// instruction's offset in the module.
+    #[prost(uint32, repeated, tag = "5")]
+    pub instructions: Vec<u32>,
+    /// The offsets in `bytes` of the machine instructions samples were taken at.
+    #[prost(uint32, repeated, tag = "6")]
+    pub sampled_offsets: Vec<u32>,
+    /// Their samples' values, added up: one per sample type for each of `sampled_offsets`,
+    /// in its order.
+    #[prost(int64, repeated, tag = "7")]
+    pub sampled_values: Vec<i64>,
 }
 
 /// What a value measures, and in which unit.

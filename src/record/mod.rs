@@ -7,6 +7,7 @@
 pub mod heap;
 mod host_frames;
 pub mod labels;
+mod machine_code;
 pub mod packed_labels;
 pub mod timeline;
 
@@ -17,9 +18,9 @@ use rustc_hash::FxHashMap;
 use crate::capture::{SampleValues, StoreKey};
 use crate::clock::{monotonic_ns, sampling_period, Clock};
 use crate::profile::{
-    Frame, FrameId, Function, FunctionId, Labels, Line, MappingId, Profile, ProfileBuilder,
-    ProfileHeader, Sample, StackId, Table, ThreadId, ValueType, ALLOC_SPACE, CPU, HOST_ROOT_FRAME,
-    INUSE_SPACE, RUNTIME_FRAME, UNKNOWN_HOST_CALL_FRAME, WALL,
+    Frame, FrameId, Function, FunctionId, Labels, Line, MachineCode, MappingId, Profile,
+    ProfileBuilder, ProfileHeader, Sample, StackId, Table, ThreadId, ValueType, ALLOC_SPACE, CPU,
+    HOST_ROOT_FRAME, INUSE_SPACE, RUNTIME_FRAME, UNKNOWN_HOST_CALL_FRAME, WALL,
 };
 use crate::resolve::symbolize::FunctionName;
 use crate::resolve::Resolver;
@@ -27,6 +28,7 @@ use crate::shared::{ModuleId, RawFrame};
 use heap::{Block, Heap};
 use host_frames::HostFrames;
 use labels::{LabelSets, LabelsId};
+use machine_code::CodeTallies;
 use timeline::{Tally, Timeline};
 
 /// An interpreted frame of a runtime that names none.
@@ -86,6 +88,8 @@ pub struct Recorder {
     /// What the samples of each labeled stack add up to, by key id: memory grows with the
     /// distinct labeled stacks, not with time.
     totals: Table<KeyId, Tally>,
+    /// What the samples taken at each machine instruction add up to.
+    code: CodeTallies,
     /// The samples in time order, within a budget, when a format that shows time is wanted.
     timeline: Option<Timeline>,
     counts: KindCounts,
@@ -115,6 +119,7 @@ impl Recorder {
             host_frames: HostFrames::default(),
             stack: Vec::new(),
             totals: Table::default(),
+            code: CodeTallies::default(),
             timeline: None,
             counts: KindCounts::default(),
             heap: None,
@@ -128,16 +133,31 @@ impl Recorder {
         }
     }
 
-    /// Adds a sample of `frames` (leaf first), with `labels`.
+    /// Adds a sample of `frames` (leaf first), with `labels`; `code`: the offset of the
+    /// machine instruction it was taken at in its leaf function's code, where known.
+    #[allow(clippy::too_many_arguments)]
     pub fn add_sample(
         &mut self,
         resolver: &Resolver,
         frames: &[RawFrame],
         labels: Option<&Labels>,
         thread: Option<ThreadId>,
+        code: Option<u32>,
         values: SampleValues,
         time_ns: u64,
     ) {
+        if let (
+            Some(offset),
+            Some(&RawFrame::Wasm {
+                module: Some(module),
+                func_index,
+                ..
+            }),
+        ) = (code, frames.first())
+        {
+            self.code
+                .add((module, func_index, offset), Tally::one(values));
+        }
         let labels = labels.map_or(LabelsId::NONE, |l| self.label_sets.intern(l));
         // The host's frames count as what they were called from.
         match frames.iter().find(|f| !matches!(f, RawFrame::Host { .. })) {
@@ -500,7 +520,9 @@ impl Recorder {
             None => self.samples_since(&Table::default()),
         };
         let header = self.cpu_header(self.timing());
-        self.build_profile(resolver, header, samples)
+        let mut profile = self.build_profile(resolver, header, samples);
+        profile.code = self.kept_code(resolver, &CodeTallies::default());
+        profile
     }
 
     /// Where the recording stands now: [`profile_since`](Self::profile_since) keeps what comes
@@ -509,6 +531,7 @@ impl Recorder {
         Mark {
             at_ns: monotonic_ns(),
             totals: self.totals.clone(),
+            code: self.code.clone(),
         }
     }
 
@@ -525,7 +548,16 @@ impl Recorder {
             ..timing
         };
         let header = self.cpu_header(header);
-        self.build_profile(resolver, header, samples)
+        let mut profile = self.build_profile(resolver, header, samples);
+        profile.code = self.kept_code(resolver, &mark.code);
+        profile
+    }
+
+    /// The code of the hottest functions samples were taken in since `earlier`, with the
+    /// samples on its instructions.
+    fn kept_code(&self, resolver: &Resolver, earlier: &CodeTallies) -> Vec<MachineCode> {
+        let values = |t| self.values(t);
+        machine_code::kept_code(&self.code, earlier, values, &self.mappings, resolver)
     }
 
     /// A sample per labeled stack of what it gained since `earlier` (totals by key id).
@@ -613,6 +645,7 @@ pub struct Mark {
     /// When, on `CLOCK_MONOTONIC`.
     at_ns: u64,
     totals: Table<KeyId, Tally>,
+    code: CodeTallies,
 }
 
 fn plain_name(name: &str) -> FunctionName {

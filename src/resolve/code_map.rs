@@ -34,11 +34,14 @@ pub struct CodeOwner {
     pub start: u32,
 }
 
+/// A function of a text: (start, end, function index, owner); text offsets.
+type TextFunction = (u32, u32, u32, u32);
+
 struct TextCode {
     text: Range<usize>,
     owners: Vec<CodeOwner>,
-    /// (start, end, function index, owner), by start; text offsets.
-    functions: Vec<(u32, u32, u32, u32)>,
+    /// By start.
+    functions: Vec<TextFunction>,
     /// What was compiled, whose address map this text has.
     compiled: Compiled,
     /// (text offset, offset in the binary compiled), by text offset; read from Wasmtime's on
@@ -55,6 +58,32 @@ enum Compiled {
 }
 
 impl TextCode {
+    /// Function `(start, end, func_index, owner)` of this text, with its mapped instructions.
+    fn compiled_function(
+        &self,
+        &(start, end, func_index, owner): &TextFunction,
+    ) -> CompiledFunction {
+        let owner = self.owners[owner as usize];
+        let address_map = self.address_map();
+        let first = address_map.partition_point(|&(text, _)| text < start);
+        let instructions = address_map[first..]
+            .iter()
+            .take_while(|&&(text, _)| text < end)
+            .map(|&(text, wasm)| {
+                (
+                    self.text.start + text as usize,
+                    wasm.saturating_sub(owner.start),
+                )
+            })
+            .collect();
+        CompiledFunction {
+            code: self.text.start + start as usize..self.text.start + end as usize,
+            module: owner.module,
+            func_index,
+            instructions,
+        }
+    }
+
     fn address_map(&self) -> &[(u32, u32)] {
         self.address_map.get_or_init(|| match &self.compiled {
             Compiled::Module(m) => mapped(m.address_map()),
@@ -156,40 +185,30 @@ impl CodeMap {
 
     /// Every function of every registered text.
     pub fn functions(&self) -> impl Iterator<Item = CompiledFunction> + '_ {
-        self.texts.iter().flat_map(|m| {
-            m.functions
-                .iter()
-                .map(move |&(start, end, func_index, owner)| {
-                    let owner = m.owners[owner as usize];
-                    let address_map = m.address_map();
-                    let first = address_map.partition_point(|&(text, _)| text < start);
-                    let instructions = address_map[first..]
-                        .iter()
-                        .take_while(|&&(text, _)| text < end)
-                        .map(|&(text, wasm)| {
-                            (
-                                m.text.start + text as usize,
-                                wasm.saturating_sub(owner.start),
-                            )
-                        })
-                        .collect();
-                    CompiledFunction {
-                        code: m.text.start + start as usize..m.text.start + end as usize,
-                        module: owner.module,
-                        func_index,
-                        instructions,
-                    }
-                })
-        })
+        self.texts
+            .iter()
+            .flat_map(|m| m.functions.iter().map(move |f| m.compiled_function(f)))
+    }
+
+    /// The Wasm function that holds `pc`, with its mapped instructions.
+    pub fn function_at(&self, pc: usize) -> Option<CompiledFunction> {
+        let (m, f) = self.function_entry(pc)?;
+        Some(m.compiled_function(f))
     }
 
     /// The code of the Wasm function that holds `pc`.
     pub fn function_code(&self, pc: usize) -> Option<Range<usize>> {
+        let (m, &(start, end, ..)) = self.function_entry(pc)?;
+        Some(m.text.start + start as usize..m.text.start + end as usize)
+    }
+
+    /// The text that holds `pc`, and its function there.
+    fn function_entry(&self, pc: usize) -> Option<(&TextCode, &TextFunction)> {
         let m = self.texts.iter().find(|m| m.text.contains(&pc))?;
         let offset = (pc - m.text.start) as u32;
         let i = m.functions.partition_point(|&(start, ..)| start <= offset);
-        let &(start, end, ..) = m.functions.get(i.checked_sub(1)?)?;
-        (offset < end).then(|| m.text.start + start as usize..m.text.start + end as usize)
+        let f = m.functions.get(i.checked_sub(1)?)?;
+        (offset < f.1).then_some((m, f))
     }
 
     pub fn lookup(&self, pc: usize) -> CodeLocation {

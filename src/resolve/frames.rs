@@ -8,6 +8,7 @@ use std::ops::Range;
 use wasmtime::{FrameInfo, Module};
 
 use super::code_map::CodeLocation;
+use super::machine_code::LeafCode;
 use super::pulley_ops::{FunctionOps, OpcodeAt};
 use super::{Compiled, Owner, RegisteredRuntime, Resolver};
 use crate::capture::{NativeSample, Splice, PULLEY_PC_CANDIDATES};
@@ -15,23 +16,26 @@ use crate::runtimes::SpliceContext;
 use crate::shared::{GuestStack, ModuleId, RawFrame};
 
 impl Resolver {
-    /// The frames of a native sample, leaf first, into `frames`; for a sample of Pulley's
-    /// bytecode, the opcode it ran, with its neighbours'.
+    /// The frames of a native sample, leaf first, into `frames`; where the leaf is in a Wasm
+    /// function, where in its code: for a sample of Pulley's bytecode, the opcode it ran,
+    /// with its neighbours'.
     pub fn native_frames(
         &mut self,
         sample: NativeSample<'_>,
         frames: &mut Vec<RawFrame>,
-    ) -> Option<OpcodeAt> {
+    ) -> Option<LeafCode> {
         frames.clear();
-        let mut opcode = None;
+        let mut code = None;
         let (leaf, callers, pcs) = match sample {
             // A leaf outside Wasm functions (a trampoline) is Wasmtime's.
-            NativeSample::Guest(pcs) => (
-                self.native_frame(pcs.native[0])
-                    .map_or(RawFrame::Runtime, |(frame, _)| frame),
-                &pcs.native[1..],
-                pcs,
-            ),
+            NativeSample::Guest(pcs) => {
+                let pc = pcs.native[0];
+                let leaf = self
+                    .native_frame(pc)
+                    .map_or(RawFrame::Runtime, |(frame, _)| frame);
+                code = self.machine_offset(pc, leaf).map(LeafCode::Machine);
+                (leaf, &pcs.native[1..], pcs)
+            }
             NativeSample::Host(pcs) => {
                 // The host's frames, leaf first: a return address less one is in its call.
                 let host = &pcs.native[..pcs.host.min(pcs.native.len())];
@@ -51,7 +55,7 @@ impl Resolver {
                     .native
                     .split_at(PULLEY_PC_CANDIDATES.min(pcs.native.len()));
                 let leaf = self.pulley_leaf(candidates).and_then(|(pc, at)| {
-                    opcode = Some(at);
+                    code = Some(LeafCode::Pulley(at));
                     self.native_frame(pc)
                 });
                 let callers = match self.link_register_is_caller(leaf, lr_and_records) {
@@ -76,7 +80,7 @@ impl Resolver {
         if let Some(splice) = pcs.splice {
             self.splice(splice, frames);
         }
-        opcode
+        code
     }
 
     /// The frames of a stack taken on the guest thread, leaf first: the backtrace's, and a

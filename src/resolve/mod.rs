@@ -10,6 +10,7 @@ pub mod build_id;
 mod code_listing;
 pub mod code_map;
 mod frames;
+mod machine_code;
 pub mod pulley_ops;
 mod registry;
 #[cfg(feature = "cli")]
@@ -37,6 +38,7 @@ use symbolize::source_map::{Searched, SourceMapSearch};
 use symbolize::{FunctionName, ModuleSymbolizer, SourceFrame};
 
 pub use code_listing::ListedFunction;
+pub use machine_code::LeafCode;
 
 struct RegisteredModule {
     compiled: Compiled,
@@ -97,6 +99,9 @@ pub struct Resolver {
     /// Pulley functions' instructions, by the address of their code, once decoded.
     function_ops: FxHashMap<usize, FunctionOps>,
     opcode_names: HashMap<&'static str, Arc<str>>,
+    /// A native code address in each Wasm function a leaf sample fell in, by its (original)
+    /// module and function index: whose machine code profiles keep.
+    sampled_code: FxHashMap<(ModuleId, u32), usize>,
     /// The host's frames' names (see [`RawFrame::Host`]).
     host_symbols: HostSymbols,
 }
@@ -123,6 +128,7 @@ impl Resolver {
             exit_frames: FxHashMap::default(),
             function_ops: FxHashMap::default(),
             opcode_names: HashMap::new(),
+            sampled_code: FxHashMap::default(),
             use_dwarf,
             source_maps: SourceMapSearch::default(),
             prefer_source_maps: false,
