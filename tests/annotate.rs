@@ -3,10 +3,10 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::annotated::{division_hottest, parse, Listed};
+use common::annotated::{division_hottest, native_adds_up, parse, Listed};
 use common::*;
 
 /// `tests/fixtures/c/divide.c`: `spin`'s loop divides by a divisor read at run time, and
@@ -46,6 +46,43 @@ fn record_divide(dir: &Path) -> std::path::PathBuf {
     path
 }
 
+/// Records `divide.wasm` for `rounds` rounds at 1 kHz, with `extra` flags, and annotates
+/// `spin` with `--native`: the profile's directory, the profile, the listing and its rows.
+fn native_spin(extra: &[&str], rounds: &str) -> (tempfile::TempDir, PathBuf, String, Vec<Listed>) {
+    let dir = tempfile::tempdir().unwrap();
+    let flags: Vec<&str> = extra.iter().copied().chain(["--rate", "1000"]).collect();
+    let (out, profile) = record(dir.path(), &flags, &fixture(DIVIDE), &["7", rounds]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let module = fixture(DIVIDE);
+    let out = annotate(&[
+        profile.as_os_str(),
+        "spin".as_ref(),
+        "--native".as_ref(),
+        "--wasm".as_ref(),
+        module.as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let (_, rows) = parse(&text).remove(0);
+    (dir, profile, text, rows)
+}
+
+/// `annotate --native -o DIR/annotate.html` of a profile of `divide.wasm`: the page.
+fn native_page(dir: &Path, profile: &Path) -> String {
+    let page = dir.join("annotate.html");
+    let module = fixture(DIVIDE);
+    let out = annotate(&[
+        profile.as_os_str(),
+        "--native".as_ref(),
+        "--wasm".as_ref(),
+        module.as_os_str(),
+        "-o".as_ref(),
+        page.as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    std::fs::read_to_string(&page).unwrap()
+}
+
 #[test]
 fn the_division_holds_the_most_of_its_functions_samples_and_the_call_its_callees() {
     let dir = tempfile::tempdir().unwrap();
@@ -73,7 +110,8 @@ fn the_division_holds_the_most_of_its_functions_samples_and_the_call_its_callees
 
     // The call of `mix` has, as its cumulative value, all of `mix`'s: every sample in `mix`
     // went through that one call. Both are of the same samples, so equal up to the printed
-    // rounding (two decimals of the unit shown).
+    // rounding (two decimals of the unit shown); but for the samples taken at the call
+    // instruction itself, about to run (its flat value: one sample in some runs).
     let call = code
         .iter()
         .find(|r| r.text == "call $mix")
@@ -87,11 +125,17 @@ fn the_division_holds_the_most_of_its_functions_samples_and_the_call_its_callees
         .sum();
     assert!(mix > 0.0, "no samples in mix");
     assert!(
-        (call.cum - mix).abs() <= 0.005e6 + mix * 1e-4,
-        "call $mix: {} ns cumulative, mix: {mix} ns\n{text}",
-        call.cum
+        (call.cum - call.flat - mix).abs() <= 0.01e6 + mix * 1e-4,
+        "call $mix: {} ns cumulative, {} flat, mix: {mix} ns\n{text}",
+        call.cum,
+        call.flat
     );
-    assert_eq!(call.flat, 0.0, "a call is not a leaf: {text}");
+    // Of 1 ms samples, a few: a call's own instruction is short.
+    assert!(
+        call.flat <= 0.02 * mix,
+        "the call itself holds {}: {text}",
+        call.flat
+    );
 }
 
 #[test]
@@ -252,25 +296,7 @@ fn a_memory_profile_puts_the_bytes_on_the_allocating_calls() {
 /// long one: under it or the one after); and the page's code column.
 #[test]
 fn pulleys_opcodes_are_shown_under_the_instructions_they_were_compiled_from() {
-    let dir = tempfile::tempdir().unwrap();
-    let (out, profile) = record(
-        dir.path(),
-        &["--target", "pulley64", "--rate", "1000"],
-        &fixture(DIVIDE),
-        &["7", "10000000"],
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let module = fixture(DIVIDE);
-    let out = annotate(&[
-        profile.as_os_str(),
-        "spin".as_ref(),
-        "--native".as_ref(),
-        "--wasm".as_ref(),
-        module.as_os_str(),
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let text = stdout(&out);
-    let (_, rows) = parse(&text).remove(0);
+    let (dir, profile, text, rows) = native_spin(&["--target", "pulley64"], "10000000");
     let code: Vec<&Listed> = rows.iter().filter(|r| r.offset.is_some()).collect();
     let (mut flat, mut on_ops) = (0.0, 0.0);
     for row in &code {
@@ -298,17 +324,7 @@ fn pulleys_opcodes_are_shown_under_the_instructions_they_were_compiled_from() {
         "no xdiv32_u under the division: {text}"
     );
 
-    let page = dir.path().join("annotate.html");
-    let out = annotate(&[
-        profile.as_os_str(),
-        "--native".as_ref(),
-        "--wasm".as_ref(),
-        module.as_os_str(),
-        "-o".as_ref(),
-        page.as_os_str(),
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let html = std::fs::read_to_string(&page).unwrap();
+    let html = native_page(dir.path(), &profile);
     assert!(html.contains("<th>code</th>"), "{html}");
     assert!(
         html.contains("<td class=\"native\">xdiv32_u</td>"),
@@ -323,39 +339,13 @@ fn pulleys_opcodes_are_shown_under_the_instructions_they_were_compiled_from() {
 #[test]
 fn the_machine_code_is_shown_under_the_instructions_it_was_compiled_from() {
     for compiler in ["cranelift", "winch"] {
-        let dir = tempfile::tempdir().unwrap();
-        let (out, profile) = record(
-            dir.path(),
-            &["-C", &format!("compiler={compiler}"), "--rate", "1000"],
-            &fixture(DIVIDE),
-            &["7", "30000000"],
-        );
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        let module = fixture(DIVIDE);
-        let out = annotate(&[
-            profile.as_os_str(),
-            "spin".as_ref(),
-            "--native".as_ref(),
-            "--wasm".as_ref(),
-            module.as_os_str(),
-        ]);
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        let text = stdout(&out);
-        let (_, rows) = parse(&text).remove(0);
+        let compiler_flag = format!("compiler={compiler}");
+        let (dir, profile, text, rows) = native_spin(&["-C", &compiler_flag], "30000000");
         let code: Vec<&Listed> = rows.iter().filter(|r| r.offset.is_some()).collect();
+        native_adds_up(&code, &text);
         // (address, flat, text) of each machine instruction, and the Wasm instruction's.
         let mut machine: Vec<(u64, f64, &str, &str)> = Vec::new();
         for row in &code {
-            let on_code: f64 = row.native.iter().map(|(v, _)| v).sum();
-            // Each value printed to 0.01 ms at most: the sum may differ from the row's by as
-            // much for each value added.
-            let rounding = 10_000.0 * (row.native.len() + 1) as f64;
-            assert!(
-                (on_code - row.flat).abs() <= rounding,
-                "{compiler}: {}'s machine code holds {on_code}, it {}: {text}",
-                row.text,
-                row.flat
-            );
             for (flat, line) in &row.native {
                 let (address, instruction) = line.trim().split_once(":  ").unwrap();
                 let address = u64::from_str_radix(address, 16).unwrap();
@@ -379,17 +369,7 @@ fn the_machine_code_is_shown_under_the_instructions_it_was_compiled_from() {
             "{compiler}: the hottest machine instruction is `{}`: {text}",
             machine[hottest].2
         );
-        let page = dir.path().join("annotate.html");
-        let out = annotate(&[
-            profile.as_os_str(),
-            "--native".as_ref(),
-            "--wasm".as_ref(),
-            module.as_os_str(),
-            "-o".as_ref(),
-            page.as_os_str(),
-        ]);
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        let html = std::fs::read_to_string(&page).unwrap();
+        let html = native_page(dir.path(), &profile);
         let division = machine.iter().find(|m| is_div(m.2)).unwrap();
         assert!(
             html.contains(&format!(

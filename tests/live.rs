@@ -183,6 +183,7 @@ fn a_live_profile_is_annotated() {
         .arg("annotate")
         .arg(&profile)
         .arg("spin")
+        .arg("--native")
         .arg("--wasm")
         .arg(fixture("c/divide.wasm"))
         .output()
@@ -191,7 +192,16 @@ fn a_live_profile_is_annotated() {
     let text = stdout(&out);
     let (heading, rows) = common::annotated::parse(&text).remove(0);
     assert!(heading.starts_with("spin in divide.wasm"), "{text}");
-    common::annotated::division_hottest(&rows, &text);
+    let (code, division) = common::annotated::division_hottest(&rows, &text);
+    // The window's samples, and no older ones, on the machine code.
+    common::annotated::native_adds_up(&code, &text);
+    assert!(
+        code[division]
+            .native
+            .iter()
+            .any(|(_, i)| i.contains(":  div ") || i.contains(":  udiv ")),
+        "{text}"
+    );
 }
 
 #[test]

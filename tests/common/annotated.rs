@@ -110,3 +110,19 @@ pub fn division_hottest<'a>(rows: &'a [Listed], text: &str) -> (Vec<&'a Listed>,
     );
     (code, division)
 }
+
+/// Checks that each instruction's code (`--native`: its machine instructions) holds its flat
+/// value: each value is printed to 0.01 ms at most, so the sum may differ from the row's by
+/// as much for each value added.
+pub fn native_adds_up(code: &[&Listed], text: &str) {
+    for row in code {
+        let on_code: f64 = row.native.iter().map(|(v, _)| v).sum();
+        let rounding = 10_000.0 * (row.native.len() + 1) as f64;
+        assert!(
+            (on_code - row.flat).abs() <= rounding,
+            "{}'s code holds {on_code}, it {}: {text}",
+            row.text,
+            row.flat
+        );
+    }
+}
