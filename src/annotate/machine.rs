@@ -73,27 +73,59 @@ impl MachineListing {
 
 /// `code`'s instructions, each with the Wasm instruction it is mapped to: the last mapped at
 /// or before it, or before the first (the prologue) the first, as samples are resolved.
+///
+/// A function's code may hold data (the jump table of a `br_table`, after its indirect
+/// jump), which a linear sweep misreads as instructions, and then reads the instructions
+/// after it out of step. So the sweep starts again at every offset known to start an
+/// instruction: where the address map says a Wasm instruction's code starts, and where
+/// samples were taken (a sampled PC is an instruction's first byte). An instruction read
+/// across such an offset was data: its bytes up to there are shown as such.
 fn disassemble(code: &MachineCode) -> Result<Disassembled> {
     let disassembler = disassembler(&code.arch)?;
-    let Ok(listed) = disassembler.disasm_all(&code.bytes, 0) else {
-        bail!("Capstone could not disassemble {} code", code.arch);
-    };
-    let mut instructions = Vec::with_capacity(listed.len());
-    for i in listed.iter() {
-        let offset = i.address() as u32;
-        let mapped = code
-            .instructions
-            .partition_point(|&(start, _)| start <= offset);
-        let Some(&(_, wasm)) = code.instructions.get(mapped.saturating_sub(1)) else {
-            continue;
-        };
-        let text = match (i.mnemonic(), i.op_str()) {
-            (Some(m), Some(ops)) if !ops.is_empty() => format!("{m} {ops}"),
-            (Some(m), _) => m.to_string(),
-            (None, _) => "?".to_string(),
-        };
-        instructions.push((offset, text, u64::from(wasm)));
+    let len = code.bytes.len() as u32;
+    let mut starts: Vec<u32> = code
+        .instructions
+        .iter()
+        .map(|&(offset, _)| offset)
+        .chain(code.sampled.iter().map(|&(offset, _)| offset))
+        .chain([0, len])
+        .filter(|&offset| offset <= len)
+        .collect();
+    starts.sort_unstable();
+    starts.dedup();
+    let mut listed: Vec<(u32, String)> = Vec::new();
+    for stretch in starts.windows(2) {
+        let (from, to) = (stretch[0], stretch[1]);
+        let bytes = &code.bytes[from as usize..to as usize];
+        let decoded = disassembler.disasm_all(bytes, u64::from(from));
+        let mut at = from;
+        for i in decoded.iter().flat_map(|d| d.iter()) {
+            let end = i.address() as u32 + i.len() as u32;
+            if end > to {
+                break;
+            }
+            let text = match (i.mnemonic(), i.op_str()) {
+                (Some(m), Some(ops)) if !ops.is_empty() => format!("{m} {ops}"),
+                (Some(m), _) => m.to_string(),
+                (None, _) => "?".to_string(),
+            };
+            listed.push((at, text));
+            at = end;
+        }
+        if at < to {
+            listed.push((at, format!("(data: {} bytes)", to - at)));
+        }
     }
+    let instructions: Vec<(u32, String, u64)> = listed
+        .into_iter()
+        .filter_map(|(offset, text)| {
+            let mapped = code
+                .instructions
+                .partition_point(|&(start, _)| start <= offset);
+            let &(_, wasm) = code.instructions.get(mapped.saturating_sub(1))?;
+            Some((offset, text, u64::from(wasm)))
+        })
+        .collect();
     let flat = vec![0; instructions.len()];
     Ok(Disassembled { instructions, flat })
 }
@@ -124,4 +156,45 @@ fn disassembler(arch: &str) -> Result<Capstone> {
         }
     };
     built.map_err(|e| anyhow::anyhow!("Capstone: {e}"))
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+    use crate::profile::Id;
+
+    /// After an indirect jump, two bytes of data that read as the start of a long `lea`; the
+    /// sampled `nop` after them is read from its own first byte, the data shown as such.
+    #[test]
+    fn the_sweep_starts_again_where_a_sample_was_taken() {
+        let code = MachineCode {
+            mapping: crate::profile::MappingId::from_index(0),
+            func_index: 1,
+            arch: "x86_64".into(),
+            bytes: vec![0xff, 0xe0, 0x48, 0x8d, 0x90, 0xc3],
+            instructions: vec![(0, 10)],
+            sampled: vec![(4, vec![3])],
+        };
+        let profile = Profile {
+            sample_types: vec![crate::profile::ValueType::new("samples", "count")],
+            code: vec![code],
+            ..Profile::default()
+        };
+        let listing = MachineListing::new(&profile, 0).unwrap();
+        let rows: Vec<(String, i64)> = listing
+            .rows((crate::profile::MappingId::from_index(0), 1), 10)
+            .into_iter()
+            .map(|r| match r {
+                Row::Native { text, flat } => (text, flat),
+                _ => unreachable!(),
+            })
+            .collect();
+        let expected = [
+            ("    0:  jmp rax", 0),
+            ("    2:  (data: 2 bytes)", 0),
+            ("    4:  nop", 3),
+            ("    5:  ret", 0),
+        ];
+        assert_eq!(rows, expected.map(|(t, v)| (t.to_string(), v)).to_vec());
+    }
 }
