@@ -158,43 +158,79 @@ fn disassembler(arch: &str) -> Result<Capstone> {
     built.map_err(|e| anyhow::anyhow!("Capstone: {e}"))
 }
 
-#[cfg(all(test, target_arch = "x86_64"))]
+#[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::Id;
+    use crate::profile::{Id, MappingId, ValueType};
 
-    /// After an indirect jump, two bytes of data that read as the start of a long `lea`; the
-    /// sampled `nop` after them is read from its own first byte, the data shown as such.
-    #[test]
-    fn the_sweep_starts_again_where_a_sample_was_taken() {
+    /// The rows under Wasm instruction 10 of function 1 of a profile that keeps `code` (its
+    /// `arch`, `bytes`, and samples of one type), all mapped to that instruction.
+    fn rows_of(
+        arch: &str,
+        bytes: Vec<u8>,
+        sampled: Vec<(u32, Vec<i64>)>,
+    ) -> Result<Vec<(String, i64)>> {
         let code = MachineCode {
-            mapping: crate::profile::MappingId::from_index(0),
+            mapping: MappingId::from_index(0),
             func_index: 1,
-            arch: "x86_64".into(),
-            bytes: vec![0xff, 0xe0, 0x48, 0x8d, 0x90, 0xc3],
+            arch: arch.into(),
+            bytes,
             instructions: vec![(0, 10)],
-            sampled: vec![(4, vec![3])],
+            sampled,
         };
         let profile = Profile {
-            sample_types: vec![crate::profile::ValueType::new("samples", "count")],
+            sample_types: vec![ValueType::new("samples", "count")],
             code: vec![code],
             ..Profile::default()
         };
-        let listing = MachineListing::new(&profile, 0).unwrap();
-        let rows: Vec<(String, i64)> = listing
-            .rows((crate::profile::MappingId::from_index(0), 1), 10)
+        let listing = MachineListing::new(&profile, 0)?;
+        Ok(listing
+            .rows((MappingId::from_index(0), 1), 10)
             .into_iter()
             .map(|r| match r {
                 Row::Native { text, flat } => (text, flat),
                 _ => unreachable!(),
             })
-            .collect();
-        let expected = [
-            ("    0:  jmp rax", 0),
-            ("    2:  (data: 2 bytes)", 0),
-            ("    4:  nop", 3),
-            ("    5:  ret", 0),
-        ];
-        assert_eq!(rows, expected.map(|(t, v)| (t.to_string(), v)).to_vec());
+            .collect())
+    }
+
+    fn expected(rows: &[(&str, i64)]) -> Vec<(String, i64)> {
+        rows.iter().map(|&(t, v)| (t.to_string(), v)).collect()
+    }
+
+    /// A profile taken on another machine is read on this one: aarch64's code, whatever the
+    /// host; an instruction set Capstone is not built for is refused in one line.
+    #[test]
+    fn each_architectures_code_is_read_as_its_own() {
+        // udiv w0, w1, w2; ret
+        let bytes = vec![0x20, 0x08, 0xc2, 0x1a, 0xc0, 0x03, 0x5f, 0xd6];
+        assert_eq!(
+            rows_of("aarch64", bytes, vec![(4, vec![2])]).unwrap(),
+            expected(&[("    0:  udiv w0, w1, w2", 0), ("    4:  ret", 2)])
+        );
+        let e = rows_of("mips", vec![0], Vec::new())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("mips code, which wasmspy cannot disassemble"),
+            "{e}"
+        );
+    }
+
+    /// After an indirect jump, two bytes of data that read as the start of a long `lea`; the
+    /// sampled `nop` after them is read from its own first byte, the data shown as such.
+    #[test]
+    fn the_sweep_starts_again_where_a_sample_was_taken() {
+        let bytes = vec![0xff, 0xe0, 0x48, 0x8d, 0x90, 0xc3];
+        assert_eq!(
+            rows_of("x86_64", bytes, vec![(4, vec![3])]).unwrap(),
+            expected(&[
+                ("    0:  jmp rax", 0),
+                ("    2:  (data: 2 bytes)", 0),
+                ("    4:  nop", 3),
+                ("    5:  ret", 0),
+            ])
+        );
     }
 }
