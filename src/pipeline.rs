@@ -157,31 +157,6 @@ impl Pipeline {
         }
     }
 
-    /// Records a resolved sample with its store's labels.
-    /// `code`: the offset of the machine instruction it was taken at in its leaf function.
-    #[allow(clippy::too_many_arguments)]
-    fn add_sample(
-        &self,
-        resolver: &Resolver,
-        recorder: &mut Recorder,
-        frames: &[RawFrame],
-        labels: Option<Labels>,
-        code: Option<u32>,
-        taken: Taken,
-        values: SampleValues,
-    ) {
-        let thread = Some(taken.thread);
-        recorder.add_sample(
-            resolver,
-            frames,
-            labels.as_ref(),
-            thread,
-            code,
-            values,
-            taken.time_ns,
-        );
-    }
-
     fn labels_of(&self, key: Option<LabelsKey>) -> Option<Labels> {
         self.labels_since(key).map(|(labels, _)| labels)
     }
@@ -207,10 +182,9 @@ impl Pipeline {
                 &resolver,
                 &frames,
                 labels.as_ref(),
-                Some(stack.taken.thread),
+                &stack.taken,
                 None,
                 SampleValues::default(),
-                stack.taken.time_ns,
             );
         }
         recorder.profile(&mut resolver)
@@ -269,15 +243,7 @@ impl Pipeline {
             } => {
                 let frames = resolver.stack_frames(&stack);
                 let labels = self.labels_of(taken.labels);
-                self.add_sample(
-                    &resolver,
-                    &mut recorder,
-                    &frames,
-                    labels,
-                    None,
-                    taken,
-                    values,
-                );
+                recorder.add_sample(&resolver, &frames, labels.as_ref(), &taken, None, values);
             }
             Event::Allocation {
                 stack,
@@ -377,15 +343,7 @@ impl Sink for Pipeline {
             Some(LeafCode::Machine(offset)) => Some(offset),
             None => None,
         };
-        self.add_sample(
-            &resolver,
-            &mut recorder,
-            &frames,
-            labels,
-            offset,
-            taken,
-            values,
-        );
+        recorder.add_sample(&resolver, &frames, labels.as_ref(), &taken, offset, values);
     }
 
     fn backtrace(&self, stack: GuestStack, taken: Taken, values: SampleValues) {

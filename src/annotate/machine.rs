@@ -19,6 +19,9 @@ struct Disassembled {
     instructions: Vec<(u32, String, u64)>,
     /// Each machine instruction's flat value, by its index in `instructions`.
     flat: Vec<i64>,
+    /// The indices in `instructions` of each Wasm instruction's, by its offset: a large
+    /// function (an interpreter's loop) has hundreds of thousands.
+    by_wasm: FxHashMap<u64, Vec<usize>>,
 }
 
 /// The machine code of the functions a profile keeps, by function.
@@ -59,13 +62,17 @@ impl MachineListing {
         let Some(d) = self.functions.get(&function) else {
             return Vec::new();
         };
-        d.instructions
+        let Some(indices) = d.by_wasm.get(&at) else {
+            return Vec::new();
+        };
+        indices
             .iter()
-            .zip(&d.flat)
-            .filter(|((_, _, wasm), _)| *wasm == at)
-            .map(|(&(offset, ref text, _), &flat)| Row::Native {
-                text: format!("{offset:>5x}:  {text}"),
-                flat,
+            .map(|&i| {
+                let (offset, text, _) = &d.instructions[i];
+                Row::Native {
+                    text: format!("{offset:>5x}:  {text}"),
+                    flat: d.flat[i],
+                }
             })
             .collect()
     }
@@ -126,8 +133,16 @@ fn disassemble(code: &MachineCode) -> Result<Disassembled> {
             Some((offset, text, u64::from(wasm)))
         })
         .collect();
+    let mut by_wasm: FxHashMap<u64, Vec<usize>> = FxHashMap::default();
+    for (i, &(_, _, wasm)) in instructions.iter().enumerate() {
+        by_wasm.entry(wasm).or_default().push(i);
+    }
     let flat = vec![0; instructions.len()];
-    Ok(Disassembled { instructions, flat })
+    Ok(Disassembled {
+        instructions,
+        flat,
+        by_wasm,
+    })
 }
 
 /// A disassembler of the instruction set Rust calls `arch`, in the syntax `wasmtime objdump`

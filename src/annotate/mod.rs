@@ -9,11 +9,12 @@
 //!
 //! With the code each instruction became (`--native`): a CPU profile of code Cranelift or
 //! Winch compiled keeps the machine code of its hottest functions with the samples taken at
-//! each machine instruction (see [`crate::profile::MachineCode`]);
-//! under each instruction, its machine instructions by address ([`machine`]). A profile of
-//! Pulley's bytecode labels each sample with the opcode it fell on, and the opcodes before and after it in the bytecode
-//! (see [`crate::profile::PULLEY_OP_LABEL`]); under each instruction, the opcodes its samples
-//! fell on and their adjacent pairs, as `report --opcodes` tables them for the whole profile.
+//! each machine instruction (see [`crate::profile::MachineCode`]); under each instruction,
+//! its machine instructions by address ([`machine`]). A profile of Pulley's bytecode labels
+//! each sample with the opcode it fell on, and the opcodes before and after it in the
+//! bytecode (see [`crate::profile::PULLEY_OP_LABEL`]); under each instruction, the opcodes its
+//! samples fell on and their adjacent pairs, as `report --opcodes` tables them for the whole
+//! profile.
 
 mod blocks;
 mod counts;

@@ -15,7 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rustc_hash::FxHashMap;
 
-use crate::capture::{SampleValues, StoreKey};
+use crate::capture::{SampleValues, StoreKey, Taken};
 use crate::clock::{monotonic_ns, sampling_period, Clock};
 use crate::profile::{
     Frame, FrameId, Function, FunctionId, Labels, Line, MachineCode, MappingId, Profile,
@@ -133,19 +133,19 @@ impl Recorder {
         }
     }
 
-    /// Adds a sample of `frames` (leaf first), with `labels`; `code`: the offset of the
-    /// machine instruction it was taken at in its leaf function's code, where known.
-    #[allow(clippy::too_many_arguments)]
+    /// Adds a sample of `frames` (leaf first), with `labels`, taken as `taken` says; `code`:
+    /// the offset of the machine instruction it was taken at in its leaf function's code,
+    /// where known.
     pub fn add_sample(
         &mut self,
         resolver: &Resolver,
         frames: &[RawFrame],
         labels: Option<&Labels>,
-        thread: Option<ThreadId>,
+        taken: &Taken,
         code: Option<u32>,
         values: SampleValues,
-        time_ns: u64,
     ) {
+        let (thread, time_ns) = (Some(taken.thread), taken.time_ns);
         if let (
             Some(offset),
             Some(&RawFrame::Wasm {
