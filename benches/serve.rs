@@ -15,7 +15,10 @@
 //!    requests per second to `wasmtime serve`'s, for a tiny handler (`/hello`), a busy one
 //!    (`/spin?rounds=1`, about 1.3 ms) and one of about 30 ms (`/spin?rounds=24`); then
 //!    whether issue 49's targets are met: `/hello` ≥ ×0.97 at the default rate and ≥ ×0.95 at
-//!    1 kHz, the 30 ms handler ≥ ×0.99 at the default rate. Short turns, with the servers up:
+//!    1 kHz, the 30 ms handler ≥ ×0.99 at the default rate. Beside the ratios, each server's
+//!    CPU time per request (all its threads, from `/proc`, the median of its turns): what a
+//!    request costs the server, apart from the load generator's share of the cores.
+//!    `-- --path /hello` measures one handler alone. Short turns, with the servers up:
 //!    on these virtual machines a server's throughput on `/hello` drifts by a third over
 //!    minutes: whole-server rounds of 5 s (a server started for each) put, in one run, the
 //!    1 Hz column at ×0.81 below the 100 Hz one at ×0.93; 15 pairs of 1 s turns gave one build
@@ -43,7 +46,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{option, paired, rss_kib, wasmtime_cli};
+use common::{median, option, paired, rss_kib, wasmtime_cli};
 
 const CONNECTIONS: usize = 8;
 
@@ -64,7 +67,13 @@ fn main() {
     println!("| handler | wasmtime serve req/s | wasmspy serve, 1 Hz | 100 Hz (default) | 1 kHz |");
     println!("|---|---|---|---|---|");
     let mut targets = Vec::new();
-    for path in ["/hello", "/spin?rounds=1", "/spin?rounds=24"] {
+    let mut cpu_rows = Vec::new();
+    let only = std::env::args().skip_while(|a| a != "--path").nth(1);
+    let paths = ["/hello", "/spin?rounds=1", "/spin?rounds=24"];
+    for path in paths
+        .into_iter()
+        .filter(|p| only.as_deref().is_none_or(|o| o == *p))
+    {
         let servers = [
             Server::wasmtime(&component),
             Server::wasmspy(wasmspy, &component, &["--rate", "1"]),
@@ -76,11 +85,24 @@ fn main() {
             "/spin?rounds=24" => seconds.max(3.0),
             _ => seconds,
         };
+        let mut cpu_per_request = vec![Vec::new(); servers.len()];
         let (base, ratios) = paired(4, reps, |config| {
+            let server = &servers[config];
+            let cpu = server.cpu_seconds();
+            let (per_second, answered) = load(&server.base, path, Duration::from_secs_f64(turn));
+            cpu_per_request[config].push((server.cpu_seconds() - cpu) / answered as f64);
             // Times, for `paired`: seconds per request.
-            1.0 / load(&servers[config].base, path, Duration::from_secs_f64(turn))
+            1.0 / per_second
         });
         drop(servers);
+        cpu_rows.push(format!(
+            "| `{path}` | {} |",
+            cpu_per_request
+                .iter_mut()
+                .map(|cpu| format!("{:.1}", 1e6 * median(cpu)))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        ));
         println!(
             "| `{path}` | {:.0} | x{:.3} | x{:.3} | x{:.3} |",
             1.0 / base,
@@ -96,6 +118,12 @@ fn main() {
             "/spin?rounds=24" => targets.push((path, "100 Hz", 1.0 / ratios[2], 0.99)),
             _ => {}
         }
+    }
+    println!("\n## The server's CPU per request, µs (all its threads; medians of the turns)");
+    println!("| handler | wasmtime serve | wasmspy serve, 1 Hz | 100 Hz (default) | 1 kHz |");
+    println!("|---|---|---|---|---|");
+    for row in cpu_rows {
+        println!("{row}");
     }
     for (path, rate, ratio, at_least) in targets {
         let met = if ratio >= at_least { "met" } else { "NOT met" };
@@ -190,8 +218,9 @@ fn get(agent: &ureq::Agent, url: &str) {
     response.into_reader().read_to_end(&mut body).unwrap();
 }
 
-/// Requests per second over `duration`, from `CONNECTIONS` keep-alive clients.
-fn load(base: &str, path: &str, duration: Duration) -> f64 {
+/// Requests per second over `duration`, from `CONNECTIONS` keep-alive clients, and the
+/// requests answered.
+fn load(base: &str, path: &str, duration: Duration) -> (f64, u64) {
     let url = format!("{base}{path}");
     let stop = AtomicBool::new(false);
     let done = AtomicU64::new(0);
@@ -216,7 +245,8 @@ fn load(base: &str, path: &str, duration: Duration) -> f64 {
         std::thread::sleep(duration);
         stop.store(true, Ordering::Relaxed);
     });
-    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    let done = done.load(Ordering::Relaxed);
+    (done as f64 / start.elapsed().as_secs_f64(), done)
 }
 
 fn coverage(wasmspy: &Path, component: &Path) {

@@ -27,17 +27,18 @@ use crate::resolve::pulley_ops::OpcodeAt;
 use crate::resolve::LeafCode;
 use crate::resolve::Resolver;
 use crate::shared::{GuestStack, RawFrame};
-use crate::sync::{lock, BoundedQueue};
+use crate::sync::{lock, BoundedQueue, Passes};
 
 /// Events from the guest thread waiting to be resolved: at 1 kHz, 16 seconds of samples.
 const QUEUE_EVENTS: usize = 16 * 1024;
 /// How long the pipeline's thread waits for an event before it looks whether to stop.
 const POLL: Duration = Duration::from_millis(10);
 /// How long labels no store has any more are kept for their samples still on their way (in a
-/// ring until the next drain, 10 ms; in the queue).
+/// ring until the next drain, 10 ms; in the queue) where no pass of the drain thread says
+/// sooner that they have all been recorded (see [`Retired`]).
 const RETIRED_LABELS: Duration = Duration::from_secs(2);
 
-/// Keeps a set of labels registered until dropped (and [`RETIRED_LABELS`] after).
+/// Keeps a set of labels registered until dropped (and until its last samples are recorded).
 pub struct RegisteredLabels {
     pipeline: Weak<Pipeline>,
     key: LabelsKey,
@@ -52,9 +53,32 @@ impl RegisteredLabels {
 impl Drop for RegisteredLabels {
     fn drop(&mut self) {
         if let Some(pipeline) = self.pipeline.upgrade() {
-            lock(&pipeline.retired).push_back((monotonic_ns(), self.key));
+            // Read under the lock: the queue is in the order of its counts and times.
+            let mut retired = lock(&pipeline.retired);
+            retired.push_back(Retired {
+                key: self.key,
+                at_ns: monotonic_ns(),
+                passes: pipeline.drain_passes.count(),
+                drains: pipeline.events.drains().count(),
+            });
         }
     }
+}
+
+/// A set of labels no store has any more, forgotten once no sample can still name it: after a
+/// pass of the signal sampler's drain thread (which records the samples of its rings) and a
+/// drain of the queue (the other samplers' samples, the allocations) have each begun and ended
+/// since it was dropped. A server's sets, two a request, are then forgotten some 20 ms after
+/// their request where [`RETIRED_LABELS`] kept them for 2 s: 28,000 sets at 7,000 requests a
+/// second, each registered into a map that large and freed from memory long out of the cache.
+/// Without the signal sampler, no pass: the sets are kept for [`RETIRED_LABELS`].
+struct Retired {
+    key: LabelsKey,
+    /// When it was dropped (`CLOCK_MONOTONIC`).
+    at_ns: u64,
+    /// The drain thread's passes and the queue's drains ended by then.
+    passes: u64,
+    drains: u64,
 }
 
 /// What the guest thread handed over.
@@ -91,9 +115,11 @@ pub struct Pipeline {
     dropped: AtomicU64,
     /// The registered sets of labels, with when each was registered (`CLOCK_MONOTONIC`).
     labels: Mutex<FxHashMap<LabelsKey, (PackedLabels, u64)>>,
-    /// Sets no longer registered (`CLOCK_MONOTONIC` when dropped), forgotten once their last
-    /// samples must have been resolved.
-    retired: Mutex<VecDeque<(u64, LabelsKey)>>,
+    /// Sets no longer registered, in the order they were dropped, forgotten once their last
+    /// samples must have been recorded.
+    retired: Mutex<VecDeque<Retired>>,
+    /// The signal sampler's drain passes ([`Sink::drained`]).
+    drain_passes: Passes,
     thread: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
 }
 
@@ -107,6 +133,7 @@ impl Pipeline {
             dropped: AtomicU64::new(0),
             labels: Mutex::new(FxHashMap::default()),
             retired: Mutex::new(VecDeque::new()),
+            drain_passes: Passes::default(),
             thread: Mutex::new(None),
         }
     }
@@ -138,15 +165,21 @@ impl Pipeline {
         })
     }
 
-    /// Forgets the sets of labels dropped more than [`RETIRED_LABELS`] ago.
+    /// Forgets the sets of labels whose samples must all have been recorded (see [`Retired`]).
     fn forget_retired(&self) {
         let now = monotonic_ns();
+        let (passes, drains) = (&self.drain_passes, self.events.drains());
+        let (passes_now, drains_now) = (passes.count(), drains.count());
         let expired: Vec<LabelsKey> = {
             let mut retired = lock(&self.retired);
-            let old = retired.partition_point(|&(when, _)| {
-                now.saturating_sub(when) >= RETIRED_LABELS.as_nanos() as u64
+            // True of a first part of the queue: its sets were dropped in order, and the
+            // clock and the counts only grow.
+            let old = retired.partition_point(|set| {
+                now.saturating_sub(set.at_ns) >= RETIRED_LABELS.as_nanos() as u64
+                    || (Passes::covered(set.passes, passes_now)
+                        && Passes::covered(set.drains, drains_now))
             });
-            retired.drain(..old).map(|(_, key)| key).collect()
+            retired.drain(..old).map(|set| set.key).collect()
         };
         // Each lock held briefly, and not both at once: stores are labeled meanwhile.
         if !expired.is_empty() {
@@ -384,6 +417,10 @@ impl Sink for Pipeline {
     fn store_dropped(&self, store: StoreKey) {
         self.enqueue_kept(Event::StoreDropped { store });
     }
+
+    fn drained(&self) {
+        self.drain_passes.ended();
+    }
 }
 
 #[cfg(test)]
@@ -410,6 +447,50 @@ mod tests {
             "samples still on their way"
         );
         std::thread::sleep(RETIRED_LABELS + Duration::from_millis(50));
+        pipeline.flush();
+        assert_eq!(pipeline.labels_of(key), None);
+    }
+
+    #[test]
+    fn dropped_labels_go_once_a_pass_over_the_rings_and_a_drain_of_the_queue_began_after_them() {
+        let pipeline = Arc::new(Pipeline::new(
+            Resolver::new(false, false),
+            Recorder::new(1000, Clock::Cpu, "signal"),
+        ));
+        let registered = pipeline.register_labels(&[("request", "1")]).unwrap();
+        let key = Some(registered.key());
+        drop(registered);
+        // The rings' passes alone: other samplers' samples may still be queued (a drain of
+        // the queue under way at the drop ends with the flush below).
+        for _ in 0..3 {
+            pipeline.drained();
+        }
+        pipeline.flush();
+        assert!(
+            pipeline.labels_of(key).is_some(),
+            "before the queue's next drain"
+        );
+        pipeline.flush();
+        assert_eq!(
+            pipeline.labels_of(key),
+            None,
+            "long before {RETIRED_LABELS:?}"
+        );
+
+        // The queue's drains alone: a sample may still be in a ring.
+        let registered = pipeline.register_labels(&[("request", "2")]).unwrap();
+        let key = Some(registered.key());
+        drop(registered);
+        for _ in 0..3 {
+            pipeline.flush();
+        }
+        pipeline.drained();
+        pipeline.flush();
+        assert!(
+            pipeline.labels_of(key).is_some(),
+            "before the rings' next pass"
+        );
+        pipeline.drained();
         pipeline.flush();
         assert_eq!(pipeline.labels_of(key), None);
     }

@@ -1,6 +1,6 @@
 //! Locking and queueing shared by the stages.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// The lock, even if a thread panicked holding it: the data behind wasmspy's locks (samples,
@@ -17,6 +17,8 @@ pub struct BoundedQueue<T> {
     receiver: Mutex<std::sync::mpsc::Receiver<T>>,
     len: AtomicUsize,
     capacity: usize,
+    /// Drains ended, each counted before the next begins.
+    drains: Passes,
 }
 
 impl<T> BoundedQueue<T> {
@@ -27,6 +29,7 @@ impl<T> BoundedQueue<T> {
             receiver: Mutex::new(receiver),
             len: AtomicUsize::new(0),
             capacity,
+            drains: Passes::default(),
         }
     }
 
@@ -48,5 +51,34 @@ impl<T> BoundedQueue<T> {
             self.len.fetch_sub(1, Ordering::AcqRel);
             each(item);
         }
+        // Under the lock: drains are counted in the order they ran.
+        self.drains.ended();
+    }
+
+    /// The drains ended so far: see [`Passes`].
+    pub fn drains(&self) -> &Passes {
+        &self.drains
+    }
+}
+
+/// Counts the passes of a job that runs one pass at a time (a drain of a queue or of rings),
+/// each counted as it ends, to tell when everything there was at some instant has been
+/// through one: at most one pass was under way when [`count`](Self::count) read `then`, so a
+/// pass ended after it ([`covered_since`](Self::covered_since)) began after that instant.
+#[derive(Default)]
+pub struct Passes(AtomicU64);
+
+impl Passes {
+    pub fn ended(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// Whether a whole pass began and ended between the counts `then` and `now`.
+    pub fn covered(then: u64, now: u64) -> bool {
+        now >= then + 2
     }
 }

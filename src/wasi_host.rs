@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use self::host::{new_store, Host};
+pub use self::host::{new_served_store, new_store, Host};
 pub use self::link::check_options;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -107,8 +107,6 @@ pub struct WasiConfig {
     pub preloads: Vec<(String, Module)>,
     /// `-D coredump=PATH`: where a trap's core dump goes (the engine must capture them).
     pub coredump: Option<String>,
-    /// For a store of `wasmtime serve`'s: what it gives each instance it makes.
-    pub served: Option<ServedInstance>,
 }
 
 /// What `wasmtime serve` gives each instance it makes: `INSTANCE_ID` in its environment, no

@@ -284,6 +284,9 @@ pub trait Sink: Send + Sync {
     fn free(&self, store: Option<StoreKey>, address: u32);
     /// `store` was dropped with sampled blocks live: its memory, and they, are gone.
     fn store_dropped(&self, store: StoreKey);
+    /// The drain thread has handed over every sample its rings held as its latest pass over
+    /// them began (a pass of the signal sampler's drain thread ended).
+    fn drained(&self) {}
 }
 
 /// Whether this build can sample with signals.

@@ -1,6 +1,8 @@
 //! The guest's store: its WASI context and the contexts of the proposals `-S` turns on, its
 //! limits and fuel, each set as `wasmtime run` sets them from the same options.
 
+use std::sync::Arc;
+
 use anyhow::{anyhow, bail, Context, Result};
 use wasmtime::{Engine, Store, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p1::WasiP1Ctx;
@@ -24,8 +26,9 @@ pub struct Host {
     pub(super) keyvalue: Option<WasiKeyValueCtx>,
     tls: Option<WasiTlsCtx>,
     limits: StoreLimits,
-    /// What the store was made with: what to link and call.
-    pub(super) config: WasiConfig,
+    /// What the store was made with: what to link and call. Shared: a server makes a store
+    /// per request.
+    pub(super) config: Arc<WasiConfig>,
 }
 
 impl Host {
@@ -87,6 +90,24 @@ impl wasmtime_wasi_http::WasiHttpHooks for HttpHooks {
 /// with this process's stdio (unless `-S inherit-stdin=n` and the like; for a served instance,
 /// as `wasmtime serve` gives it), and `-W`'s limits and fuel.
 pub fn new_store(engine: &Engine, config: &WasiConfig) -> Result<Store<Host>> {
+    build_store(engine, Arc::new(config.clone()), None)
+}
+
+/// A store for an instance `wasmtime serve` would make: `served`'s number in its environment,
+/// no stdin, its stdout and stderr lines prefixed as `served` says.
+pub fn new_served_store(
+    engine: &Engine,
+    config: &Arc<WasiConfig>,
+    served: ServedInstance,
+) -> Result<Store<Host>> {
+    build_store(engine, config.clone(), Some(served))
+}
+
+fn build_store(
+    engine: &Engine,
+    config: Arc<WasiConfig>,
+    served: Option<ServedInstance>,
+) -> Result<Store<Host>> {
     super::runtime()?;
     let wasi = &config.wasi;
     let mut builder = WasiCtxBuilder::new();
@@ -97,7 +118,7 @@ pub fn new_store(engine: &Engine, config: &WasiConfig) -> Result<Store<Host>> {
     // it is taken from the builder as each one is.
     builder.allow_blocking_current_thread(config.wasm.timeout.is_none());
     builder.args(&config.argv).envs(&config.env);
-    match config.served {
+    match served {
         None => {
             if wasi.inherit_stdin.unwrap_or(true) {
                 builder.inherit_stdin();

@@ -9,13 +9,15 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::Store;
 use wasmtime_wasi_http::handler::{self, ProxyPre};
 
-use super::{link, new_store, Host, ServedInstance, WasiConfig};
+use std::sync::Arc;
+
+use super::{link, new_served_store, Host, ServedInstance, WasiConfig};
 
 /// A `wasi:http` component linked and pre-instantiated, ready to make the instances that
 /// handle requests.
 pub struct Proxy {
     pre: ProxyPre<Host>,
-    wasi: WasiConfig,
+    wasi: Arc<WasiConfig>,
     /// Whether each instance's stdout and stderr lines are prefixed with its number.
     log_prefix: bool,
 }
@@ -74,7 +76,7 @@ impl Proxy {
         };
         Ok(Proxy {
             pre,
-            wasi,
+            wasi: Arc::new(wasi),
             log_prefix,
         })
     }
@@ -87,14 +89,11 @@ impl Proxy {
 
     /// A store for an instance, with the guest's environment and directories, the `id`th made.
     pub fn new_store(&self, id: u64) -> Result<Store<Host>> {
-        let wasi = WasiConfig {
-            served: Some(ServedInstance {
-                id,
-                log_prefix: self.log_prefix,
-            }),
-            ..self.wasi.clone()
+        let served = ServedInstance {
+            id,
+            log_prefix: self.log_prefix,
         };
-        new_store(self.engine(), &wasi)
+        new_served_store(self.engine(), &self.wasi, served)
     }
 
     /// Instantiates the component in `store`.

@@ -289,6 +289,7 @@ fn drain(states: &Mutex<Vec<Arc<ThreadState>>>, sink: &dyn Sink) {
             sink.lost(state.lost.load(Ordering::Relaxed));
         }
     }
+    sink.drained();
 }
 
 fn drain_state(state: &ThreadState, sink: &dyn Sink) {
