@@ -68,12 +68,10 @@ fn main() {
     println!("|---|---|---|---|---|");
     let mut targets = Vec::new();
     let mut cpu_rows = Vec::new();
-    let only = std::env::args().skip_while(|a| a != "--path").nth(1);
+    // `--path P`: that handler alone.
+    let only: String = option("--path", String::new());
     let paths = ["/hello", "/spin?rounds=1", "/spin?rounds=24"];
-    for path in paths
-        .into_iter()
-        .filter(|p| only.as_deref().is_none_or(|o| o == *p))
-    {
+    for path in paths.into_iter().filter(|p| only.is_empty() || only == *p) {
         let servers = [
             Server::wasmtime(&component),
             Server::wasmspy(wasmspy, &component, &["--rate", "1"]),

@@ -168,8 +168,8 @@ impl Pipeline {
     /// Forgets the sets of labels whose samples must all have been recorded (see [`Retired`]).
     fn forget_retired(&self) {
         let now = monotonic_ns();
-        let (passes, drains) = (&self.drain_passes, self.events.drains());
-        let (passes_now, drains_now) = (passes.count(), drains.count());
+        let passes_now = self.drain_passes.count();
+        let drains_now = self.events.drains().count();
         let expired: Vec<LabelsKey> = {
             let mut retired = lock(&self.retired);
             // True of a first part of the queue: its sets were dropped in order, and the
@@ -457,30 +457,27 @@ mod tests {
             Resolver::new(false, false),
             Recorder::new(1000, Clock::Cpu, "signal"),
         ));
-        let registered = pipeline.register_labels(&[("request", "1")]).unwrap();
-        let key = Some(registered.key());
-        drop(registered);
+        // A set registered and dropped at once: its key.
+        let dropped = |value: &str| {
+            let registered = pipeline.register_labels(&[("request", value)]).unwrap();
+            Some(registered.key())
+        };
+
         // The rings' passes alone: other samplers' samples may still be queued (a drain of
         // the queue under way at the drop ends with the flush below).
+        let key = dropped("1");
         for _ in 0..3 {
             pipeline.drained();
         }
         pipeline.flush();
-        assert!(
-            pipeline.labels_of(key).is_some(),
-            "before the queue's next drain"
-        );
+        let kept = pipeline.labels_of(key).is_some();
+        assert!(kept, "before the queue's next drain");
         pipeline.flush();
-        assert_eq!(
-            pipeline.labels_of(key),
-            None,
-            "long before {RETIRED_LABELS:?}"
-        );
+        let gone = pipeline.labels_of(key).is_none();
+        assert!(gone, "long before {RETIRED_LABELS:?}");
 
         // The queue's drains alone: a sample may still be in a ring.
-        let registered = pipeline.register_labels(&[("request", "2")]).unwrap();
-        let key = Some(registered.key());
-        drop(registered);
+        let key = dropped("2");
         for _ in 0..3 {
             pipeline.flush();
         }
