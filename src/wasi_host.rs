@@ -163,7 +163,30 @@ pub fn pooling_available() -> bool {
 
 /// Reads a module or component in binary or text form, refusing what is neither.
 pub fn read_program(path: &Path) -> Result<Arc<[u8]>> {
-    let bytes = read_shared(path).with_context(|| format!("cannot read `{}`", path.display()))?;
+    read_program_file(path).map(|read| read.wasm)
+}
+
+/// A program read: its bytes in binary form, and what its file was when it was opened (before
+/// its bytes were read): its size, its times, its inode.
+pub struct ReadProgram {
+    /// The program in binary form.
+    pub wasm: Arc<[u8]>,
+    /// Its file, when opened.
+    pub file: std::fs::Metadata,
+}
+
+/// As [`read_program`], with what the file was.
+pub fn read_program_file(path: &Path) -> Result<ReadProgram> {
+    let (bytes, file) =
+        read_shared(path).with_context(|| format!("cannot read `{}`", path.display()))?;
+    Ok(ReadProgram {
+        wasm: read_binary(path, bytes)?,
+        file,
+    })
+}
+
+/// `bytes`, read from `path`, in binary form.
+fn read_binary(path: &Path, bytes: Arc<[u8]>) -> Result<Arc<[u8]>> {
     if bytes.starts_with(b"\0asm") {
         return Ok(bytes);
     }
@@ -191,10 +214,11 @@ pub fn read_program(path: &Path) -> Result<Arc<[u8]>> {
 /// A file's bytes, read once into the buffer the engine, the profile's build ids and the
 /// symbolizer share: a `Vec` turned into an `Arc<[u8]>` is copied, 16 ms more before a 16 MB
 /// component's guest starts (its fresh pages faulted in twice).
-fn read_shared(path: &Path) -> std::io::Result<Arc<[u8]>> {
+fn read_shared(path: &Path) -> std::io::Result<(Arc<[u8]>, std::fs::Metadata)> {
     use std::io::Read;
     let mut file = std::fs::File::open(path)?;
-    let len = usize::try_from(file.metadata()?.len()).map_err(std::io::Error::other)?;
+    let metadata = file.metadata()?;
+    let len = usize::try_from(metadata.len()).map_err(std::io::Error::other)?;
     // SAFETY: zeroed bytes are initialized `u8`s.
     let mut bytes = unsafe { Arc::<[u8]>::new_zeroed_slice(len).assume_init() };
     let buffer = Arc::get_mut(&mut bytes).expect("not shared yet");
@@ -203,7 +227,7 @@ fn read_shared(path: &Path) -> std::io::Result<Arc<[u8]>> {
     if file.read(&mut [0])? != 0 {
         return Err(std::io::Error::other("the file grew while it was read"));
     }
-    Ok(bytes)
+    Ok((bytes, metadata))
 }
 
 /// Faults in the fresh pages of `buffer` in one call, where Linux can: a read into them faults

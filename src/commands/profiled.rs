@@ -14,6 +14,7 @@ use super::profiling_args::ProfilingArgs;
 use crate::commands::outputs::{Counts, Outputs};
 use crate::commands::probed_cache::ProbedCache;
 use crate::commands::rewrite::Instrumented;
+use crate::wasi_host::ReadProgram;
 
 pub struct Profiled {
     pub engine: Engine,
@@ -25,15 +26,15 @@ pub struct Profiled {
 
 impl Profiled {
     /// Sampling at `--rate` or `default_rate`; `config` makes the command's engine settings
-    /// from Wasmtime's options, told whether the allocators are rewritten. `wasm` is the program
-    /// named `name`.
+    /// from Wasmtime's options, told whether the allocators are rewritten. `program` is the
+    /// program named `name`, as read.
     pub fn new(
         args: &ProfilingArgs,
         guest: &mut GuestArgs,
         default_rate: u32,
         outputs: &Outputs,
         config: impl FnOnce(&mut CommonOptions, bool) -> Result<Config>,
-        wasm: &[u8],
+        program: &ReadProgram,
         name: &str,
     ) -> Result<Self> {
         let timeline = outputs.cpu.iter().any(|o| o.format.shows_time());
@@ -61,7 +62,8 @@ impl Profiled {
         let rewritten = Instrumented::of(
             &engine,
             cache.as_ref(),
-            wasm,
+            &program.wasm,
+            &program.file,
             name,
             outputs.memory.is_some(),
         )?;

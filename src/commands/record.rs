@@ -124,7 +124,8 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
         args.profiling.format,
     )?);
     // Shared by the engine, the profile's build id and the symbolizer: never copied again.
-    let wasm: Arc<[u8]> = wasi_host::read_program(&args.module)?;
+    let read = wasi_host::read_program_file(&args.module)?;
+    let wasm = read.wasm.clone();
     let name = file_name(&args.module);
     let mut wasi = args.guest.wasi_config(
         std::iter::once(args.argv0.clone().unwrap_or_else(|| name.clone()))
@@ -147,7 +148,7 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
         RECORD_RATE,
         &outputs,
         |wasmtime, _| wasmtime.config(None).map_err(anyhow::Error::from),
-        &wasm,
+        &read,
         &name,
     )?;
     let compile_start = Instant::now();

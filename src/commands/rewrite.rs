@@ -2,6 +2,7 @@
 //! profile is asked for, a component's language runtimes probed (compiled so in wasmspy's
 //! cache, [`super::probed_cache`]).
 
+use std::fs::Metadata;
 use std::sync::Arc;
 
 use crate::commands::probed_cache::{Cached, Entry, ProbedCache};
@@ -29,19 +30,21 @@ pub struct Instrumented {
 }
 
 impl Instrumented {
-    /// `wasm`, the program named `name`, its allocators rewritten if `memory`; a component's
-    /// probed form found in `cache` (by `engine`'s settings) or put there when compiled.
+    /// `wasm`, the program named `name` (read from `file`),
+    /// its allocators rewritten if `memory`; a component's probed form found in `cache` (by
+    /// `engine`'s settings) or put there when compiled.
     pub fn of(
         engine: &Engine,
         cache: Option<&ProbedCache>,
         wasm: &[u8],
+        file: &Metadata,
         name: &str,
         memory: bool,
     ) -> Result<Self> {
         let component = wasmparser::Parser::is_component(wasm);
         // A memory profile's rewrite is made anew each run (Wasmtime caches what it compiles).
         let entry = match (memory, component, cache) {
-            (false, true, Some(cache)) => Some(cache.entry(engine, wasm)),
+            (false, true, Some(cache)) => Some(cache.entry(engine, wasm, file)),
             _ => None,
         };
         if let Some(cached) = entry.as_ref().and_then(|e| e.read(engine)) {

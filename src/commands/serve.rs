@@ -168,7 +168,8 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
         args.profiling.mem_profile.as_deref(),
         args.profiling.format,
     )?);
-    let wasm: Arc<[u8]> = wasi_host::read_program(&args.component)?;
+    let read = wasi_host::read_program_file(&args.component)?;
+    let wasm = read.wasm.clone();
     let name = file_name(&args.component);
     if !wasmparser::Parser::is_component(&wasm) {
         anyhow::bail!("`{name}` is a core module: wasmspy serve takes a wasi:http/proxy component");
@@ -184,7 +185,7 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
         SERVE_RATE,
         &outputs,
         engine_config,
-        &wasm,
+        &read,
         &name,
     )?;
     refuse_one_threads_clock(&profiler, &args.profiling)?;
