@@ -214,6 +214,8 @@ pub struct ModuleFacts<'a> {
     pub debug_str: &'a [u8],
     /// Whether its `name` section names a function so.
     pub defines: &'a dyn Fn(&str) -> bool,
+    /// Whether its `name` section names any function it defines.
+    pub names_functions: bool,
 }
 
 /// What samples name a runtime by: the address of its value, unique while it lives.

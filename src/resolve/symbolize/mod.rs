@@ -164,6 +164,7 @@ fn read(file_name: &str, wasm: &[u8]) -> Result<Read> {
         custom_sections: &custom_sections,
         debug_str,
         defines: &|name| names.defines(name),
+        names_functions: names.names_defined(),
     };
     let mut runtime_warnings = Vec::new();
     let runtime = runtimes::detect(file_name, wasm, &facts, &mut runtime_warnings);

@@ -64,6 +64,12 @@ impl Names {
         result
     }
 
+    /// Whether the `name` section names any function the module defines.
+    pub fn names_defined(&self) -> bool {
+        let imported = self.imported_function_count();
+        self.names.keys().any(|&i| i >= imported)
+    }
+
     /// Whether the module defines (not imports) a function named `name`.
     pub fn defines(&self, name: &str) -> bool {
         let imported = self.imported_function_count();

@@ -289,6 +289,7 @@ mod tests {
             custom_sections: &[DEPENDENCIES_SECTION],
             debug_str: &[],
             defines: &|_| false,
+            names_functions: false,
         };
         let runtime = detect("engine.wasm", wasm, &facts, &mut warnings);
         assert!(warnings
