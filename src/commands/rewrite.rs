@@ -30,9 +30,9 @@ pub struct Instrumented {
 }
 
 impl Instrumented {
-    /// `wasm`, the program named `name` (read from `file`),
-    /// its allocators rewritten if `memory`; a component's probed form found in `cache` (by
-    /// `engine`'s settings) or put there when compiled.
+    /// `wasm`, the program named `name` (read from `file`), its allocators rewritten if
+    /// `memory`; a component's probed form found in `cache` (by `engine`'s settings) or put
+    /// there when compiled.
     pub fn of(
         engine: &Engine,
         cache: Option<&ProbedCache>,

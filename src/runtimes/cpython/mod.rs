@@ -44,12 +44,11 @@ pub fn detect(
             },
         )
     };
-    // Every CPython defines its eval loop: a module whose names are known without it is none,
-    // its DWARF strings and data not searched (0.2 ms of a 2.8 MB Rust component's start).
-    if facts.names_functions && !(facts.defines)("_PyEval_EvalFrameDefault") {
-        return None;
-    }
-    if memchr::memmem::find(facts.debug_str, b"_PyRuntime\0").is_none() {
+    // Every CPython defines its eval loop, and a build with DWARF keeps its names: the DWARF
+    // strings of a module whose names are known without it are not searched (0.15 ms of a
+    // 2.8 MB Rust component's start). Its data still is, for `_Py_DebugOffsets`.
+    let eval_loop_unnamed = facts.names_functions && !(facts.defines)("_PyEval_EvalFrameDefault");
+    if eval_loop_unnamed || memchr::memmem::find(facts.debug_str, b"_PyRuntime\0").is_none() {
         // Without DWARF, CPython 3.13 and later say where they are and how they are laid out.
         return match layout_without_dwarf(wasm) {
             Some(Ok(layout)) => Some(Arc::new(CPython::new(layout))),
