@@ -454,8 +454,9 @@ fn a_components_live_profiles() {
 #[test]
 fn a_dump_shows_where_a_guest_is_now() {
     let live = Live::start(&[], "c/cprog.wasm", &["sleep", "4000"]);
-    // The guest runs once its nap shows (the server answers from before it starts).
-    let text = dump_showing(&live, "\nnap\n");
+    // Asleep once its host call shows: the server answers from before the guest starts, and a
+    // dump can catch it in `usleep`'s own code, before the call (once, under a loaded run).
+    let text = dump_showing(&live, "\nwasi_snapshot_preview1::poll_oneoff\n");
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines[0].starts_with("guest 1 [host call, "), "{text}");
     assert!(
