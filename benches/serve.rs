@@ -71,6 +71,10 @@ fn main() {
     // `--path P`: that handler alone.
     let only: String = option("--path", String::new());
     let paths = ["/hello", "/spin?rounds=1", "/spin?rounds=24"];
+    assert!(
+        only.is_empty() || paths.contains(&only.as_str()),
+        "--path {only}: one of {paths:?}"
+    );
     for path in paths.into_iter().filter(|p| only.is_empty() || only == *p) {
         let servers = [
             Server::wasmtime(&component),

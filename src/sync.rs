@@ -64,7 +64,7 @@ impl<T> BoundedQueue<T> {
 /// Counts the passes of a job that runs one pass at a time (a drain of a queue or of rings),
 /// each counted as it ends, to tell when everything there was at some instant has been
 /// through one: at most one pass was under way when [`count`](Self::count) read `then`, so a
-/// pass ended after it ([`covered_since`](Self::covered_since)) began after that instant.
+/// pass ended after it ([`covered`](Self::covered)) began after that instant.
 #[derive(Default)]
 pub struct Passes(AtomicU64);
 

@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use self::host::{new_served_store, new_store, Host};
+pub use self::host::{new_store, Host};
 pub use self::link::check_options;
 
 use anyhow::{anyhow, bail, Context, Result};

@@ -264,13 +264,14 @@ mod tests {
         let written = std::fs::metadata(&path).unwrap();
         let kept = dir.path().join(format!("{}-file", identity(&written)));
 
-        // Written just now: hashed, and not kept (its times could stay through a rewrite).
-        assert_eq!(cache.content(first, &written), hash(first));
+        // Hashed as it is written: not kept (its times could stay through a rewrite).
+        let at_write = SystemTime::UNIX_EPOCH + Duration::from_secs(written.ctime() as u64);
+        assert_eq!(cache.content_at(first, &written, at_write), hash(first));
         assert!(!kept.exists());
 
         // Seconds later: hashed once, then known by the file's identity without a hash (the
         // bytes given are not looked at).
-        let later = SystemTime::now() + Duration::from_secs(10);
+        let later = at_write + Duration::from_secs(10);
         assert_eq!(cache.content_at(first, &written, later), hash(first));
         assert!(kept.exists());
         assert_eq!(cache.content_at(second, &written, later), hash(first));

@@ -5,13 +5,13 @@
 //! of WASI's, as `wasmtime serve -S cli` has it; and the proposals `-S` turns on.
 
 use anyhow::{anyhow, Result};
+use std::sync::Arc;
 use wasmtime::component::{Component, Linker};
 use wasmtime::Store;
 use wasmtime_wasi_http::handler::{self, ProxyPre};
 
-use std::sync::Arc;
-
-use super::{link, new_served_store, Host, ServedInstance, WasiConfig};
+use super::host::new_served_store;
+use super::{link, Host, ServedInstance, WasiConfig};
 
 /// A `wasi:http` component linked and pre-instantiated, ready to make the instances that
 /// handle requests.
