@@ -479,8 +479,8 @@ impl Requests {
         self.headers.apply(request.headers_mut());
         let labels = RequestLabels {
             number,
-            method: request.method().to_string(),
-            path: request.uri().path().to_string(),
+            method: request.method().clone(),
+            uri: request.uri().clone(),
         };
         let request = request.map(|body| body.map_err(Into::into).boxed_unsync());
         Ok(self.handler.handle(labels, request).await?)

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use rustc_hash::FxHashMap;
 use wasmtime::{AsContextMut, CallHook, Store, StoreContextMut, UpdateDeadline};
 
+use super::signal_sampler::Publication;
 use super::{Interrupted, Profiler, ProfilerHandle, Result, SharedSampler};
 use crate::capture::allocations::{Allocations, StoreData};
 use crate::capture::epoch;
@@ -58,6 +59,31 @@ pub(super) struct AttachedStore {
 
 /// A store's runtime instance, once shown to the profiler.
 type ReaderSlot = OnceLock<RuntimeInstance>;
+
+/// What an attached store keeps while it lives, and drops with it: its entry in the profiler's
+/// map, its context shown to the signal handler, its labels, its blocks' record.
+pub(crate) struct Attachment {
+    _kept: (
+        StoreAttached,
+        Option<Publication>,
+        StoreLabels,
+        Option<MemoryOfStore>,
+    ),
+}
+
+/// Store data that keeps its store's [`Attachment`] (see
+/// [`ProfilerHandle::attach_kept_by_data`]).
+///
+/// # Safety
+/// What [`attachment`](Self::attachment) holds stays there until the data is dropped with its
+/// store: never taken or moved out, the data never taken from its store
+/// (`Store::into_data`). The signal handler reads the store's context (inside the store) for
+/// as long as the attachment lives, and Wasmtime drops a store's data before the rest of it.
+#[cfg(feature = "wasi")]
+pub(crate) unsafe trait KeepsAttachment {
+    /// Where the attachment is kept: `None` until the store is attached.
+    fn attachment(&mut self) -> &mut Option<Attachment>;
+}
 
 /// Takes a store out of the profiler's map of attached stores as it drops.
 struct StoreAttached {
@@ -121,6 +147,37 @@ impl ProfilerHandle {
         store: &mut Store<T>,
         labels: &[(&str, &str)],
     ) -> Result<StoreLabels> {
+        let (labels, attachment) = self.attachment(store, labels)?;
+        self.keeper.keep(store, attachment);
+        Ok(labels)
+    }
+
+    /// As [`attach_with_labels`](Self::attach_with_labels), what the store must keep kept in
+    /// its data rather than by a host function made in it (a server attaches a store per
+    /// request: the function, made and dropped, was ~1,900 of the 14,000 instructions a
+    /// request cost `wasmspy serve` over `wasmtime serve`).
+    #[cfg(feature = "wasi")]
+    pub(crate) fn attach_kept_by_data<T: KeepsAttachment + 'static>(
+        &self,
+        store: &mut Store<T>,
+        labels: &[(&str, &str)],
+    ) -> Result<StoreLabels> {
+        let (labels, attachment) = self.attachment(store, labels)?;
+        match store.data_mut().attachment() {
+            slot @ None => *slot = Some(attachment),
+            // Attached again: the first attachment stays where it is.
+            Some(_) => self.keeper.keep(store, attachment),
+        }
+        Ok(labels)
+    }
+
+    /// Attaches `store` (see [`attach`](Self::attach)), labeled `labels`: what the store must
+    /// keep while it lives, for the caller to give it.
+    fn attachment<T: 'static>(
+        &self,
+        store: &mut Store<T>,
+        labels: &[(&str, &str)],
+    ) -> Result<(StoreLabels, Attachment)> {
         let key = StoreKey::unique();
         let labels = StoreLabels::new(self.labels(labels));
         self.sample_this_thread()?;
@@ -163,11 +220,10 @@ impl ProfilerHandle {
                 pipeline: Arc::downgrade(&self.pipeline),
             }
         });
-        // One value the store owns, withdrawn when it drops: one host function a store, made
-        // for each request `wasmspy serve` answers.
-        self.keeper
-            .keep(store, (attached, publication, labels.clone(), memory));
-        Ok(labels)
+        let attachment = Attachment {
+            _kept: (attached, publication, labels.clone(), memory),
+        };
+        Ok((labels, attachment))
     }
 
     /// A set of labels to give stores with [`StoreLabels::set`]: made once (the profile

@@ -65,6 +65,8 @@ pub use crate::shared::MAX_STACK_DEPTH;
 use crate::sync::lock;
 
 use attach::AttachedStore;
+#[cfg(feature = "wasi")]
+pub(crate) use attach::{Attachment, KeepsAttachment};
 // `ProfilerOptions`, `Interrupted` and `DEFAULT_INSTRUCTION_INTERVAL`: a glob, as only the
 // command line (the `cli` feature) uses the interval by this path.
 pub use options::*;

@@ -20,7 +20,7 @@ use crate::capture::signal::runtime_instances;
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
-pub(super) use crate::capture::signal::store_contexts::StoreContexts;
+pub(super) use crate::capture::signal::store_contexts::{Publication, StoreContexts};
 
 #[cfg(not(all(
     target_os = "linux",
@@ -105,6 +105,13 @@ pub(super) unsafe fn publish_runtime<T: 'static>(
 ) -> Result<()> {
     unreachable!("SIGNALS_AVAILABLE is false on this platform")
 }
+
+/// No signal sampler: nothing published.
+#[cfg(not(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+)))]
+pub(super) type Publication = ();
 
 /// No signal sampler, no store contexts to show it.
 #[cfg(not(all(

@@ -13,6 +13,7 @@ use wasmtime_wasi_keyvalue::{WasiKeyValueCtx, WasiKeyValueCtxBuilder};
 use wasmtime_wasi_tls::{WasiTlsCtx, WasiTlsCtxBuilder, WasiTlsCtxView, WasiTlsView};
 
 use super::{log_prefix, ServedInstance, WasiConfig};
+use crate::profiler::{Attachment, KeepsAttachment};
 
 /// What a store's guest is given: WASI (preview 1, 2 and 3 over one context and resource
 /// table, as `wasmtime run` has it) and the proposals `-S` turns on.
@@ -29,6 +30,17 @@ pub struct Host {
     /// What the store was made with: what to link and call. Shared: a server makes a store
     /// per request.
     pub(super) config: Arc<WasiConfig>,
+    /// The profiler's, once the store is attached; never taken out (see below).
+    attachment: Option<Attachment>,
+}
+
+// SAFETY: `attachment` is only ever set (by the profiler, through this), never read, taken or
+// moved out, and no `Store<Host>` is taken apart with `into_data`: it is dropped with the
+// store's data, before the rest of the store.
+unsafe impl KeepsAttachment for Host {
+    fn attachment(&mut self) -> &mut Option<Attachment> {
+        &mut self.attachment
+    }
 }
 
 impl Host {
@@ -212,6 +224,7 @@ fn build_store(
         tls: None,
         limits: store_limits(&config.wasm),
         config: config.clone(),
+        attachment: None,
     };
     let mut store = Store::new(engine, host);
     if wasi.nn == Some(true) {
