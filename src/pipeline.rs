@@ -138,7 +138,17 @@ impl Pipeline {
         }
     }
 
+    /// The resolver, every component registered read (see [`Resolver::read_pending`]).
     pub fn resolver(&self) -> MutexGuard<'_, Resolver> {
+        let mut resolver = lock(&self.resolver);
+        resolver.read_pending();
+        resolver
+    }
+
+    /// The resolver as it is, components registered and not read yet left so: for what
+    /// registering code and starting the samplers ask of it, so that the pipeline's thread
+    /// reads them (see [`Self::start`]) while the guest runs.
+    pub fn registry(&self) -> MutexGuard<'_, Resolver> {
         lock(&self.resolver)
     }
 
@@ -234,6 +244,10 @@ impl Pipeline {
         let handle = std::thread::Builder::new()
             .name("wasmspy-pipeline".into())
             .spawn(move || {
+                // The components registered and not read yet, first.
+                if let Some(pipeline) = pipeline.upgrade() {
+                    drop(pipeline.resolver());
+                }
                 while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(POLL) {
                     match pipeline.upgrade() {
                         Some(pipeline) => pipeline.flush(),

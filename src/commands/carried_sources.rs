@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 
 use crate::shared::regular_file::read_at_most;
-use crate::Profiler;
+use crate::ProfilerHandle;
 
 /// The longest source file whose lines `report --lines` shows: a source, not a data file.
 const MAX_SOURCE_BYTES: u64 = 16 << 20;
@@ -23,7 +23,7 @@ fn directory(profile: &Path) -> PathBuf {
 /// Writes the carried sources under `PROFILE.sources/`, each at its path as the profile names
 /// it (an absolute path under the directory's root). A map's paths are the guest's: one that
 /// climbs out (`..`) is not written. What cannot be written is a warning.
-pub fn write(profiler: &Profiler, profile: &Path) {
+pub fn write(profiler: &ProfilerHandle, profile: &Path) {
     let carried = profiler.carried_sources();
     if carried.is_empty() {
         return;

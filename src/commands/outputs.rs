@@ -6,6 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::commands::carried_sources;
 use crate::export::Format;
 use crate::export::WriteError;
 use crate::pprof_http::{LiveServer, ServerOptions};
@@ -146,6 +147,11 @@ impl Outputs {
     fn write(&self, profiler: &ProfilerHandle, cpu: &Profile, save: Save) -> Result<()> {
         let heap = self.memory.as_ref().and_then(|_| profiler.heap_profile());
         if save == Save::Last {
+            // Here, not before the guest runs: a component `record` registers is read while
+            // its guest runs (see `Resolver::add_component`).
+            if let Some(first) = self.first_path() {
+                carried_sources::write(profiler, first);
+            }
             print_warnings(profiler);
         }
         let mut result = Ok(());

@@ -12,7 +12,6 @@ use clap::Args;
 
 use super::guest_args::{GuestArgs, WASMTIME};
 use super::profiling_args::ProfilingArgs;
-use crate::commands::carried_sources;
 use crate::commands::interrupt::{self, GuestEnded};
 use crate::commands::outputs::{
     file_name, flush_periodically, print_warnings, start_server, write_on_signals, Outputs,
@@ -165,9 +164,6 @@ pub fn record(mut args: RecordArgs) -> Result<i32> {
         wasi.preloads.push((preload_name.clone(), module));
     }
     print_warnings(&profiler.handle());
-    if let Some(first) = outputs.first_path() {
-        carried_sources::write(&profiler, first);
-    }
     let _perf_files = perf_files::write(&args.profiling, &args.guest, &profiler.handle())?;
     let mut store = wasi_host::new_store(&engine, &wasi)?;
     profiler.attach(&mut store)?;

@@ -20,7 +20,6 @@ use wasmtime_wasi_http::WasiBody;
 
 use super::guest_args::GuestArgs;
 use super::profiling_args::ProfilingArgs;
-use crate::commands::carried_sources;
 use crate::commands::instances::{Instances, RequestLabels, Reuse};
 use crate::commands::interrupt::GuestEnded;
 use crate::commands::outputs::{
@@ -199,9 +198,6 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
     profiler.module_path(&name, &args.component);
     let registered = rewritten.register(&profiler, &name, &program, &wasm)?;
     print_warnings(&profiler.handle());
-    if let Some(first) = outputs.first_path() {
-        carried_sources::write(&profiler, first);
-    }
     let _perf_files = perf_files::write(&args.profiling, &args.guest, &profiler.handle())?;
     let argv = vec![name.clone()];
     // As `wasmtime serve`: the proxy world's interfaces unless `-S cli` asks for all of WASI.

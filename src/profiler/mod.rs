@@ -327,8 +327,9 @@ impl Profiler {
     /// Starts sampling; the profile's time counts from here.
     pub fn start(&mut self) -> Result<()> {
         self.handle.pipeline.recorder().start();
+        // Before the pipeline's thread starts reading the components registered.
+        let code = self.handle.registry().code_ranges();
         self.handle.pipeline.start()?;
-        let code = self.handle.resolver().code_ranges();
         Ok(lock(&self.handle.sampler).start(&code)?)
     }
 
@@ -358,5 +359,10 @@ impl Drop for Profiler {
 impl ProfilerHandle {
     fn resolver(&self) -> std::sync::MutexGuard<'_, Resolver> {
         self.pipeline.resolver()
+    }
+
+    /// The resolver for registering code (see [`Pipeline::registry`]).
+    fn registry(&self) -> std::sync::MutexGuard<'_, Resolver> {
+        self.pipeline.registry()
     }
 }

@@ -16,7 +16,7 @@ impl Profiler {
     /// Shows the sampler the code of a module just registered (one registered after
     /// [`start`](Self::start) is sampled too).
     fn code_registered(&self) {
-        let code = self.handle.resolver().code_ranges();
+        let code = self.handle.registry().code_ranges();
         lock(&self.handle.sampler).add_code(&code);
     }
 
@@ -46,13 +46,6 @@ impl Profiler {
     /// those a module's section points to by an absolute path or URL, are found.
     pub fn module_path(&self, file_name: &str, path: &Path) {
         self.handle.resolver().module_file(file_name, path);
-    }
-
-    /// The sources the registered modules' source maps carry the text of (`sourcesContent`)
-    /// and that are not on disk: (path, text).
-    #[cfg(feature = "cli")]
-    pub(crate) fn carried_sources(&self) -> Vec<(String, String)> {
-        self.handle.resolver().carried_sources()
     }
 
     /// Keeps the runtime of a module just registered, if it has one, for its instances shown
@@ -97,7 +90,7 @@ impl Profiler {
     ) -> Result<Vec<ModuleId>> {
         let modules = self
             .handle
-            .resolver()
+            .registry()
             .add_component(file_name, component, wasm, None, build_ids)?;
         self.code_registered();
         Ok(modules)
@@ -148,6 +141,13 @@ impl Profiler {
 }
 
 impl ProfilerHandle {
+    /// The sources the registered modules' source maps carry the text of (`sourcesContent`)
+    /// and that are not on disk: (path, text).
+    #[cfg(feature = "cli")]
+    pub(crate) fn carried_sources(&self) -> Vec<(String, String)> {
+        self.resolver().carried_sources()
+    }
+
     /// The build ids of registered modules `modules`, waiting for those still being hashed.
     #[cfg(feature = "cli")]
     pub(crate) fn build_ids(&self, modules: &[ModuleId]) -> Vec<String> {

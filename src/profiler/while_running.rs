@@ -136,10 +136,12 @@ impl ProfilerHandle {
 
     /// Warnings not taken yet: a module without debug info or with damaged names or DWARF, a
     /// language runtime whose frames cannot be shown (the profile then shows less of them, but
-    /// the run goes on). Building a profile can add some.
+    /// the run goes on). Building a profile can add some, and so can reading the modules of a
+    /// component registered by `wasmspy record`, which it leaves to the profiler's thread.
     pub fn take_warnings(&self) -> Vec<Warning> {
         let mut warnings = std::mem::take(&mut *lock(&self.warnings));
-        warnings.extend(self.resolver().take_warnings());
+        // Components not read yet are left so: `record` asks before its guest runs.
+        warnings.extend(self.registry().take_warnings());
         warnings
     }
 

@@ -90,8 +90,11 @@ impl Resolver {
         listing
     }
 
-    /// The native code of every registered module.
+    /// The native code of every registered module, read or not yet.
     pub fn code_ranges(&self) -> Vec<Range<usize>> {
-        self.code_map.text_ranges().collect()
+        self.code_map
+            .text_ranges()
+            .chain(self.pending_texts())
+            .collect()
     }
 }

@@ -96,6 +96,11 @@ pub struct Resolver {
     /// The registered modules of a language runtime, by the runtime's id (as samples name it,
     /// [`id_of`]).
     runtimes: FxHashMap<usize, RegisteredRuntime>,
+    /// Components registered and not read yet: read at the resolver's next use
+    /// ([`Resolver::read_pending`]).
+    pending: Vec<registry::PendingComponent>,
+    /// Why pending components could not be read, until taken with the other warnings.
+    unread: Vec<Warning>,
     /// Pulley functions' instructions, by the address of their code, once decoded.
     function_ops: FxHashMap<usize, FunctionOps>,
     opcode_names: HashMap<&'static str, Arc<str>>,
@@ -135,6 +140,8 @@ impl Resolver {
             source_map_warnings: Vec::new(),
             runtime_native,
             runtimes: FxHashMap::default(),
+            pending: Vec::new(),
+            unread: Vec::new(),
             host_symbols: HostSymbols::new(use_dwarf),
         }
     }
@@ -215,6 +222,7 @@ impl Resolver {
                 kind: WarningKind::SourceMap { why },
             })
             .collect();
+        warnings.append(&mut self.unread);
         warnings.extend(
             self.modules
                 .iter_mut()

@@ -19,6 +19,7 @@ use crate::memory::rewrite::Rewritten;
 use crate::profile::Id;
 use crate::runtimes::{id_of, Runtime};
 use crate::shared::ModuleId;
+use crate::warning::{Warning, WarningKind};
 use crate::wasm::component::{core_modules, CoreModule, PROBE_MODULE};
 use crate::wasm::module_bytes::ModuleBytes;
 
@@ -33,6 +34,7 @@ impl Resolver {
         wasm: Arc<[u8]>,
         rewritten: Option<Arc<Rewritten>>,
     ) -> Result<ModuleId> {
+        self.read_pending();
         let id = self.next_module();
         self.code_map.add(id, module);
         let compiled = Compiled::Module(module.clone());
@@ -70,9 +72,68 @@ impl Resolver {
     /// `FILE/NAME` by its `name` section's module name (`FILE/module0` without one), its
     /// imports named by the WIT functions they lower. When `component` was compiled from
     /// `rewritten`, the allocator rewrite of `wasm`, its code is mapped back to `wasm`'s.
-    /// `build_ids`: its core modules' build ids, in order, where they are known (else hashed).
+    /// `build_ids`: its core modules' build ids, in order, where they are known (else hashed);
+    /// then (and not rewritten) its modules are read at the resolver's next use
+    /// ([`read_pending`](Self::read_pending)), not here: a warm start of `wasmspy record` reads
+    /// them on the pipeline's thread while the guest runs (~1 ms of the Rust fixture's 12).
     /// Returns the modules registered, in order.
     pub fn add_component(
+        &mut self,
+        file_name: &str,
+        component: &Component,
+        wasm: Arc<[u8]>,
+        rewritten: Option<&RewrittenComponent>,
+        build_ids: Option<Vec<String>>,
+    ) -> Result<Vec<ModuleId>> {
+        self.read_pending();
+        match (rewritten, build_ids) {
+            (None, Some(build_ids)) if !build_ids.is_empty() => {
+                let first = self.modules.len();
+                let modules = (first..first + build_ids.len()).map(ModuleId::from_index);
+                let modules = modules.collect();
+                self.pending.push(PendingComponent {
+                    file_name: file_name.to_string(),
+                    component: component.clone(),
+                    wasm,
+                    build_ids,
+                });
+                Ok(modules)
+            }
+            (rewritten, build_ids) => {
+                self.read_component(file_name, component, wasm, rewritten, build_ids)
+            }
+        }
+    }
+
+    /// Reads the components registered and not read yet (see
+    /// [`add_component`](Self::add_component)). One whose bytes cannot be read (they compiled,
+    /// so they can) is a warning, and its frames stay unnamed.
+    pub fn read_pending(&mut self) {
+        for pending in std::mem::take(&mut self.pending) {
+            let PendingComponent {
+                file_name,
+                component,
+                wasm,
+                build_ids,
+            } = pending;
+            if let Err(e) = self.read_component(&file_name, &component, wasm, None, Some(build_ids))
+            {
+                let why = format!("{e:#}");
+                let warning = Warning::about(&file_name, WarningKind::DamagedNames { why });
+                self.unread.push(warning);
+            }
+        }
+    }
+
+    /// The text of every component registered and not read yet.
+    pub(super) fn pending_texts(&self) -> impl Iterator<Item = Range<usize>> + '_ {
+        self.pending.iter().map(|p| {
+            let text = p.component.text().as_ptr_range();
+            text.start as usize..text.end as usize
+        })
+    }
+
+    fn read_component(
         &mut self,
         file_name: &str,
         component: &Component,
@@ -182,6 +243,14 @@ impl Resolver {
             rewritten,
         });
     }
+}
+
+/// A component registered whose modules are read at the resolver's next use.
+pub(super) struct PendingComponent {
+    file_name: String,
+    component: Component,
+    wasm: Arc<[u8]>,
+    build_ids: Vec<String>,
 }
 
 /// Core module `index` of the component `wasm` (read from `file_name`), `core`, as a profile
