@@ -47,6 +47,38 @@ fn signal_sampler_matches_the_programs_own_time_split() {
 }
 
 #[test]
+fn at_100_hz_the_cpu_clocks_ticks_keep_the_rate_and_the_programs_own_split() {
+    // At a period of 10 ms the thread's CPU-clock timer alone ticks, fired by the scheduler's
+    // tick (250 Hz here): the rate holds, as a timer armed again from each late tick would
+    // not (12 ms a period at 250 Hz: 0.83 of the rate), and the sampled point is unbiased.
+    let dir = tempfile::tempdir().unwrap();
+    let (own, path, said) =
+        split_profile(dir.path(), &["--sampler", "signal", "-v"], "100", "12000");
+    let p = Decoded::load(&path);
+    let (samples, cpu) = (p.total("samples") as f64, p.total("cpu") as f64 / 1e9);
+    assert!(
+        said.contains("signal sampler at 100 Hz on the cpu clock"),
+        "{said}"
+    );
+    // Each sample carries the CPU time since the one before: the count is the CPU time in
+    // periods, within one late tick's share.
+    assert!(
+        (samples - cpu / 0.010).abs() <= 0.05 * samples + 2.0,
+        "{samples} samples in {cpu:.3} s of CPU"
+    );
+    // ~3 s of CPU: ~300 samples, so the sampled share's standard deviation is
+    // sqrt(0.25 / 300) = 0.029, and the bound 4 of them (the program's own split varies by
+    // 0.003).
+    let self_of = |f: &str| p.self_share("cpu", f);
+    let all = self_of("straight_line") + self_of("small_after") + self_of("looping");
+    let sampled = self_of("straight_line") / all;
+    assert!(
+        (sampled - own).abs() <= 0.12,
+        "program {own:.4} vs sampled {sampled:.4} over {samples} samples"
+    );
+}
+
+#[test]
 fn a_caller_is_kept_when_its_callee_is_sampled_in_its_prologue_or_epilogue() {
     let dir = tempfile::tempdir().unwrap();
     // `tiny` is a few instructions between its frame setup and teardown, so many samples land

@@ -373,14 +373,7 @@ impl Decoded {
 /// the profile's `small_after` share), shares of the three functions' self time.
 pub fn split_shares(extra: &[&str], rounds: &str) -> (f64, f64, f64) {
     let dir = tempfile::tempdir().unwrap();
-    let mut args = extra.to_vec();
-    args.extend(["--rate", "2000"]);
-    let (out, path) = record(dir.path(), &args, &fixture("c/split.wasm"), &[rounds]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let own: f64 = stdout(&out)
-        .strip_prefix("straight_line ")
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{}", stdout(&out)));
+    let (own, path, _) = split_profile(dir.path(), extra, "2000", rounds);
     let p = Decoded::load(&path);
     let self_of = |f: &str| p.self_share("cpu", f);
     let (straight, after, looping) = (
@@ -390,6 +383,25 @@ pub fn split_shares(extra: &[&str], rounds: &str) -> (f64, f64, f64) {
     );
     let all = straight + after + looping;
     (own, straight / all, after / all)
+}
+
+/// `c/split.wasm` recorded into `dir` with `extra` at `rate`: the share of `straight_line`
+/// the program measured itself, the profile's path, and what wasmspy said on stderr.
+pub fn split_profile(
+    dir: &Path,
+    extra: &[&str],
+    rate: &str,
+    rounds: &str,
+) -> (f64, PathBuf, String) {
+    let mut args = extra.to_vec();
+    args.extend(["--rate", rate]);
+    let (out, path) = record(dir, &args, &fixture("c/split.wasm"), &[rounds]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let own: f64 = stdout(&out)
+        .strip_prefix("straight_line ")
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{}", stdout(&out)));
+    (own, path, stderr(&out))
 }
 
 /// The component built from `tests/fixtures/interpreters/`, if it is there.

@@ -39,6 +39,9 @@ use timer::SignalTimer;
 
 /// How often the drain thread empties the rings.
 const DRAIN_PERIOD: Duration = Duration::from_millis(10);
+/// The shortest period of CPU time sampled on the thread's CPU clock alone (see [`timer`]):
+/// every kernel's scheduler ticks at 100 Hz at least (`CONFIG_HZ`).
+const CPU_TICKS_FROM: Duration = Duration::from_millis(10);
 /// Ring slots per thread: at 100 kHz, ten drain periods' worth.
 const RING_SLOTS: usize = 1024;
 
@@ -108,7 +111,7 @@ impl SignalSampler {
             guest.stack.clone(),
             cpu_period_ns,
             timers,
-            self.period,
+            (self.period, !self.wall && self.period >= CPU_TICKS_FROM),
             self.host_frames,
         ));
         state.reset_clocks(guest.cpu_clock);
@@ -119,7 +122,7 @@ impl SignalSampler {
             ))
             .into());
         }
-        if let Err(e) = state.arm_next_tick(crate::clock::monotonic_ns()) {
+        if let Err(e) = state.arm_first_tick(crate::clock::monotonic_ns()) {
             handler::detach(&state);
             return Err(e).context("cannot arm the sampling timer");
         }

@@ -52,6 +52,9 @@ pub struct ThreadState {
     /// for a thread that mostly waits. The handler arms one of them at each signal.
     wall_timer: SignalTimer,
     cpu_timer: Option<SignalTimer>,
+    /// Ticks on the CPU timer alone, the wall timer never armed (see [`super::timer`]): at
+    /// rates a scheduler tick keeps up with.
+    cpu_ticks: bool,
     pub tid: libc::pid_t,
     tick_ns: u64,
     last_tick_ns: AtomicU64,
@@ -81,14 +84,14 @@ unsafe impl Send for ThreadState {}
 
 impl ThreadState {
     /// `stack` is the sampled thread's stack; `wall_timer` and `cpu_timer` send it its
-    /// signals, every `tick` while it runs; `host_frames`: whether its samples outside Wasm
-    /// code take the host's frames.
+    /// signals, every `tick` while it runs (the CPU timer alone if `cpu_ticks`);
+    /// `host_frames`: whether its samples outside Wasm code take the host's frames.
     pub fn new(
         ring: Ring<RawSample>,
         stack: std::ops::Range<usize>,
         cpu_period_ns: u64,
         (wall_timer, cpu_timer): (SignalTimer, Option<SignalTimer>),
-        tick: std::time::Duration,
+        (tick, cpu_ticks): (std::time::Duration, bool),
         host_frames: bool,
     ) -> Self {
         let now = clock_ns(libc::CLOCK_MONOTONIC);
@@ -102,6 +105,7 @@ impl ThreadState {
             cpu_period_ns,
             next_cpu_ns: AtomicU64::new(0),
             tid: wall_timer.tid(),
+            cpu_ticks: cpu_ticks && cpu_timer.is_some(),
             wall_timer,
             cpu_timer,
             tick_ns: tick.as_nanos() as u64,
@@ -166,8 +170,26 @@ impl ThreadState {
                 .is_some_and(|t| super::timer::armed(t.id()));
         match armed {
             true => Ok(()),
-            false => self.arm_next_tick(wall),
+            false => self.arm_first_tick(wall),
         }
+    }
+
+    /// Arms the first tick (or the next, once a tick was lost): on the CPU timer with CPU
+    /// ticks, else on the wall timer's grid after `wall`, `CLOCK_MONOTONIC` now.
+    /// Async-signal-safe.
+    pub fn arm_first_tick(&self, wall: u64) -> std::io::Result<()> {
+        match &self.cpu_timer {
+            Some(cpu_timer) if self.cpu_ticks => {
+                let cpu = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+                super::timer::arm_at(cpu_timer.id(), self.next_cpu_tick(cpu))
+            }
+            _ => self.arm_next_tick(wall),
+        }
+    }
+
+    /// The thread CPU time of the next CPU tick, `cpu` the thread's CPU time now.
+    fn next_cpu_tick(&self, cpu: u64) -> u64 {
+        self.next_cpu_ns.load(Ordering::Relaxed).max(cpu + 1)
     }
 
     /// Starts the CPU and wall deltas of the first sample here; `cpu_clock` is the sampled
@@ -192,6 +214,13 @@ impl ThreadState {
         wall: u64,
         cpu: u64,
     ) -> std::io::Result<()> {
+        if let (Some(cpu_timer), true) = (&self.cpu_timer, self.cpu_ticks) {
+            // The thread's CPU clock alone: a sample at each tick, the next armed at the next
+            // period of its CPU time (absolute, so that the rate holds however late the
+            // scheduler tick that fired this one was).
+            self.take_sample(regs, wall, cpu);
+            return super::timer::arm_at(cpu_timer.id(), self.next_cpu_tick(cpu));
+        }
         let ran = cpu.saturating_sub(self.signal_cpu_ns.swap(cpu, Ordering::Relaxed));
         let passed = wall.saturating_sub(self.signal_wall_ns.swap(wall, Ordering::Relaxed));
         if let Some(cpu_timer) = &self.cpu_timer {
@@ -218,7 +247,7 @@ impl ThreadState {
 
     /// Arms the timer, on the CPU this thread runs on, for the next tick of the grid that is
     /// ahead of `now` (see [`super::timer`]). Async-signal-safe.
-    pub fn arm_next_tick(&self, now: u64) -> std::io::Result<()> {
+    fn arm_next_tick(&self, now: u64) -> std::io::Result<()> {
         let mut next = self.last_tick_ns.load(Ordering::Relaxed) + self.tick_ns;
         if next <= now {
             next += ((now - next) / self.tick_ns + 1) * self.tick_ns;
