@@ -11,6 +11,53 @@ use common::*;
 
 const COMPONENT: &str = "rust/component.wasm";
 
+/// A warm start registers the component by the build ids its cache entry kept and reads its
+/// core modules on the profiler's thread while the guest runs: the profile is the first run's,
+/// its functions, lines and mappings, and a profile with no sample at all is written whole.
+#[test]
+fn a_warm_start_reads_the_component_while_the_guest_runs_and_profiles_it_as_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, cache_config) = common::own_cache::own_cache(dir.path());
+    let flags = ["-C", cache_config.as_str(), "--verbose"];
+    let shown = |run: &str, args: &[&str]| {
+        let run_dir = dir.path().join(run);
+        std::fs::create_dir(&run_dir).unwrap();
+        let (out, p) = record_ok(&run_dir, &flags, &fixture(COMPONENT), args);
+        let cached = stderr(&out).contains("(found in wasmspy's cache)");
+        let mappings: Vec<(String, String)> =
+            p.0.mapping
+                .iter()
+                .map(|m| (p.str(m.filename).to_string(), p.str(m.build_id).to_string()))
+                .collect();
+        let lines: HashSet<(String, String, i64)> =
+            p.0.location
+                .iter()
+                .flat_map(|l| p.source_frames(l.id))
+                .filter(|(f, ..)| f.starts_with("component::engine::"))
+                .map(|(f, file, line, _)| (f, file, line))
+                .collect();
+        (cached, mappings, lines, p.0.sample.len())
+    };
+    // The first run compiles (and keeps the build ids), the second starts from the entry.
+    let compiled = shown("compiling", &["hot", "60"]);
+    let warm = shown("warm", &["hot", "60"]);
+    assert!(!compiled.0 && warm.0, "{compiled:?} {warm:?}");
+    assert_eq!(warm.1, compiled.1);
+    assert_eq!(warm.1.len(), 3, "{:?}", warm.1);
+    let hot = (
+        "component::engine::hot_path".to_string(),
+        "tests/fixtures/rust/component.rs".to_string(),
+        21,
+    );
+    assert!(
+        compiled.2.contains(&hot) && warm.2.contains(&hot),
+        "{warm:?}"
+    );
+    let idle = shown("exit", &["exit", "0"]);
+    assert!(idle.0, "{idle:?}");
+    assert_eq!(idle.1, compiled.1);
+}
+
 #[test]
 fn hot_path_of_a_rust_component_has_its_known_share_and_source_lines() {
     let dir = tempfile::tempdir().unwrap();

@@ -86,22 +86,21 @@ impl Resolver {
         build_ids: Option<Vec<String>>,
     ) -> Result<Vec<ModuleId>> {
         self.read_pending();
-        match (rewritten, build_ids) {
+        let registered = PendingComponent {
+            file_name: file_name.to_string(),
+            component: component.clone(),
+            wasm,
+            build_ids,
+        };
+        match (rewritten, &registered.build_ids) {
             (None, Some(build_ids)) if !build_ids.is_empty() => {
                 let first = self.modules.len();
                 let modules = (first..first + build_ids.len()).map(ModuleId::from_index);
                 let modules = modules.collect();
-                self.pending.push(PendingComponent {
-                    file_name: file_name.to_string(),
-                    component: component.clone(),
-                    wasm,
-                    build_ids,
-                });
+                self.pending.push(registered);
                 Ok(modules)
             }
-            (rewritten, build_ids) => {
-                self.read_component(file_name, component, wasm, rewritten, build_ids)
-            }
+            (rewritten, _) => self.read_component(registered, rewritten),
         }
     }
 
@@ -110,14 +109,8 @@ impl Resolver {
     /// so they can) is a warning, and its frames stay unnamed.
     pub fn read_pending(&mut self) {
         for pending in std::mem::take(&mut self.pending) {
-            let PendingComponent {
-                file_name,
-                component,
-                wasm,
-                build_ids,
-            } = pending;
-            if let Err(e) = self.read_component(&file_name, &component, wasm, None, Some(build_ids))
-            {
+            let file_name = pending.file_name.clone();
+            if let Err(e) = self.read_component(pending, None) {
                 let why = format!("{e:#}");
                 let warning = Warning::about(&file_name, WarningKind::DamagedNames { why });
                 self.unread.push(warning);
@@ -133,14 +126,19 @@ impl Resolver {
         })
     }
 
+    /// Reads `registered`'s core modules (see [`add_component`](Self::add_component)).
     fn read_component(
         &mut self,
-        file_name: &str,
-        component: &Component,
-        wasm: Arc<[u8]>,
+        registered: PendingComponent,
         rewritten: Option<&RewrittenComponent>,
-        build_ids: Option<Vec<String>>,
     ) -> Result<Vec<ModuleId>> {
+        let PendingComponent {
+            file_name,
+            component,
+            wasm,
+            build_ids,
+        } = registered;
+        let file_name = file_name.as_str();
         let text = component.text().as_ptr_range();
         let text = text.start as usize..text.end as usize;
         // Where each core module is in the binary compiled.
@@ -200,7 +198,7 @@ impl Resolver {
                 registered.code = std::iter::once(own).chain(others).collect();
             }
         }
-        self.code_map.add_component(component, owners);
+        self.code_map.add_component(&component, owners);
         Ok((first..self.modules.len())
             .map(ModuleId::from_index)
             .collect())
@@ -245,12 +243,12 @@ impl Resolver {
     }
 }
 
-/// A component registered whose modules are read at the resolver's next use.
+/// A component registered, its modules read then or at the resolver's next use.
 pub(super) struct PendingComponent {
     file_name: String,
     component: Component,
     wasm: Arc<[u8]>,
-    build_ids: Vec<String>,
+    build_ids: Option<Vec<String>>,
 }
 
 /// Core module `index` of the component `wasm` (read from `file_name`), `core`, as a profile
