@@ -30,7 +30,7 @@ use super::{
     DumpedStack, Dumper, LabelsKey, NativeKind, NativeSample, SampleValues, Sampler, Sink,
     StoreKey, Taken, ThreadDumps,
 };
-use crate::clock::{current_thread_cpu_clock, sampling_period};
+use crate::clock::{clock_ns, current_thread_cpu_clock, sampling_period};
 use crate::profile::ThreadId;
 use crate::sync::lock;
 use handler::{Kind, RawSample, ThreadState};
@@ -122,7 +122,9 @@ impl SignalSampler {
             ))
             .into());
         }
-        if let Err(e) = state.arm_first_tick(crate::clock::monotonic_ns()) {
+        // The sampled thread's clocks: this may run on another thread.
+        let now = (crate::clock::monotonic_ns(), clock_ns(guest.cpu_clock));
+        if let Err(e) = state.arm_first_tick(now.0, now.1) {
             handler::detach(&state);
             return Err(e).context("cannot arm the sampling timer");
         }

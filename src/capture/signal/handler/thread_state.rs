@@ -170,17 +170,17 @@ impl ThreadState {
                 .is_some_and(|t| super::timer::armed(t.id()));
         match armed {
             true => Ok(()),
-            false => self.arm_first_tick(wall),
+            // On the thread itself: its CPU clock is this thread's.
+            false => self.arm_first_tick(wall, clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)),
         }
     }
 
     /// Arms the first tick (or the next, once a tick was lost): on the CPU timer with CPU
-    /// ticks, else on the wall timer's grid after `wall`, `CLOCK_MONOTONIC` now.
-    /// Async-signal-safe.
-    pub fn arm_first_tick(&self, wall: u64) -> std::io::Result<()> {
+    /// ticks, after `cpu`, the thread's CPU time now; else on the wall timer's grid after
+    /// `wall`, `CLOCK_MONOTONIC` now. Async-signal-safe.
+    pub fn arm_first_tick(&self, wall: u64, cpu: u64) -> std::io::Result<()> {
         match &self.cpu_timer {
             Some(cpu_timer) if self.cpu_ticks => {
-                let cpu = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
                 super::timer::arm_at(cpu_timer.id(), self.next_cpu_tick(cpu))
             }
             _ => self.arm_next_tick(wall),
