@@ -17,6 +17,9 @@ struct Server {
     child: Child,
     stderr: StderrLines,
     base: String,
+    /// Its working directory, where a profile without `-o` goes (and the temporary file a
+    /// killed server leaves): not the package's, the tests' own.
+    dir: std::sync::Arc<tempfile::TempDir>,
 }
 
 /// The WASI 0.2 handler (`wasi:http/incoming-handler`).
@@ -51,7 +54,9 @@ impl Server {
 
     /// Runs `command` on `component`, until it serves.
     fn spawn(mut command: std::process::Command, component: &Path) -> Server {
+        let dir = tempfile::tempdir().unwrap();
         let mut child = command
+            .current_dir(dir.path())
             .arg(component)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -64,6 +69,7 @@ impl Server {
             base: url.trim_end_matches('/').to_string(),
             child,
             stderr,
+            dir: std::sync::Arc::new(dir),
         }
     }
 
@@ -691,9 +697,15 @@ fn every_requests_allocations_under_its_own_label() {
     let server = Server::start(&["--mem-profile", mem.to_str().unwrap(), "--mem-rate", "1"]);
     requests(&server, "/alloc?kb=16", 20);
     requests(&server, "/alloc?kb=64&leak", 20);
+    // In the server's working directory (kept past the server), where `-o`'s default would
+    // have gone.
+    let working_dir = server.dir.clone();
     let (code, err) = server.stop(libc::SIGINT);
     assert_eq!(code, Some(130), "{err}");
-    assert!(!Path::new(&dir.path().join("wasmspy.pb.gz")).exists());
+    assert!(
+        !working_dir.path().join("wasmspy.pb.gz").exists(),
+        "--mem-profile alone writes no CPU profile"
+    );
     let p = Decoded::load(&mem);
     let by_request = allocations_by_request(&p);
     assert_eq!(by_request.len(), 40, "{by_request:?}");
