@@ -919,6 +919,35 @@ fn voluntary_switches() -> u64 {
         .unwrap()
 }
 
+/// At 100 Hz the thread's CPU-clock timer alone ticks: a thread that sleeps is never woken
+/// (its sleep is its one voluntary switch), where wall ticks, at 101 Hz, wake it once before
+/// they hand over to the CPU timer (a second switch, as its sleep goes on).
+#[test]
+fn at_100_hz_a_sleeping_thread_is_never_woken() {
+    use wasmspy::internals::clock::thread_cpu_ns;
+    let _turn = SIGNALS.lock().unwrap_or_else(|e| e.into_inner());
+    for (rate_hz, most, least) in [(100, 1, 1), (101, 5, 2)] {
+        let (mut profiler, mut store, run) = attached(ProfilerOptions {
+            sampler: SamplerKind::Signal,
+            rate_hz,
+            ..Default::default()
+        });
+        profiler.start().unwrap();
+        let start = thread_cpu_ns();
+        while thread_cpu_ns() - start < 30_000_000 {
+            run.call(&mut store, 100_000).unwrap();
+        }
+        let before = voluntary_switches();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let woken = voluntary_switches() - before;
+        profiler.stop();
+        assert!(
+            (least..=most).contains(&woken),
+            "{rate_hz} Hz: {woken} voluntary switches in 200 ms of sleep"
+        );
+    }
+}
+
 /// A sampled thread that waits is not woken at the sampling rate (an idle server's workers
 /// would spend CPU doing nothing), and what it runs between waits is still sampled: a thread
 /// alternating 2 ms of work with 3 ms of sleep has its CPU in the profile.

@@ -147,7 +147,7 @@ impl ProfilerHandle {
         store: &mut Store<T>,
         labels: &[(&str, &str)],
     ) -> Result<StoreLabels> {
-        let (labels, attachment) = self.attachment(store, labels)?;
+        let (labels, attachment) = self.new_attachment(store, labels)?;
         self.keeper.keep(store, attachment);
         Ok(labels)
     }
@@ -162,7 +162,7 @@ impl ProfilerHandle {
         store: &mut Store<T>,
         labels: &[(&str, &str)],
     ) -> Result<StoreLabels> {
-        let (labels, attachment) = self.attachment(store, labels)?;
+        let (labels, attachment) = self.new_attachment(store, labels)?;
         match store.data_mut().attachment() {
             slot @ None => *slot = Some(attachment),
             // Attached again: the first attachment stays where it is.
@@ -173,7 +173,7 @@ impl ProfilerHandle {
 
     /// Attaches `store` (see [`attach`](Self::attach)), labeled `labels`: what the store must
     /// keep while it lives, for the caller to give it.
-    fn attachment<T: 'static>(
+    fn new_attachment<T: 'static>(
         &self,
         store: &mut Store<T>,
         labels: &[(&str, &str)],

@@ -98,7 +98,7 @@ pub struct Resolver {
     runtimes: FxHashMap<usize, RegisteredRuntime>,
     /// Components registered and not read yet: read at the resolver's next use
     /// ([`Resolver::read_pending`]).
-    pending: Vec<registry::PendingComponent>,
+    pending: Vec<registry::ComponentToRead>,
     /// Why pending components could not be read, until taken with the other warnings.
     unread: Vec<Warning>,
     /// Pulley functions' instructions, by the address of their code, once decoded.

@@ -86,7 +86,7 @@ impl Resolver {
         build_ids: Option<Vec<String>>,
     ) -> Result<Vec<ModuleId>> {
         self.read_pending();
-        let registered = PendingComponent {
+        let registered = ComponentToRead {
             file_name: file_name.to_string(),
             component: component.clone(),
             wasm,
@@ -129,10 +129,10 @@ impl Resolver {
     /// Reads `registered`'s core modules (see [`add_component`](Self::add_component)).
     fn read_component(
         &mut self,
-        registered: PendingComponent,
+        registered: ComponentToRead,
         rewritten: Option<&RewrittenComponent>,
     ) -> Result<Vec<ModuleId>> {
-        let PendingComponent {
+        let ComponentToRead {
             file_name,
             component,
             wasm,
@@ -244,7 +244,7 @@ impl Resolver {
 }
 
 /// A component registered, its modules read then or at the resolver's next use.
-pub(super) struct PendingComponent {
+pub(super) struct ComponentToRead {
     file_name: String,
     component: Component,
     wasm: Arc<[u8]>,

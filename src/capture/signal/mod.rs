@@ -124,7 +124,7 @@ impl SignalSampler {
         }
         // The sampled thread's clocks: this may run on another thread.
         let now = (crate::clock::monotonic_ns(), clock_ns(guest.cpu_clock));
-        if let Err(e) = state.arm_first_tick(now.0, now.1) {
+        if let Err(e) = state.arm_tick(now.0, now.1) {
             handler::detach(&state);
             return Err(e).context("cannot arm the sampling timer");
         }

@@ -171,25 +171,22 @@ impl ThreadState {
         match armed {
             true => Ok(()),
             // On the thread itself: its CPU clock is this thread's.
-            false => self.arm_first_tick(wall, clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)),
+            false => self.arm_tick(wall, clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)),
         }
     }
 
-    /// Arms the first tick (or the next, once a tick was lost): on the CPU timer with CPU
-    /// ticks, after `cpu`, the thread's CPU time now; else on the wall timer's grid after
-    /// `wall`, `CLOCK_MONOTONIC` now. Async-signal-safe.
-    pub fn arm_first_tick(&self, wall: u64, cpu: u64) -> std::io::Result<()> {
-        match &self.cpu_timer {
-            Some(cpu_timer) if self.cpu_ticks => {
-                super::timer::arm_at(cpu_timer.id(), self.next_cpu_tick(cpu))
+    /// Arms the next tick (the first, or one after a tick was lost): with CPU ticks, on the
+    /// CPU timer at the thread's next period of CPU time after `cpu`, its CPU time now (an
+    /// absolute time, so that the rate holds however late a scheduler tick fired the last);
+    /// else on the wall timer's grid after `wall`, `CLOCK_MONOTONIC` now. Async-signal-safe.
+    pub fn arm_tick(&self, wall: u64, cpu: u64) -> std::io::Result<()> {
+        match self.cpu_timer.as_ref().filter(|_| self.cpu_ticks) {
+            Some(cpu_timer) => {
+                let next = self.next_cpu_ns.load(Ordering::Relaxed).max(cpu + 1);
+                super::timer::arm_at(cpu_timer.id(), next)
             }
-            _ => self.arm_next_tick(wall),
+            None => self.arm_next_tick(wall),
         }
-    }
-
-    /// The thread CPU time of the next CPU tick, `cpu` the thread's CPU time now.
-    fn next_cpu_tick(&self, cpu: u64) -> u64 {
-        self.next_cpu_ns.load(Ordering::Relaxed).max(cpu + 1)
     }
 
     /// Starts the CPU and wall deltas of the first sample here; `cpu_clock` is the sampled
@@ -214,12 +211,10 @@ impl ThreadState {
         wall: u64,
         cpu: u64,
     ) -> std::io::Result<()> {
-        if let (Some(cpu_timer), true) = (&self.cpu_timer, self.cpu_ticks) {
-            // The thread's CPU clock alone: a sample at each tick, the next armed at the next
-            // period of its CPU time (absolute, so that the rate holds however late the
-            // scheduler tick that fired this one was).
+        if self.cpu_ticks {
+            // The thread's CPU clock alone: a sample at each tick.
             self.take_sample(regs, wall, cpu);
-            return super::timer::arm_at(cpu_timer.id(), self.next_cpu_tick(cpu));
+            return self.arm_tick(wall, cpu);
         }
         let ran = cpu.saturating_sub(self.signal_cpu_ns.swap(cpu, Ordering::Relaxed));
         let passed = wall.saturating_sub(self.signal_wall_ns.swap(wall, Ordering::Relaxed));
