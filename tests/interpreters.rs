@@ -677,6 +677,18 @@ fn a_probed_component_starts_from_wasmspys_cache_as_compiled() {
                 .collect();
         functions.sort();
         functions.dedup();
+        // The probe's call, as the guest instantiates the component, looks the runtime up and
+        // no more: the component is read before the guest runs, not on the guest's thread when
+        // the probe needs it (a millisecond of wall time is four samples here). Read later, on
+        // the pipeline's thread, the probe waited for it only on a loaded machine (27 of the
+        // JavaScript test's 121 samples there; none here idle).
+        let in_probe: i64 = p
+            .stacks()
+            .into_iter()
+            .filter(|(names, _)| names[0] == "wasmspy-runtime-probe")
+            .map(|(_, values)| values[p.value_index("samples")])
+            .sum();
+        assert!(in_probe < 4, "{run}: {in_probe} samples in the probe");
         let mut build_ids: Vec<String> =
             p.0.mapping
                 .iter()

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use common::child::{process_cpu_seconds, StderrLines};
+use common::child::{process_cpu_seconds, thread_states, StderrLines};
 use common::*;
 
 /// A `wasmspy serve --addr 127.0.0.1:0 …` running, with the address it serves at.
@@ -264,6 +264,7 @@ fn a_request_limit_makes_requests_wait() {
         let server = Server::start(limit);
         let cpu_before = server.cpu_seconds();
         let spin_answered = std::sync::Mutex::new(None);
+        let waiting = std::sync::Mutex::new(String::new());
         let hello_answered = std::thread::scope(|s| {
             s.spawn(|| {
                 let response = ureq::get(&format!("{}/spin?rounds=3000", server.base))
@@ -283,15 +284,30 @@ fn a_request_limit_makes_requests_wait() {
                 spin_answered.lock().unwrap().is_none(),
                 "{limit:?}: the spin was answered before /hello was sent"
             );
-            get(&server.base, "/hello");
-            server.cpu_seconds()
+            // Where the server's threads are, should `/hello` still wait a second later.
+            let hello = s.spawn(|| {
+                get(&server.base, "/hello");
+                server.cpu_seconds()
+            });
+            for _ in 0..100 {
+                if hello.is_finished() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if !hello.is_finished() {
+                *waiting.lock().unwrap() = thread_states(server.child.id());
+            }
+            hello.join().unwrap()
         });
         let spin_answered = spin_answered.into_inner().unwrap().unwrap();
         let cpu_between = spin_answered - hello_answered;
         assert_eq!(
             cpu_between > 0.5,
             hello_answered_during_spin,
-            "{limit:?}: {cpu_between:.2} s of CPU between /hello's answer and the spin's"
+            "{limit:?}: {cpu_between:.2} s of CPU between /hello's answer and the spin's; \
+             the server's threads a second after /hello was sent: {}",
+            waiting.into_inner().unwrap()
         );
         server.stop(libc::SIGTERM);
     }

@@ -70,15 +70,21 @@ impl Profiler {
         component: &wasmtime::component::Component,
         wasm: impl Into<Arc<[u8]>>,
     ) -> Result<()> {
-        self.handle
-            .resolver()
-            .add_component(file_name, component, wasm.into(), None, None)?;
+        self.handle.resolver().add_component(
+            file_name,
+            component,
+            wasm.into(),
+            None,
+            None,
+            false,
+        )?;
         self.code_registered();
         Ok(())
     }
 
     /// As [`add_component`](Self::add_component), its core modules' build ids given where a
-    /// command kept them from an earlier run (else hashed); returns its modules, whose ids
+    /// command kept them from an earlier run (else hashed), and then, with `read_later`, read
+    /// on the pipeline's thread while the guest runs; returns its modules, whose ids
     /// [`ProfilerHandle::build_ids`] gives.
     #[cfg(feature = "cli")]
     pub(crate) fn add_component_with_ids(
@@ -87,11 +93,12 @@ impl Profiler {
         component: &wasmtime::component::Component,
         wasm: Arc<[u8]>,
         build_ids: Option<Vec<String>>,
+        read_later: bool,
     ) -> Result<Vec<ModuleId>> {
         let modules = self
             .handle
             .registry()
-            .add_component(file_name, component, wasm, None, build_ids)?;
+            .add_component(file_name, component, wasm, None, build_ids, read_later)?;
         self.code_registered();
         Ok(modules)
     }
@@ -113,6 +120,7 @@ impl Profiler {
             original.into(),
             Some(rewritten),
             None,
+            false,
         )?;
         self.code_registered();
         Ok(())

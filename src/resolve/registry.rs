@@ -73,10 +73,10 @@ impl Resolver {
     /// imports named by the WIT functions they lower. When `component` was compiled from
     /// `rewritten`, the allocator rewrite of `wasm`, its code is mapped back to `wasm`'s.
     /// `build_ids`: its core modules' build ids, in order, where they are known (else hashed);
-    /// then (and not rewritten) its modules are read at the resolver's next use
-    /// ([`read_pending`](Self::read_pending)), not here: a warm start of `wasmspy record` reads
-    /// them on the pipeline's thread while the guest runs (~1 ms of the Rust fixture's 12).
-    /// Returns the modules registered, in order.
+    /// then, with `read_later` (and not rewritten), its modules are read at the resolver's next
+    /// use ([`read_pending`](Self::read_pending)), not here: a warm start of `wasmspy record`
+    /// reads them on the pipeline's thread while the guest runs (~1 ms of the Rust fixture's
+    /// 12). Returns the modules registered, in order.
     pub fn add_component(
         &mut self,
         file_name: &str,
@@ -84,6 +84,7 @@ impl Resolver {
         wasm: Arc<[u8]>,
         rewritten: Option<&RewrittenComponent>,
         build_ids: Option<Vec<String>>,
+        read_later: bool,
     ) -> Result<Vec<ModuleId>> {
         self.read_pending();
         let registered = ComponentToRead {
@@ -93,7 +94,7 @@ impl Resolver {
             build_ids,
         };
         match (rewritten, &registered.build_ids) {
-            (None, Some(build_ids)) if !build_ids.is_empty() => {
+            (None, Some(build_ids)) if read_later && !build_ids.is_empty() => {
                 let first = self.modules.len();
                 let modules = (first..first + build_ids.len()).map(ModuleId::from_index);
                 let modules = modules.collect();

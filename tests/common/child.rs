@@ -63,3 +63,37 @@ pub fn process_cpu_seconds(pid: u32) -> f64 {
     // SAFETY: sysconf has no preconditions.
     ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
+
+/// What each thread of process `pid` is doing, for a test's failure message: one line each,
+/// its name, state (`R` running, `S` asleep…), CPU ticks used and the kernel function it
+/// waits in.
+pub fn thread_states(pid: u32) -> String {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return format!("process {pid} is gone");
+    };
+    let mut lines = Vec::new();
+    for task in tasks.flatten() {
+        let path = task.path();
+        let read = |file: &str| std::fs::read_to_string(path.join(file)).unwrap_or_default();
+        let stat = read("stat");
+        let Some((name, rest)) = stat.split_once(" (").and_then(|(_, r)| r.rsplit_once(") "))
+        else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split(' ').collect();
+        let cpu = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        lines.push(format!(
+            "{name} {} cpu {} in {}",
+            fields[0],
+            cpu(11) + cpu(12),
+            read("wchan")
+        ));
+    }
+    lines.sort();
+    lines.join("; ")
+}

@@ -75,6 +75,12 @@ impl Payload for StoreSlot {
 
 static TABLE: SlotTable<StoreSlot, SLOTS> = SlotTable::new();
 
+thread_local! {
+    /// This thread's id, asked of the kernel once: a server publishes a store per request.
+    // SAFETY: gettid has no preconditions.
+    static TID: libc::pid_t = unsafe { libc::gettid() };
+}
+
 /// Calls `f` with the address of each published store context, the store's key and the thread
 /// that attached it. Async-signal-safe.
 pub fn for_each(mut f: impl FnMut(usize, u64, libc::pid_t)) {
@@ -209,8 +215,7 @@ impl StoreContexts {
         });
         let slot = TABLE
             .publish(context, |slot| {
-                // SAFETY: gettid has no preconditions.
-                slot.tid.store(unsafe { libc::gettid() }, Ordering::Relaxed);
+                slot.tid.store(TID.with(|tid| *tid), Ordering::Relaxed);
                 slot.key.store(key.0, Ordering::Relaxed);
                 slot.labels.store(
                     labels.word() as *const AtomicU64 as usize,
