@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use common::child::{process_cpu_seconds, thread_states, StderrLines};
+use common::child::{process_cpu_seconds, sockets_at, thread_states, StderrLines};
 use common::*;
 
 /// A `wasmspy serve --addr 127.0.0.1:0 …` running, with the address it serves at.
@@ -296,7 +296,12 @@ fn a_request_limit_makes_requests_wait() {
                 std::thread::sleep(Duration::from_millis(10));
             }
             if !hello.is_finished() {
-                *waiting.lock().unwrap() = thread_states(server.child.id());
+                let port = server.base.rsplit(':').next().unwrap().parse().unwrap();
+                *waiting.lock().unwrap() = format!(
+                    "{}; its sockets: {}",
+                    thread_states(server.child.id()),
+                    sockets_at(port)
+                );
             }
             hello.join().unwrap()
         });

@@ -97,3 +97,25 @@ pub fn thread_states(pid: u32) -> String {
     lines.sort();
     lines.join("; ")
 }
+
+/// The TCP sockets whose local port is `port` (a server's listener and its connections), for a
+/// test's failure message: each one's state (`0A` listening, `01` established) and the bytes
+/// waiting in its receive queue (a listener's: the connections not accepted yet), from
+/// `/proc/net/tcp`.
+pub fn sockets_at(port: u16) -> String {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let local = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (address, state, queues) = (fields.get(1)?, fields.get(3)?, fields.get(4)?);
+            let received = queues.split_once(':')?.1;
+            address
+                .ends_with(&local)
+                .then(|| format!("state {state} receive queue {received}"))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
