@@ -255,13 +255,23 @@ fn the_epoch_sampler_on_one_threads_clock_is_refused() {
 /// head); without it, most of it is: the spin costs seconds of CPU and `/hello` is sent after
 /// the first second. CPU time does not grow while a loaded machine keeps the server waiting,
 /// so the half-second threshold holds under load on both sides.
+///
+/// Both servers run with `-W timeout`, so that the spin yields to tokio at Wasmtime's epochs.
+/// Without it, once in about eight full runs, `/hello` was answered only as the spin ended,
+/// with no thread working on it meanwhile: one worker running the spin, the other worker and
+/// the accept loop's thread parked. The likely cause is tokio's, as under `wasmtime serve`
+/// (the same handler and runtime): a guest computing without yielding holds its worker, and
+/// when that worker was the one parked on the I/O driver (woken by the spin's connection and
+/// running it itself, the other worker parked on its condition variable before the driver was
+/// let go), nothing polls the driver until the spin ends. Yielding at epochs lets the worker
+/// poll it between them.
 #[test]
 fn a_request_limit_makes_requests_wait() {
     for (limit, hello_answered_during_spin) in [
         (&["--max-concurrent-requests", "1"][..], false),
         (&[][..], true),
     ] {
-        let server = Server::start(limit);
+        let server = Server::start(&[limit, &["-W", "timeout=120s"]].concat());
         let cpu_before = server.cpu_seconds();
         let spin_answered = std::sync::Mutex::new(None);
         let waiting = std::sync::Mutex::new(String::new());
