@@ -177,7 +177,6 @@ fn a_quickjs_component_splits_as_the_script_timed_itself() {
         return;
     };
     for (qjs, sampler) in builds.iter().flat_map(|b| [(b, "signal"), (b, "epoch")]) {
-        let what = format!("{} {sampler}", qjs.file_name().unwrap().to_string_lossy());
         let dir = tempfile::tempdir().unwrap();
         let flags = [
             "--sampler",
@@ -186,8 +185,19 @@ fn a_quickjs_component_splits_as_the_script_timed_itself() {
             "wall",
             "--invoke",
             "run(1500)",
+            "--verbose",
         ];
         let (out, path) = record(dir.path(), &flags, qjs, &[]);
+        // Named with the sampler's counts (lost samples among them), should the split fail.
+        let counts = stderr(&out)
+            .lines()
+            .find(|l| l.contains(" sampler at "))
+            .unwrap_or_default()
+            .to_string();
+        let what = format!(
+            "{} {sampler} ({counts})",
+            qjs.file_name().unwrap().to_string_lossy()
+        );
         assert_eq!(out.status.code(), Some(0), "{what}: {}", stderr(&out));
         // Recognised: no "QuickJS (rquickjs-sys …), but …" warning.
         assert!(
