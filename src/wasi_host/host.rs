@@ -120,7 +120,11 @@ fn build_store(
     config: Arc<WasiConfig>,
     served: Option<ServedInstance>,
 ) -> Result<Store<Host>> {
-    super::runtime()?;
+    // A served instance runs in the server's runtime: the process's own (two threads) would
+    // only idle beside it.
+    if served.is_none() {
+        super::runtime()?;
+    }
     let wasi = &config.wasi;
     let mut builder = WasiCtxBuilder::new();
     // As `wasmtime run`: file operations block the guest's thread rather than go through
