@@ -115,10 +115,9 @@ fn main() {
             .iter()
             .map(|r| format!("x{:.3}", 1.0 / r))
             .collect();
-        for column in [&mut cpu, &mut ratio] {
-            if !perf_installed {
-                column.push(NO_PERF.into());
-            }
+        if !perf_installed {
+            cpu.push(NO_PERF.into());
+            ratio.push(NO_PERF.into());
         }
         cpu_rows.push(format!("| `{path}` | {} |", cpu.join(" | ")));
         println!("| `{path}` | {:.0} | {} |", 1.0 / base, ratio.join(" | "));

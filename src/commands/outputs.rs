@@ -148,7 +148,7 @@ impl Outputs {
         let heap = self.memory.as_ref().and_then(|_| profiler.heap_profile());
         if save == Save::Last {
             // Here, not before the guest runs: a component `record` registers is read while
-            // its guest runs (see `Resolver::add_component`).
+            // its guest runs (see `Resolver::add_component_read_later`).
             if let Some(first) = self.first_path() {
                 carried_sources::write(profiler, first);
             }

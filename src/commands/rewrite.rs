@@ -122,18 +122,19 @@ impl Instrumented {
             (Program::Component(component), Rewrite::Component(r)) => {
                 profiler.add_rewritten_component(name, component, original.clone(), r)?
             }
-            // A probed component is read at once: its probe, called as the guest instantiates
-            // it, needs its modules, and would read them on the guest's thread, where that CPU
-            // is sampled as the guest's call to the probe (a ComponentizeJS fixture under
-            // load: 27 of its 121 samples, where the pipeline's thread had not read it first).
             (Program::Component(component), _) => {
-                modules = profiler.add_component_with_ids(
-                    name,
-                    component,
-                    self.registered(original),
-                    self.build_ids.clone(),
-                    self.probed.is_none(),
-                )?
+                let wasm = self.registered(original);
+                modules = match (&self.probed, self.build_ids.clone()) {
+                    // Read while the guest runs. Not a probed component: its probe, called as
+                    // the guest instantiates it, needs its modules, and would read them on the
+                    // guest's thread, where that CPU is sampled as the guest's call to the
+                    // probe (a probed fixture under load: 27 of its 121 samples, where the
+                    // pipeline's thread had not read it first).
+                    (None, Some(ids)) => {
+                        profiler.add_component_read_later(name, component, wasm, ids)?
+                    }
+                    (_, ids) => profiler.add_component_with_ids(name, component, wasm, ids)?,
+                }
             }
         }
         Ok(Registered(modules))

@@ -70,21 +70,15 @@ impl Profiler {
         component: &wasmtime::component::Component,
         wasm: impl Into<Arc<[u8]>>,
     ) -> Result<()> {
-        self.handle.resolver().add_component(
-            file_name,
-            component,
-            wasm.into(),
-            None,
-            None,
-            false,
-        )?;
+        self.handle
+            .resolver()
+            .add_component(file_name, component, wasm.into(), None, None)?;
         self.code_registered();
         Ok(())
     }
 
     /// As [`add_component`](Self::add_component), its core modules' build ids given where a
-    /// command kept them from an earlier run (else hashed), and then, with `read_later`, read
-    /// on the pipeline's thread while the guest runs; returns its modules, whose ids
+    /// command kept them from an earlier run (else hashed); returns its modules, whose ids
     /// [`ProfilerHandle::build_ids`] gives.
     #[cfg(feature = "cli")]
     pub(crate) fn add_component_with_ids(
@@ -93,12 +87,30 @@ impl Profiler {
         component: &wasmtime::component::Component,
         wasm: Arc<[u8]>,
         build_ids: Option<Vec<String>>,
-        read_later: bool,
     ) -> Result<Vec<ModuleId>> {
         let modules = self
             .handle
             .registry()
-            .add_component(file_name, component, wasm, None, build_ids, read_later)?;
+            .add_component(file_name, component, wasm, None, build_ids)?;
+        self.code_registered();
+        Ok(modules)
+    }
+
+    /// As [`add_component_with_ids`](Self::add_component_with_ids), all the build ids known:
+    /// its modules read on the pipeline's thread while the guest runs (see
+    /// `Resolver::add_component_read_later`).
+    #[cfg(feature = "cli")]
+    pub(crate) fn add_component_read_later(
+        &self,
+        file_name: &str,
+        component: &wasmtime::component::Component,
+        wasm: Arc<[u8]>,
+        build_ids: Vec<String>,
+    ) -> Result<Vec<ModuleId>> {
+        let modules = self
+            .handle
+            .registry()
+            .add_component_read_later(file_name, component, wasm, build_ids)?;
         self.code_registered();
         Ok(modules)
     }
@@ -120,7 +132,6 @@ impl Profiler {
             original.into(),
             Some(rewritten),
             None,
-            false,
         )?;
         self.code_registered();
         Ok(())

@@ -72,11 +72,8 @@ impl Resolver {
     /// `FILE/NAME` by its `name` section's module name (`FILE/module0` without one), its
     /// imports named by the WIT functions they lower. When `component` was compiled from
     /// `rewritten`, the allocator rewrite of `wasm`, its code is mapped back to `wasm`'s.
-    /// `build_ids`: its core modules' build ids, in order, where they are known (else hashed);
-    /// then, with `read_later` (and not rewritten), its modules are read at the resolver's next
-    /// use ([`read_pending`](Self::read_pending)), not here: a warm start of `wasmspy record`
-    /// reads them on the pipeline's thread while the guest runs (~1 ms of the Rust fixture's
-    /// 12). Returns the modules registered, in order.
+    /// `build_ids`: its core modules' build ids, in order, where they are known (else hashed).
+    /// Returns the modules registered, in order.
     pub fn add_component(
         &mut self,
         file_name: &str,
@@ -84,25 +81,33 @@ impl Resolver {
         wasm: Arc<[u8]>,
         rewritten: Option<&RewrittenComponent>,
         build_ids: Option<Vec<String>>,
-        read_later: bool,
     ) -> Result<Vec<ModuleId>> {
         self.read_pending();
-        let registered = ComponentToRead {
-            file_name: file_name.to_string(),
-            component: component.clone(),
-            wasm,
-            build_ids,
-        };
-        match (rewritten, &registered.build_ids) {
-            (None, Some(build_ids)) if read_later && !build_ids.is_empty() => {
-                let first = self.modules.len();
-                let modules = (first..first + build_ids.len()).map(ModuleId::from_index);
-                let modules = modules.collect();
-                self.pending.push(registered);
-                Ok(modules)
-            }
-            (rewritten, _) => self.read_component(registered, rewritten),
+        let registered = ComponentToRead::new(file_name, component, wasm, build_ids);
+        self.read_component(registered, rewritten)
+    }
+
+    /// As [`add_component`](Self::add_component), its core modules' build ids known (an
+    /// earlier run kept them): registered by them alone, its modules read at the resolver's
+    /// next use ([`read_pending`](Self::read_pending)), not here: a warm start of `wasmspy
+    /// record` reads them on the pipeline's thread while the guest runs (~1 ms of the Rust
+    /// fixture's 12).
+    #[cfg(feature = "cli")]
+    pub fn add_component_read_later(
+        &mut self,
+        file_name: &str,
+        component: &Component,
+        wasm: Arc<[u8]>,
+        build_ids: Vec<String>,
+    ) -> Result<Vec<ModuleId>> {
+        self.read_pending();
+        let (first, count) = (self.modules.len(), build_ids.len());
+        let registered = ComponentToRead::new(file_name, component, wasm, Some(build_ids));
+        if count == 0 {
+            return self.read_component(registered, None);
         }
+        self.pending.push(registered);
+        Ok((first..first + count).map(ModuleId::from_index).collect())
     }
 
     /// Reads the components registered and not read yet (see
@@ -250,6 +255,22 @@ pub(super) struct ComponentToRead {
     component: Component,
     wasm: Arc<[u8]>,
     build_ids: Option<Vec<String>>,
+}
+
+impl ComponentToRead {
+    fn new(
+        file_name: &str,
+        component: &Component,
+        wasm: Arc<[u8]>,
+        build_ids: Option<Vec<String>>,
+    ) -> Self {
+        ComponentToRead {
+            file_name: file_name.to_string(),
+            component: component.clone(),
+            wasm,
+            build_ids,
+        }
+    }
 }
 
 /// Core module `index` of the component `wasm` (read from `file_name`), `core`, as a profile

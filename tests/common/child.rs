@@ -56,16 +56,37 @@ impl StderrLines {
 /// `/proc`, in the kernel's clock ticks).
 pub fn process_cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the command name (which may hold spaces): utime and stime are the 14th and
-    // 15th fields.
-    let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    // SAFETY: sysconf has no preconditions.
-    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+    Stat::of(&stat).and_then(|s| s.cpu_seconds()).unwrap()
+}
+
+/// A process's or a thread's `/proc` `stat` line, read.
+struct Stat<'a> {
+    /// The command name, without its parentheses.
+    name: &'a str,
+    /// The fields after the name: the state first.
+    fields: Vec<&'a str>,
+}
+
+impl<'a> Stat<'a> {
+    fn of(stat: &'a str) -> Option<Self> {
+        // The name may hold spaces and parentheses: it ends at the last ") ".
+        let (name, rest) = stat.split_once(" (")?.1.rsplit_once(") ")?;
+        Some(Stat {
+            name,
+            fields: rest.split(' ').collect(),
+        })
+    }
+
+    /// User and system CPU time: the 14th and 15th fields of the line.
+    fn cpu_seconds(&self) -> Option<f64> {
+        let ticks = |i: usize| self.fields.get(i)?.parse::<f64>().ok();
+        // SAFETY: sysconf has no preconditions.
+        Some((ticks(11)? + ticks(12)?) / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
+    }
 }
 
 /// What each thread of process `pid` is doing, for a test's failure message: one line each,
-/// its name, state (`R` running, `S` asleep…), CPU ticks used and the kernel function it
+/// its name, state (`R` running, `S` asleep…), CPU time used and the kernel function it
 /// waits in.
 pub fn thread_states(pid: u32) -> String {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -76,21 +97,14 @@ pub fn thread_states(pid: u32) -> String {
         let path = task.path();
         let read = |file: &str| std::fs::read_to_string(path.join(file)).unwrap_or_default();
         let stat = read("stat");
-        let Some((name, rest)) = stat.split_once(" (").and_then(|(_, r)| r.rsplit_once(") "))
-        else {
+        let Some(stat) = Stat::of(&stat) else {
             continue;
         };
-        let fields: Vec<&str> = rest.split(' ').collect();
-        let cpu = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|f| f.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
         lines.push(format!(
-            "{name} {} cpu {} in {}",
-            fields[0],
-            cpu(11) + cpu(12),
+            "{} {} cpu {:.2} s in {}",
+            stat.name,
+            stat.fields[0],
+            stat.cpu_seconds().unwrap_or(0.0),
             read("wchan")
         ));
     }

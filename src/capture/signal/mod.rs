@@ -122,9 +122,8 @@ impl SignalSampler {
             ))
             .into());
         }
-        // The sampled thread's clocks: this may run on another thread.
-        let now = (crate::clock::monotonic_ns(), clock_ns(guest.cpu_clock));
-        if let Err(e) = state.arm_tick(now.0, now.1) {
+        // The sampled thread's CPU clock: this may run on another thread.
+        if let Err(e) = state.arm_tick(crate::clock::monotonic_ns(), clock_ns(guest.cpu_clock)) {
             handler::detach(&state);
             return Err(e).context("cannot arm the sampling timer");
         }
