@@ -124,17 +124,18 @@ impl Instrumented {
             }
             (Program::Component(component), _) => {
                 let wasm = self.registered(original);
-                modules = match (&self.probed, self.build_ids.clone()) {
+                let ids = self.build_ids.clone();
+                modules = profiler.register_component(|registry| match (&self.probed, ids) {
                     // Read while the guest runs. Not a probed component: its probe, called as
                     // the guest instantiates it, needs its modules, and would read them on the
                     // guest's thread, where that CPU is sampled as the guest's call to the
                     // probe (a probed fixture under load: 27 of its 121 samples, where the
                     // pipeline's thread had not read it first).
                     (None, Some(ids)) => {
-                        profiler.add_component_read_later(name, component, wasm, ids)?
+                        registry.add_component_read_later(name, component, wasm, ids)
                     }
-                    (_, ids) => profiler.add_component_with_ids(name, component, wasm, ids)?,
-                }
+                    (_, ids) => registry.add_component(name, component, wasm, None, ids),
+                })?
             }
         }
         Ok(Registered(modules))

@@ -77,40 +77,16 @@ impl Profiler {
         Ok(())
     }
 
-    /// As [`add_component`](Self::add_component), its core modules' build ids given where a
-    /// command kept them from an earlier run (else hashed); returns its modules, whose ids
-    /// [`ProfilerHandle::build_ids`] gives.
+    /// Registers a component by `register`, given the registry as it is (a component to be
+    /// read later left unread: `Resolver::add_component_read_later`), then shows the samplers
+    /// its code; returns its modules, whose ids [`ProfilerHandle::build_ids`] gives. For a
+    /// command that kept its core modules' build ids from an earlier run.
     #[cfg(feature = "cli")]
-    pub(crate) fn add_component_with_ids(
+    pub(crate) fn register_component(
         &self,
-        file_name: &str,
-        component: &wasmtime::component::Component,
-        wasm: Arc<[u8]>,
-        build_ids: Option<Vec<String>>,
+        register: impl FnOnce(&mut crate::resolve::Resolver) -> anyhow::Result<Vec<ModuleId>>,
     ) -> Result<Vec<ModuleId>> {
-        let modules = self
-            .handle
-            .registry()
-            .add_component(file_name, component, wasm, None, build_ids)?;
-        self.code_registered();
-        Ok(modules)
-    }
-
-    /// As [`add_component_with_ids`](Self::add_component_with_ids), all the build ids known:
-    /// its modules read on the pipeline's thread while the guest runs (see
-    /// `Resolver::add_component_read_later`).
-    #[cfg(feature = "cli")]
-    pub(crate) fn add_component_read_later(
-        &self,
-        file_name: &str,
-        component: &wasmtime::component::Component,
-        wasm: Arc<[u8]>,
-        build_ids: Vec<String>,
-    ) -> Result<Vec<ModuleId>> {
-        let modules = self
-            .handle
-            .registry()
-            .add_component_read_later(file_name, component, wasm, build_ids)?;
+        let modules = register(&mut self.handle.registry())?;
         self.code_registered();
         Ok(modules)
     }
