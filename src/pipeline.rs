@@ -7,7 +7,6 @@
 //! queue that the pipeline's own thread empties, so a profile being built holds the guest up
 //! only when it allocates faster than the pipeline records (allocations are never dropped).
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -15,12 +14,12 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use rustc_hash::FxHashMap;
 
 use crate::capture::{DumpedStack, LabelsKey, NativeSample, SampleValues, Sink, StoreKey, Taken};
 use crate::clock::{monotonic_ns, Clock};
 use crate::profile::{Labels, Profile, PULLEY_NEXT_LABEL, PULLEY_OP_LABEL, PULLEY_PREV_LABEL};
 use crate::record::heap::Block;
+use crate::record::label_registry::{LabelRegistry, Retired};
 use crate::record::packed_labels::PackedLabels;
 use crate::record::{KindCounts, Mark, Recorder};
 use crate::resolve::pulley_ops::OpcodeAt;
@@ -53,9 +52,7 @@ impl RegisteredLabels {
 impl Drop for RegisteredLabels {
     fn drop(&mut self) {
         if let Some(pipeline) = self.pipeline.upgrade() {
-            // Read under the lock: the queue is in the order of its counts and times.
-            let mut retired = lock(&pipeline.retired);
-            retired.push_back(Retired {
+            pipeline.labels.retire(Retired {
                 key: self.key,
                 at_ns: monotonic_ns(),
                 passes: pipeline.drain_passes.count(),
@@ -63,22 +60,6 @@ impl Drop for RegisteredLabels {
             });
         }
     }
-}
-
-/// A set of labels no store has any more, forgotten once no sample can still name it: after a
-/// pass of the signal sampler's drain thread (which records the samples of its rings) and a
-/// drain of the queue (the other samplers' samples, the allocations) have each begun and ended
-/// since it was dropped. A server's sets, two a request, are then forgotten some 20 ms after
-/// their request where [`RETIRED_LABELS`] kept them for 2 s: 28,000 sets at 7,000 requests a
-/// second, each registered into a map that large and freed from memory long out of the cache.
-/// Without the signal sampler, no pass: the sets are kept for [`RETIRED_LABELS`].
-struct Retired {
-    key: LabelsKey,
-    /// When it was dropped (`CLOCK_MONOTONIC`).
-    at_ns: u64,
-    /// The drain thread's passes and the queue's drains ended by then.
-    passes: u64,
-    drains: u64,
 }
 
 /// What the guest thread handed over.
@@ -113,11 +94,15 @@ pub struct Pipeline {
     events: BoundedQueue<Event>,
     /// Events the full queue turned away.
     dropped: AtomicU64,
-    /// The registered sets of labels, with when each was registered (`CLOCK_MONOTONIC`).
-    labels: Mutex<FxHashMap<LabelsKey, (PackedLabels, u64)>>,
-    /// Sets no longer registered, in the order they were dropped, forgotten once their last
-    /// samples must have been recorded.
-    retired: Mutex<VecDeque<Retired>>,
+    /// The registered sets of labels, forgotten once no store has them and their last
+    /// samples must have been recorded: after a pass of the signal sampler's drain thread
+    /// (which records the samples of its rings) and a drain of the queue (the other samplers'
+    /// samples, the allocations) have each begun and ended since a set was dropped. A server's
+    /// sets, two a request, are then forgotten some 20 ms after their request where
+    /// [`RETIRED_LABELS`] kept them for 2 s: 28,000 sets at 7,000 requests a second, each
+    /// registered into a map that large and freed from memory long out of the cache. Without
+    /// the signal sampler, no pass: the sets are kept for [`RETIRED_LABELS`].
+    labels: LabelRegistry,
     /// The signal sampler's drain passes ([`Sink::drained`]).
     drain_passes: Passes,
     thread: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
@@ -131,8 +116,7 @@ impl Pipeline {
             frames: Mutex::new(Vec::new()),
             events: BoundedQueue::new(QUEUE_EVENTS),
             dropped: AtomicU64::new(0),
-            labels: Mutex::new(FxHashMap::default()),
-            retired: Mutex::new(VecDeque::new()),
+            labels: LabelRegistry::default(),
             drain_passes: Passes::default(),
             thread: Mutex::new(None),
         }
@@ -167,37 +151,25 @@ impl Pipeline {
         // Interned by the recorder when a sample comes: a store is labeled without waiting
         // for a profile being built.
         let key = LabelsKey::unique();
-        let packed = PackedLabels::new(labels);
-        lock(&self.labels).insert(key, (packed, monotonic_ns()));
+        self.labels
+            .register(key, PackedLabels::new(labels), monotonic_ns());
         Some(RegisteredLabels {
             pipeline: Arc::downgrade(self),
             key,
         })
     }
 
-    /// Forgets the sets of labels whose samples must all have been recorded (see [`Retired`]).
+    /// Forgets the sets of labels whose samples must all have been recorded (see
+    /// [`Pipeline::labels`]).
     fn forget_retired(&self) {
         let now = monotonic_ns();
         let passes_now = self.drain_passes.count();
         let drains_now = self.events.drains().count();
-        let expired: Vec<LabelsKey> = {
-            let mut retired = lock(&self.retired);
-            // True of a first part of the queue: its sets were dropped in order, and the
-            // clock and the counts only grow.
-            let old = retired.partition_point(|set| {
-                now.saturating_sub(set.at_ns) >= RETIRED_LABELS.as_nanos() as u64
-                    || (Passes::covered(set.passes, passes_now)
-                        && Passes::covered(set.drains, drains_now))
-            });
-            retired.drain(..old).map(|set| set.key).collect()
-        };
-        // Each lock held briefly, and not both at once: stores are labeled meanwhile.
-        if !expired.is_empty() {
-            let mut labels = lock(&self.labels);
-            for key in expired {
-                labels.remove(&key);
-            }
-        }
+        self.labels.forget(|set| {
+            now.saturating_sub(set.at_ns) >= RETIRED_LABELS.as_nanos() as u64
+                || (Passes::covered(set.passes, passes_now)
+                    && Passes::covered(set.drains, drains_now))
+        });
     }
 
     fn labels_of(&self, key: Option<LabelsKey>) -> Option<Labels> {
@@ -207,9 +179,7 @@ impl Pipeline {
     /// A registered set of labels, with when it was registered (`CLOCK_MONOTONIC`): when a
     /// server began the request it names.
     pub fn labels_since(&self, key: Option<LabelsKey>) -> Option<(Labels, u64)> {
-        let labels = lock(&self.labels);
-        let (packed, since) = labels.get(&key?)?;
-        Some((packed.unpack(), *since))
+        self.labels.get(key?)
     }
 
     /// A profile of `stacks` (a stack dump's), a sample each, named and symbolized as the

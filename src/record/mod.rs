@@ -6,6 +6,7 @@
 
 pub mod heap;
 mod host_frames;
+pub mod label_registry;
 pub mod labels;
 mod machine_code;
 pub mod packed_labels;
