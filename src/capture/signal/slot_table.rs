@@ -20,6 +20,10 @@ pub trait Payload: Sync + 'static {
     const EMPTY: Self;
 }
 
+/// A cache line each: the threads that publish and withdraw neighbouring slots (a server's
+/// workers, a store and a fiber stack a request each) would otherwise write to one another's
+/// lines.
+#[repr(align(64))]
 struct Slot<S> {
     taken: AtomicBool,
     /// Non-zero while published: what the slot describes (a context's address, a stack's end).
