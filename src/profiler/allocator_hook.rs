@@ -46,9 +46,7 @@ impl Profiler {
                 // `define_runtime_probe`), as a module's instance's hook has it.
                 let backtrace = || {
                     let backtrace = WasmBacktrace::capture(&store);
-                    let runtime = lock(&stores)
-                        .get(&data)
-                        .and_then(|s| s.runtime.get().cloned());
+                    let runtime = stores.with(data, |s| s.runtime.get().cloned()).flatten();
                     match runtime {
                         Some(runtime) => runtime.stack(backtrace, GuestPoint::Allocator),
                         None => GuestStack::wasm(backtrace),

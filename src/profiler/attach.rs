@@ -8,9 +8,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use rustc_hash::FxHashMap;
 use wasmtime::{AsContextMut, CallHook, Store, StoreContextMut, UpdateDeadline};
 
+use super::attached_stores::AttachedStores;
 use super::signal_sampler::Publication;
 use super::{Interrupted, Profiler, ProfilerHandle, Result, SharedSampler};
 use crate::capture::allocations::{Allocations, StoreData};
@@ -88,13 +88,13 @@ pub(crate) unsafe trait KeepsAttachment {
 /// Takes a store out of the profiler's map of attached stores as it drops.
 struct StoreAttached {
     data: StoreData,
-    stores: Weak<Mutex<FxHashMap<StoreData, AttachedStore>>>,
+    stores: Weak<AttachedStores>,
 }
 
 impl Drop for StoreAttached {
     fn drop(&mut self) {
         if let Some(stores) = self.stores.upgrade() {
-            lock(&stores).remove(&self.data);
+            stores.remove(self.data);
         }
     }
 }
@@ -198,7 +198,7 @@ impl ProfilerHandle {
             runtime: runtime.clone(),
             fuel,
         };
-        lock(&self.stores).insert(data, attached);
+        self.stores.insert(data, attached);
         // Taken out of the map again if attaching fails below.
         let stores = Arc::downgrade(&self.stores);
         let attached = StoreAttached { data, stores };
@@ -288,9 +288,9 @@ impl ProfilerHandle {
             + Sync
             + 'static,
     ) -> Result<()> {
-        let attached = lock(&self.stores)
-            .get(&StoreData::of(store.data()))
-            .map(|attached| (attached.fuel.clone(), attached.runtime.clone()));
+        let attached = self.stores.with(StoreData::of(store.data()), |attached| {
+            (attached.fuel.clone(), attached.runtime.clone())
+        });
         let Some((fuel, runtime)) = attached else {
             return Err(Error::NotAttached);
         };

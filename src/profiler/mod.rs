@@ -33,6 +33,7 @@
 
 mod allocator_hook;
 mod attach;
+mod attached_stores;
 mod modules;
 mod options;
 mod runtime_instances;
@@ -47,10 +48,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::Error;
 use crate::warning::Warning;
-use rustc_hash::FxHashMap;
 use wasmtime::{Config, Engine};
 
-use crate::capture::allocations::{Allocations, StoreData};
+use crate::capture::allocations::Allocations;
 use crate::capture::epoch::EpochSampler;
 use crate::capture::instructions::InstructionSampler;
 use crate::capture::{Sampler, SamplerKind, StoreKeeper, SIGNALS_AVAILABLE};
@@ -64,9 +64,9 @@ use crate::runtimes::Runtime;
 pub use crate::shared::MAX_STACK_DEPTH;
 use crate::sync::lock;
 
-use attach::AttachedStore;
 #[cfg(feature = "wasi")]
 pub(crate) use attach::{Attachment, KeepsAttachment};
+use attached_stores::AttachedStores;
 // `ProfilerOptions`, `Interrupted` and `DEFAULT_INSTRUCTION_INTERVAL`: a glob, as only the
 // command line (the `cli` feature) uses the interval by this path.
 pub use options::*;
@@ -202,7 +202,7 @@ pub struct ProfilerHandle {
     /// instances [`ProfilerHandle::attach_instance`] shows the samplers, with their runtime.
     runtimes: Arc<Mutex<Vec<RuntimeText>>>,
     /// The attached stores, by the address of their data, while they live.
-    stores: Arc<Mutex<FxHashMap<StoreData, AttachedStore>>>,
+    stores: Arc<AttachedStores>,
     /// What ties what the profiler keeps of a store to the store's life.
     keeper: StoreKeeper,
 }

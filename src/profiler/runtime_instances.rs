@@ -127,12 +127,12 @@ impl ProfilerHandle {
         runtime: RuntimeInstance,
     ) -> Result<()> {
         let data = StoreData::of(store.as_context().data());
-        let key = match lock(&self.stores).get(&data) {
-            Some(attached) => {
-                let _ = attached.runtime.set(runtime.clone());
-                attached.key
-            }
-            None => return Ok(()),
+        let shown = self.stores.with(data, |attached| {
+            let _ = attached.runtime.set(runtime.clone());
+            attached.key
+        });
+        let Some(key) = shown else {
+            return Ok(());
         };
         if self.store_contexts.is_some() {
             // SAFETY: the caller's contract; `key` is the store's.

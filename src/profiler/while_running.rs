@@ -76,10 +76,10 @@ impl ProfilerHandle {
         };
         let dumps = dumper.dump(wait);
         let profile = self.pipeline.dumped_profile(&dumps.stacks);
-        let attached: FxHashMap<StoreKey, u64> = lock(&self.stores)
-            .values()
-            .map(|s| (s.key, s.attached_ns))
-            .collect();
+        let mut attached: FxHashMap<StoreKey, u64> = FxHashMap::default();
+        self.stores.for_each(|s| {
+            attached.insert(s.key, s.attached_ns);
+        });
         let mut guests: Vec<RunningGuest> = dumps
             .stacks
             .iter()
