@@ -13,6 +13,8 @@ use crate::capture::allocations::StoreData;
 use crate::sync::lock;
 
 const SHARDS: usize = 16;
+// A shard is chosen by the top bits of a hash.
+const _: () = assert!(SHARDS.is_power_of_two());
 
 #[derive(Default)]
 #[repr(align(64))]

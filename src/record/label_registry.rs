@@ -48,6 +48,7 @@ enum Change {
 #[derive(Default)]
 struct Shard(Mutex<Vec<Change>>);
 
+/// The sets registered, written to by any thread, read by the pipeline's side.
 pub struct LabelRegistry {
     /// Tells this registry's shards from other registries' in a thread's [`SHARDS`].
     id: u64,
@@ -82,6 +83,7 @@ impl Default for LabelRegistry {
 }
 
 impl LabelRegistry {
+    /// Registers `labels` under `key` (new), at `since_ns` (`CLOCK_MONOTONIC`).
     pub fn register(&self, key: LabelsKey, labels: PackedLabels, since_ns: u64) {
         self.push(Change::Registered {
             key,
@@ -90,6 +92,8 @@ impl LabelRegistry {
         });
     }
 
+    /// A registered set no store has any more, to forget once [`forget`](Self::forget) is told
+    /// its samples have all been recorded.
     pub fn retire(&self, retired: Retired) {
         self.push(Change::Retired(retired));
     }
@@ -101,16 +105,19 @@ impl LabelRegistry {
             let Ok(mut shards) = shards.try_borrow_mut() else {
                 return;
             };
-            if !shards.iter().any(|(id, _)| *id == self.id) {
-                // The shards of registries dropped since, let go.
-                shards.retain(|(_, shard)| Arc::strong_count(shard) > 1);
-                let shard = Arc::new(Shard::default());
-                lock(&self.shards).push(shard.clone());
-                shards.push((self.id, shard));
-            }
-            if let Some((_, shard)) = shards.iter().find(|(id, _)| *id == self.id) {
-                lock(&shard.0).extend(change.take());
-            }
+            let at = match shards.iter().position(|(id, _)| *id == self.id) {
+                Some(at) => at,
+                None => {
+                    // The shards of registries dropped since, let go.
+                    shards.retain(|(_, shard)| Arc::strong_count(shard) > 1);
+                    let shard = Arc::new(Shard::default());
+                    lock(&self.shards).push(shard.clone());
+                    shards.push((self.id, shard));
+                    shards.len() - 1
+                }
+            };
+            let (_, shard) = &shards[at];
+            lock(&shard.0).extend(change.take());
         });
         // A thread ending (its thread-locals gone): a shard of the change's own.
         if let Some(change) = change {
