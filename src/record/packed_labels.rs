@@ -11,13 +11,16 @@ pub struct PackedLabels(Box<[u8]>);
 
 impl PackedLabels {
     pub fn new(labels: &[(&str, &str)]) -> Self {
-        let strings = || labels.iter().flat_map(|&(key, value)| [key, value]);
-        let mut bytes = Vec::with_capacity(strings().map(|s| 4 + s.len()).sum());
-        for s in strings() {
-            // A label longer than 4 GiB is cut there.
-            let len = u32::try_from(s.len()).unwrap_or(u32::MAX);
-            bytes.extend_from_slice(&len.to_le_bytes());
-            bytes.extend_from_slice(&s.as_bytes()[..len as usize]);
+        // Plain loops: an iterator chain over the pairs' strings, walked twice, cost a request
+        // 160 instructions more (`wasmspy serve` registers two sets a request).
+        let mut len = 0;
+        for (key, value) in labels {
+            len += 8 + key.len() + value.len();
+        }
+        let mut bytes = Vec::with_capacity(len);
+        for (key, value) in labels {
+            push_string(&mut bytes, key);
+            push_string(&mut bytes, value);
         }
         PackedLabels(bytes.into_boxed_slice())
     }
@@ -34,6 +37,13 @@ impl PackedLabels {
         let mut strings = strings.into_iter();
         std::iter::from_fn(|| Some((strings.next()?, strings.next()?))).collect()
     }
+}
+
+/// Appends `s` after its length; a string longer than 4 GiB is cut there.
+fn push_string(bytes: &mut Vec<u8>, s: &str) {
+    let len = u32::try_from(s.len()).unwrap_or(u32::MAX);
+    bytes.extend_from_slice(&len.to_le_bytes());
+    bytes.extend_from_slice(&s.as_bytes()[..len as usize]);
 }
 
 #[cfg(test)]

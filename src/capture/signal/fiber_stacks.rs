@@ -55,6 +55,8 @@ struct FiberStack {
     /// The whole mapping: the guard page, then the stack.
     base: usize,
     len: usize,
+    /// The guard page's size: asked once, where Wasmtime asks for the ranges at each call.
+    page: usize,
     /// Withdrawn before the mapping goes.
     published: Option<Publication>,
 }
@@ -93,6 +95,7 @@ impl FiberStack {
         let mut stack = FiberStack {
             base,
             len,
+            page,
             published: None,
         };
         let range = stack.range();
@@ -109,11 +112,11 @@ unsafe impl StackMemory for FiberStack {
     }
 
     fn range(&self) -> Range<usize> {
-        self.base + page_size()..self.base + self.len
+        self.base + self.page..self.base + self.len
     }
 
     fn guard_range(&self) -> Range<*mut u8> {
-        self.base as *mut u8..(self.base + page_size()) as *mut u8
+        self.base as *mut u8..(self.base + self.page) as *mut u8
     }
 }
 
