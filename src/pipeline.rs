@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ use crate::capture::{DumpedStack, LabelsKey, NativeSample, SampleValues, Sink, S
 use crate::clock::{monotonic_ns, Clock};
 use crate::profile::{Labels, Profile, PULLEY_NEXT_LABEL, PULLEY_OP_LABEL, PULLEY_PREV_LABEL};
 use crate::record::heap::Block;
-use crate::record::label_registry::{LabelRegistry, Retired};
+use crate::record::label_registry::{LabelRegistry, LabelSet, Unheld};
 use crate::record::packed_labels::PackedLabels;
 use crate::record::{KindCounts, Mark, Recorder};
 use crate::resolve::pulley_ops::OpcodeAt;
@@ -34,33 +34,8 @@ const QUEUE_EVENTS: usize = 16 * 1024;
 const POLL: Duration = Duration::from_millis(10);
 /// How long labels no store has any more are kept for their samples still on their way (in a
 /// ring until the next drain, 10 ms; in the queue) where no pass of the drain thread says
-/// sooner that they have all been recorded (see [`Retired`]).
+/// sooner that they have all been recorded (see [`Unheld`]).
 const RETIRED_LABELS: Duration = Duration::from_secs(2);
-
-/// Keeps a set of labels registered until dropped (and until its last samples are recorded).
-pub struct RegisteredLabels {
-    pipeline: Weak<Pipeline>,
-    key: LabelsKey,
-}
-
-impl RegisteredLabels {
-    pub fn key(&self) -> LabelsKey {
-        self.key
-    }
-}
-
-impl Drop for RegisteredLabels {
-    fn drop(&mut self) {
-        if let Some(pipeline) = self.pipeline.upgrade() {
-            pipeline.labels.retire(Retired {
-                key: self.key,
-                at_ns: monotonic_ns(),
-                passes: pipeline.drain_passes.count(),
-                drains: pipeline.events.drains().count(),
-            });
-        }
-    }
-}
 
 /// What the guest thread handed over.
 enum Event {
@@ -97,8 +72,9 @@ pub struct Pipeline {
     /// The registered sets of labels, forgotten once no store has them and their last
     /// samples must have been recorded: after a pass of the signal sampler's drain thread
     /// (which records the samples of its rings) and a drain of the queue (the other samplers'
-    /// samples, the allocations) have each begun and ended since a set was dropped. A server's
-    /// sets, two a request, are then forgotten some 20 ms after their request where
+    /// samples, the allocations) have each begun and ended since a set was found let go (by
+    /// the pipeline's thread, every 10 ms). A server's sets, two a request, are then forgotten
+    /// some 30 ms after their request where
     /// [`RETIRED_LABELS`] kept them for 2 s: 28,000 sets at 7,000 requests a second, each
     /// registered into a map that large and freed from memory long out of the cache. Without
     /// the signal sampler, no pass: the sets are kept for [`RETIRED_LABELS`].
@@ -142,33 +118,33 @@ impl Pipeline {
         lock(&self.recorder)
     }
 
-    /// Registers `labels` for the samples that carry the returned key, until it is dropped;
-    /// `None` for no labels.
-    pub fn register_labels(self: &Arc<Self>, labels: &[(&str, &str)]) -> Option<RegisteredLabels> {
+    /// Registers `labels` for the samples that carry the returned set's key, while it is held
+    /// (and until its last samples are recorded); `None` for no labels.
+    pub fn register_labels(&self, labels: &[(&str, &str)]) -> Option<Arc<LabelSet>> {
         if labels.is_empty() {
             return None;
         }
         // Interned by the recorder when a sample comes: a store is labeled without waiting
         // for a profile being built.
-        let key = LabelsKey::unique();
-        self.labels
-            .register(key, PackedLabels::new(labels), monotonic_ns());
-        Some(RegisteredLabels {
-            pipeline: Arc::downgrade(self),
-            key,
-        })
+        Some(self.labels.register(
+            LabelsKey::unique(),
+            PackedLabels::new(labels),
+            monotonic_ns(),
+        ))
     }
 
     /// Forgets the sets of labels whose samples must all have been recorded (see
     /// [`Pipeline::labels`]).
     fn forget_retired(&self) {
-        let now = monotonic_ns();
-        let passes_now = self.drain_passes.count();
-        let drains_now = self.events.drains().count();
-        self.labels.forget(|set| {
-            now.saturating_sub(set.at_ns) >= RETIRED_LABELS.as_nanos() as u64
-                || (Passes::covered(set.passes, passes_now)
-                    && Passes::covered(set.drains, drains_now))
+        let now = Unheld {
+            at_ns: monotonic_ns(),
+            passes: self.drain_passes.count(),
+            drains: self.events.drains().count(),
+        };
+        self.labels.forget(now, |set| {
+            now.at_ns.saturating_sub(set.at_ns) >= RETIRED_LABELS.as_nanos() as u64
+                || (Passes::covered(set.passes, now.passes)
+                    && Passes::covered(set.drains, now.drains))
         });
     }
 
@@ -436,15 +412,19 @@ mod tests {
     }
 
     #[test]
-    fn dropped_labels_go_once_a_pass_over_the_rings_and_a_drain_of_the_queue_began_after_them() {
+    fn dropped_labels_go_once_a_pass_over_the_rings_and_a_drain_of_the_queue_began_after_their_drop_was_seen(
+    ) {
         let pipeline = Arc::new(Pipeline::new(
             Resolver::new(false, false),
             Recorder::new(1000, Clock::Cpu, "signal"),
         ));
-        // A set registered and dropped at once: its key.
+        // A set registered and dropped at once, the drop seen by the next flush: its key.
         let dropped = |value: &str| {
             let registered = pipeline.register_labels(&[("request", value)]).unwrap();
-            Some(registered.key())
+            let key = Some(registered.key());
+            drop(registered);
+            pipeline.flush();
+            key
         };
 
         // The rings' passes alone: other samplers' samples may still be queued (a drain of

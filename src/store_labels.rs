@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::capture::{LabelsKey, LabelsNow};
-use crate::pipeline::RegisteredLabels;
+use crate::record::label_registry::LabelSet;
 use crate::sync::lock;
 
 /// A set of labels for samples (pprof's string labels), made by
@@ -18,15 +18,15 @@ use crate::sync::lock;
 /// with [`StoreLabels::set`]. The profile keeps the set while a clone of it lives, and for the
 /// samples still on their way after.
 #[derive(Clone, Default)]
-pub struct SampleLabels(Option<Arc<RegisteredLabels>>);
+pub struct SampleLabels(Option<Arc<LabelSet>>);
 
 impl SampleLabels {
-    pub(crate) fn new(registered: Option<RegisteredLabels>) -> Self {
-        SampleLabels(registered.map(Arc::new))
+    pub(crate) fn new(registered: Option<Arc<LabelSet>>) -> Self {
+        SampleLabels(registered)
     }
 
     fn key(&self) -> Option<LabelsKey> {
-        self.0.as_ref().map(|r| r.key())
+        self.0.as_ref().map(|set| set.key())
     }
 }
 

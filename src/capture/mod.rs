@@ -170,8 +170,9 @@ pub struct Splice<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct StoreKey(pub u64);
 
-/// A set of labels samples carry, registered with the stages after capture. Never zero.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// A set of labels samples carry, registered with the stages after capture. Never zero; a
+/// thread's keys increase in the order it makes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct LabelsKey(pub u64);
 
 impl LabelsKey {

@@ -83,8 +83,8 @@ pub struct Instances {
     next_instance: AtomicU64,
     /// Whether an instance could not be profiled (said once).
     unprofiled: AtomicBool,
-    /// Taken by every instance: what a shutdown waits for.
-    tracker: tokio_util::task::TaskTracker,
+    /// With `--shutdown-addr`, taken by every instance: what a shutdown waits for.
+    tracker: Option<tokio_util::task::TaskTracker>,
 }
 
 impl Instances {
@@ -93,7 +93,7 @@ impl Instances {
         profiler: ProfilerHandle,
         reuse: Reuse,
         request_timeout: Duration,
-        tracker: tokio_util::task::TaskTracker,
+        tracker: Option<tokio_util::task::TaskTracker>,
     ) -> Self {
         Instances {
             proxy,
@@ -222,7 +222,7 @@ impl HandlerState for Instances {
                 requests: self.reuse.requests,
                 concurrent: self.reuse.concurrent,
                 request_timeout: self.request_timeout,
-                _alive: self.tracker.token(),
+                _alive: self.tracker.as_ref().map(|tracker| tracker.token()),
             },
         })
     }
@@ -269,7 +269,7 @@ pub struct Worker {
     concurrent: usize,
     request_timeout: Duration,
     /// Held while the instance lives.
-    _alive: TaskTrackerToken,
+    _alive: Option<TaskTrackerToken>,
 }
 
 impl WorkerState for Worker {

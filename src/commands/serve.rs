@@ -280,7 +280,9 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
         profiler.handle().yield_at_epochs();
         EpochTicker::start(&engine, timeout)
     });
-    let tracker = TaskTracker::new();
+    // Only what a shutdown waits for is tracked: each token taken and dropped is two atomic
+    // writes to a counter every worker shares, four a request.
+    let tracker = shutdown.is_some().then(TaskTracker::new);
     let instances = Instances::new(
         proxy,
         profiler.handle(),
@@ -310,8 +312,10 @@ pub fn serve(mut args: ServeArgs) -> Result<i32> {
                 accepted = serving => accepted,
                 _ = shutdown.accept() => {
                     eprintln!("wasmspy: shutting down: answering the requests in flight");
-                    requests.tracker.close();
-                    requests.tracker.wait().await;
+                    if let Some(tracker) = &requests.tracker {
+                        tracker.close();
+                        tracker.wait().await;
+                    }
                     Ok(())
                 }
             },
@@ -395,9 +399,9 @@ struct Requests {
     headers: RequestHeaders,
     /// `--max-concurrent-requests`: a permit per request being answered.
     slots: Option<Semaphore>,
-    /// Every request being answered, and every instance (which may go on writing a body
-    /// after the response's head is sent): what a shutdown waits for.
-    tracker: TaskTracker,
+    /// With `--shutdown-addr`, every request being answered, and every instance (which may go
+    /// on writing a body after the response's head is sent): what a shutdown waits for.
+    tracker: Option<TaskTracker>,
 }
 
 /// Serves each connection on a task of its own, at most as many at once as `connections` has
@@ -424,12 +428,15 @@ async fn accept_loop(
         let requests = requests.clone();
         tokio::task::spawn(async move {
             let _permit = permit;
+            // Borrowed by each request's future, as `wasmtime serve` does: a reference count
+            // shared by every worker is written twice a connection, not twice a request.
+            let requests = &requests;
             let service = hyper::service::service_fn(move |request| {
-                let requests = requests.clone();
-                let tracker = requests.tracker.clone();
-                tracker.track_future(
-                    async move { Ok::<_, Infallible>(requests.handle(request).await) },
-                )
+                let tracked = requests.tracker.as_ref().map(TaskTracker::token);
+                async move {
+                    let _tracked = tracked;
+                    Ok::<_, Infallible>(requests.handle(request).await)
+                }
             });
             if let Err(e) = http1::Builder::new()
                 .keep_alive(true)

@@ -85,17 +85,17 @@ pub(crate) unsafe trait KeepsAttachment {
     fn attachment(&mut self) -> &mut Option<Attachment>;
 }
 
-/// Takes a store out of the profiler's map of attached stores as it drops.
+/// Takes a store out of the profiler's map of attached stores as it drops. Holds the map (not
+/// a weak reference, whose upgrade and drop are two more atomic writes a store to a count
+/// every worker shares): it outlives the profiler while stores do.
 struct StoreAttached {
     data: StoreData,
-    stores: Weak<AttachedStores>,
+    stores: Arc<AttachedStores>,
 }
 
 impl Drop for StoreAttached {
     fn drop(&mut self) {
-        if let Some(stores) = self.stores.upgrade() {
-            stores.remove(self.data);
-        }
+        self.stores.remove(self.data);
     }
 }
 
@@ -200,7 +200,7 @@ impl ProfilerHandle {
         };
         self.stores.insert(data, attached);
         // Taken out of the map again if attaching fails below.
-        let stores = Arc::downgrade(&self.stores);
+        let stores = self.stores.clone();
         let attached = StoreAttached { data, stores };
         if self.engine.get_epoch_interruption() {
             let samples_at_epochs = lock(&self.sampler).samples_at_epochs();
