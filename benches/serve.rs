@@ -8,7 +8,9 @@
 //!    while serving them, and the share of the requests' samples under their own label.
 //! 2. Throughput at saturation: a closed-loop load generator (8 keep-alive connections, each
 //!    sending its next request when the last is answered, in this process on the same cores)
-//!    against four servers started together and kept up: `wasmtime serve`, then `wasmspy
+//!    against five servers started together and kept up, each from a fresh copy of its
+//!    executable (see `fresh_copy`): `wasmtime serve`, a second `wasmtime serve` (from another
+//!    copy: how far apart two servers that should be equal land in this run), then `wasmspy
 //!    serve` at 1 Hz (what attaching a store per request costs, sampling aside), at its default
 //!    100 Hz and at 1 kHz; each loaded in turn for S seconds (1 by default; 3 at least for the
 //!    30 ms handler), N rounds (15), the order rotating; the medians of the per-round ratios of
@@ -17,7 +19,7 @@
 //!    whether issue 49's targets are met: `/hello` ≥ ×0.97 at the default rate and ≥ ×0.95 at
 //!    1 kHz, the 30 ms handler ≥ ×0.99 at the default rate. Beside the ratios, each server's
 //!    CPU time per request (all its threads, from `/proc`, the median of its turns): what a
-//!    request costs the server, apart from the load generator's share of the cores. A fifth
+//!    request costs the server, apart from the load generator's share of the cores. A sixth
 //!    server, where Linux `perf` is installed: `wasmtime serve` under `perf record -e cpu-clock
 //!    -F 1000 -g`, what the 1 kHz column costs with the kernel taking the samples (no signal,
 //!    no timer armed from user space): the floor this machine sets for sampling at that rate.
@@ -44,7 +46,7 @@ mod child;
 mod common;
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -71,9 +73,9 @@ fn main() {
 
     println!("\n## Requests per second, {CONNECTIONS} connections, {seconds} s x {reps} rounds");
     println!(
-        "| handler | wasmtime serve req/s | wasmspy serve, 1 Hz | 100 Hz (default) | 1 kHz | wasmtime serve under perf, 1 kHz |"
+        "| handler | wasmtime serve req/s | wasmtime serve, another copy | wasmspy serve, 1 Hz | 100 Hz (default) | 1 kHz | wasmtime serve under perf, 1 kHz |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     let mut targets = Vec::new();
     let mut cpu_rows = Vec::new();
     // `--path P`: that handler alone.
@@ -86,12 +88,13 @@ fn main() {
     for path in paths.into_iter().filter(|p| only.is_empty() || only == *p) {
         let mut servers = vec![
             Server::wasmtime(&component),
+            Server::wasmtime(&component),
             Server::wasmspy(wasmspy, &component, &["--rate", "1"]),
             Server::wasmspy(wasmspy, &component, &[]),
             Server::wasmspy(wasmspy, &component, &["--rate", "1000"]),
         ];
         servers.extend(Server::under_perf(&component));
-        let perf_installed = servers.len() == 5;
+        let perf_installed = servers.len() == 6;
         // Enough of a 30 ms handler's requests for a turn's count to mean something.
         let turn = match path {
             "/spin?rounds=24" => seconds.max(3.0),
@@ -123,24 +126,24 @@ fn main() {
         println!("| `{path}` | {:.0} | {} |", 1.0 / base, ratio.join(" | "));
         match path {
             "/hello" => targets.extend([
-                (path, "100 Hz", 1.0 / ratios[2], 0.97, None),
+                (path, "100 Hz", 1.0 / ratios[3], 0.97, None),
                 (
                     path,
                     "1 kHz",
-                    1.0 / ratios[3],
+                    1.0 / ratios[4],
                     0.95,
-                    ratios.get(4).map(|r| 1.0 / r),
+                    ratios.get(5).map(|r| 1.0 / r),
                 ),
             ]),
-            "/spin?rounds=24" => targets.push((path, "100 Hz", 1.0 / ratios[2], 0.99, None)),
+            "/spin?rounds=24" => targets.push((path, "100 Hz", 1.0 / ratios[3], 0.99, None)),
             _ => {}
         }
     }
     println!("\n## The server's CPU per request, µs (all its threads; medians of the turns)");
     println!(
-        "| handler | wasmtime serve | wasmspy serve, 1 Hz | 100 Hz (default) | 1 kHz | wasmtime serve under perf, 1 kHz |"
+        "| handler | wasmtime serve | wasmtime serve, another copy | wasmspy serve, 1 Hz | 100 Hz (default) | 1 kHz | wasmtime serve under perf, 1 kHz |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for row in cpu_rows {
         println!("{row}");
     }
@@ -157,7 +160,8 @@ fn main() {
 struct Server {
     child: Child,
     base: String,
-    /// Where a `wasmspy serve` writes its profile when it stops, or `perf` its data.
+    /// Its executable's copy, and where a `wasmspy serve` writes its profile when it stops, or
+    /// `perf` its data.
     dir: Option<tempfile::TempDir>,
     /// `perf record`, sampling the server.
     perf: Option<Child>,
@@ -165,7 +169,8 @@ struct Server {
 
 impl Server {
     fn wasmtime(component: &Path) -> Server {
-        let mut cmd = Command::new(wasmtime_cli());
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new(fresh_copy(&wasmtime_cli(), dir.path()));
         cmd.args([
             "serve",
             "--addr",
@@ -177,7 +182,9 @@ impl Server {
         ])
         .args(std::env::var("XW").unwrap_or_default().split_whitespace())
         .arg(component);
-        Server::start(cmd)
+        let mut server = Server::start(cmd);
+        server.dir = Some(dir);
+        server
     }
 
     /// `wasmtime serve` sampled at 1 kHz of its threads' CPU time by Linux perf, with call
@@ -185,12 +192,12 @@ impl Server {
     /// or may not record (`perf_event_paranoid`).
     fn under_perf(component: &Path) -> Option<Server> {
         let mut server = Server::wasmtime(component);
-        let dir = tempfile::tempdir().unwrap();
+        let data = server.dir.as_ref()?.path().join("perf.data");
         let mut perf = Command::new("perf")
             .args(["record", "-q", "-e", "cpu-clock", "-F", "1000", "-g", "-p"])
             .arg(server.child.id().to_string())
             .arg("-o")
-            .arg(dir.path().join("perf.data"))
+            .arg(data)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -201,14 +208,13 @@ impl Server {
             return None;
         }
         server.perf = Some(perf);
-        server.dir = Some(dir);
         Some(server)
     }
 
     /// Its profile goes to `extra`'s `-o`, else to a temporary directory.
     fn wasmspy(wasmspy: &Path, component: &Path, extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new(wasmspy);
+        let mut cmd = Command::new(fresh_copy(wasmspy, dir.path()));
         cmd.args(["serve", "--addr", "127.0.0.1:0", "-S", "cli"])
             .args(extra);
         if !extra.contains(&"-o") {
@@ -263,6 +269,18 @@ impl Drop for Server {
             let _ = child.wait();
         }
     }
+}
+
+/// `executable` copied into `dir`, for one server. Each server runs a fresh copy: on these
+/// virtual machines the same executable serves `/hello` up to 3 % faster or slower depending
+/// on how its file's pages came into the page cache (as the linker wrote them, copied at once,
+/// read back after they were dropped); a user runs a copy too (`cargo install` copies it).
+/// Two copies of `wasmtime serve` are measured against each other: how far this run's ratios
+/// can be trusted.
+fn fresh_copy(executable: &Path, dir: &Path) -> PathBuf {
+    let copy = dir.join(executable.file_name().unwrap());
+    std::fs::copy(executable, &copy).unwrap();
+    copy
 }
 
 fn get(agent: &ureq::Agent, url: &str) {
