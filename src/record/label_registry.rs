@@ -10,10 +10,10 @@
 //! Kept in one map behind one lock, each registration and each drop took that lock (and the
 //! cache line it is on) from the other workers, some 2 points of a small request's
 //! throughput. Kept in a map the pipeline's thread filled from the shards' records of
-//! registrations and drops, each drop still upgraded a shared reference to the pipeline and
-//! read the counters its threads write, and each set was inserted into a map and removed:
-//! `/hello` answered ×0.963 of `wasmtime serve` where it answers ×0.985 so (paired runs of
-//! 21 rounds), for 460 instructions a request fewer.
+//! registrations and drops, each drop still upgraded a shared reference to the pipeline, read
+//! the counters its threads write and wrote a record, and each set was inserted into a map and
+//! removed: 460 instructions a request more (`/hello`), and with `serve`'s shared counters
+//! (`commands/serve.rs`) about a point of its throughput (`docs/serve.md`).
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
