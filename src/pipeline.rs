@@ -72,12 +72,11 @@ pub struct Pipeline {
     /// The registered sets of labels, forgotten once no store has them and their last
     /// samples must have been recorded: after a pass of the signal sampler's drain thread
     /// (which records the samples of its rings) and a drain of the queue (the other samplers'
-    /// samples, the allocations) have each begun and ended since a set was found let go (by
-    /// the pipeline's thread, every 10 ms). A server's sets, two a request, are then forgotten
-    /// some 30 ms after their request where
-    /// [`RETIRED_LABELS`] kept them for 2 s: 28,000 sets at 7,000 requests a second, each
-    /// registered into a map that large and freed from memory long out of the cache. Without
-    /// the signal sampler, no pass: the sets are kept for [`RETIRED_LABELS`].
+    /// samples, the allocations) have each begun and ended since the pipeline's thread found a
+    /// set let go (it looks every 10 ms). A server's sets, two a request, go some 30 ms after
+    /// their request; kept for [`RETIRED_LABELS`], 2 s, they were 28,000 at 7,000 requests a
+    /// second, freed long out of the cache. Without the signal sampler, no pass: the sets are
+    /// kept for [`RETIRED_LABELS`].
     labels: LabelRegistry,
     /// The signal sampler's drain passes ([`Sink::drained`]).
     drain_passes: Passes,
@@ -412,8 +411,7 @@ mod tests {
     }
 
     #[test]
-    fn dropped_labels_go_once_a_pass_over_the_rings_and_a_drain_of_the_queue_began_after_their_drop_was_seen(
-    ) {
+    fn dropped_labels_go_once_a_ring_pass_and_a_queue_drain_began_after_the_drop_was_seen() {
         let pipeline = Arc::new(Pipeline::new(
             Resolver::new(false, false),
             Recorder::new(1000, Clock::Cpu, "signal"),
