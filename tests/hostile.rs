@@ -32,7 +32,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use common::{stderr, wasmspy, wasmtime_cli, Decoded};
-use guest::{hex, write_guest, LookAlike, ENTER, HEAL_EVERY};
+use guest::{drawing, hex, write_guest, LookAlike, ENTER, HEAL_EVERY};
 use spidermonkey::{spidermonkey_look_alike, SpiderMonkeyCode};
 use wasmspy::SamplerKind;
 use wasmspy::{Profiler, ProfilerOptions};
@@ -261,14 +261,7 @@ fn a_quickjs_look_alike_rewriting_its_frames_cannot_hurt_the_host() {
         words: Vec::new(),
         heal_every: HEAL_EVERY,
         quiet: 0,
-        functions: format!(
-            r#"(func $whole
-    (local $i i32)
-    (loop $values
-      (global.set $sum (i32.add (global.get $sum) (call $next)))
-      (local.set $i (i32.add (local.get $i) (i32.const 1)))
-      (br_if $values (i32.lt_u (local.get $i) (i32.const {WHOLE})))))"#
-        ),
+        functions: drawing("whole", WHOLE),
         enter: ENTER.to_string(),
     };
     let dir = tempfile::tempdir().unwrap();

@@ -51,6 +51,18 @@ pub struct LookAlike {
 /// `js::Interpret`).
 pub const ENTER: &str = "(call $rewrites)";
 
+/// A WAT function `$name` that draws `n` values (into the checksum), rewriting nothing.
+pub fn drawing(name: &str, n: u32) -> String {
+    format!(
+        r#"(func ${name}
+    (local $i i32)
+    (loop $values
+      (global.set $sum (i32.add (global.get $sum) (call $next)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $values (i32.lt_u (local.get $i) (i32.const {n})))))"#
+    )
+}
+
 /// A guest, in WAT: `$rewrite` picks a word (of the arena, or of `words`) and a value,
 /// `$heal` restores them, `$rewrites` loops, `_start` runs it, prints `checksum XXXXXXXX` and
 /// exits with 3.
@@ -121,17 +133,7 @@ pub fn guest(g: &LookAlike) -> String {
     let (prologue, functions, enter) = (&g.prologue, &g.functions, &g.enter);
     let (quiet, quiet_function) = match g.quiet {
         0 => (String::new(), String::new()),
-        n => (
-            "(call $quiet)".to_string(),
-            format!(
-                r#"(func $quiet
-    (local $i i32)
-    (loop $values
-      (global.set $sum (i32.add (global.get $sum) (call $next)))
-      (local.set $i (i32.add (local.get $i) (i32.const 1)))
-      (br_if $values (i32.lt_u (local.get $i) (i32.const {n})))))"#
-            ),
-        ),
+        n => ("(call $quiet)".to_string(), drawing("quiet", n)),
     };
     format!(
         r#"(module
